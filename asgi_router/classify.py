@@ -1,0 +1,144 @@
+"""Every rule about "is this failure worth another candidate" lives here, and only here.
+
+The classification is a pure function over what came back from one attempt: an HTTP status, or
+the exception that ended the attempt before a usable response. Its answer is a :data:`Reason`
+from a bounded vocabulary; whether that reason fails over is a separate, per-group policy
+(:data:`DEFAULT_FAILOVER`). The tables below are the single source of truth for DESIGN.md §4:
+
+================================  ===================  ==============================
+what came back                    reason               default action
+================================  ===================  ==============================
+connect refused / DNS / TLS /     ``connect_error``    next candidate
+connection dropped before a
+usable response
+connect, first-byte or idle       ``timeout``          next candidate
+timeout; upstream 408
+429                               ``rate_limited``     next candidate
+5xx; a response the router        ``upstream_5xx``     next candidate
+cannot use (1xx/3xx status,
+body over the response cap)
+401 / 403                         ``auth_error``       next candidate
+402                               ``billing``          next candidate
+404                               ``model_not_found``  next candidate
+other 4xx                         ``client_error``     stop: relay status and body
+2xx                               ``served``           commit
+2xx that ends with no body        ``stream_interrupted``  next candidate
+================================  ===================  ==============================
+
+An exception this module does not recognise is *not* retried (Bifrost's rule): an unknown
+failure is more likely a bug here than a flaky upstream, and retrying it would only hide it.
+"""
+
+from __future__ import annotations
+
+from email.utils import parsedate_to_datetime
+from datetime import datetime, timezone
+from typing import Final, Literal
+
+import httpx2
+
+__all__ = [
+    "DEFAULT_FAILOVER",
+    "Reason",
+    "UnrecognisedFailure",
+    "classify_exception",
+    "classify_status",
+    "parse_retry_after",
+]
+
+Reason = Literal[
+    "served",
+    "connect_error",
+    "timeout",
+    "rate_limited",
+    "upstream_5xx",
+    "auth_error",
+    "billing",
+    "model_not_found",
+    "client_error",
+    "stream_interrupted",
+    "provider_not_configured",
+    "client_disconnected",
+    "circuit_open",
+    "saturated",
+    "budget_exhausted",
+]
+
+#: Reasons that move on to the next candidate unless a group's ``failover_on`` says otherwise.
+#: ``client_error`` is absent on purpose: the next model would hit the same wall.
+DEFAULT_FAILOVER: Final[frozenset[Reason]] = frozenset(
+    {
+        "connect_error",
+        "timeout",
+        "rate_limited",
+        "upstream_5xx",
+        "auth_error",
+        "billing",
+        "model_not_found",
+        "stream_interrupted",
+    }
+)
+
+# Statuses whose meaning is specific; everything else falls to its class (2xx/4xx/5xx).
+_STATUS_TABLE: Final[dict[int, Reason]] = {
+    401: "auth_error",  # this provider's key is wrong; keys are per provider
+    403: "auth_error",
+    402: "billing",  # this provider's account is out of credit
+    404: "model_not_found",  # model ids are per provider
+    408: "timeout",  # the upstream gave up waiting: not the request's fault
+    429: "rate_limited",
+}
+
+# Transport failures, most specific first. Timeouts before the generic TransportError so that
+# a ConnectTimeout reads as a timeout, not as a connect error.
+_EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
+    (TimeoutError, "timeout"),  # anyio.fail_after: first-byte, idle, total
+    (httpx2.TimeoutException, "timeout"),  # connect / pool / write timeouts
+    (httpx2.TransportError, "connect_error"),  # refused, DNS, TLS, reset, protocol errors
+)
+
+
+class UnrecognisedFailure(Exception):
+    """An attempt ended with an exception that the tables do not know: never retried."""
+
+
+def classify_status(status: int) -> Reason:
+    """Classify an upstream HTTP status (DESIGN.md §4)."""
+    reason = _STATUS_TABLE.get(status)
+    if reason is not None:
+        return reason
+    if 200 <= status < 300:
+        return "served"
+    if 400 <= status < 500:
+        return "client_error"
+    # 5xx, and 1xx/3xx that a chat endpoint has no business sending (a base_url that
+    # redirects is a provider misconfiguration the next candidate may not share).
+    return "upstream_5xx"
+
+
+def classify_exception(exc: BaseException) -> Reason:
+    """Classify an exception that ended an attempt; raise :class:`UnrecognisedFailure` if unknown."""
+    for kind, reason in _EXCEPTION_TABLE:
+        if isinstance(exc, kind):
+            return reason
+    raise UnrecognisedFailure(type(exc).__name__) from exc
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date), else ``None``."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN / inf
+        return None
+    return max(0.0, seconds)

@@ -1,0 +1,123 @@
+"""OpenAI-shaped error bodies, so that every SDK surfaces the router's errors as it would OpenAI's.
+
+Shape (DESIGN.md §4)::
+
+    {"error": {"message": ..., "type": ..., "code": ..., "param": null, "attempts": [...]}}
+
+``attempts`` is present when upstreams were involved: one object per candidate tried, in the
+order tried, and ``message`` then has exactly one line per candidate
+(``provider/model-id: reason (status)``). Nothing here ever sees an API key: messages are
+built from candidates, reasons and statuses only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from .classify import Reason
+
+__all__ = [
+    "AttemptSummary",
+    "ERROR_TYPES",
+    "RouterError",
+    "error_body",
+    "exhausted_error",
+    "stream_error_event",
+]
+
+#: OpenAI's ``error.type`` for each status the router itself produces.
+ERROR_TYPES: Final[dict[int, str]] = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    504: "timeout_error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSummary:
+    """What one candidate did, as the client sees it in ``error.attempts``."""
+
+    candidate: str
+    reason: Reason
+    status: int | None = None
+    retry_after: float | None = None
+
+    def line(self) -> str:
+        return f"{self.candidate}: {self.reason}" + (f" ({self.status})" if self.status else "")
+
+    def as_json(self) -> dict[str, object]:
+        return {"candidate": self.candidate, "reason": self.reason, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
+class RouterError:
+    """An error response the router produces itself (not an upstream's pass-through)."""
+
+    status: int
+    code: str
+    message: str
+    attempts: tuple[AttemptSummary, ...] | None = None
+    retry_after: float | None = None
+
+    def body(self) -> bytes:
+        return error_body(self.status, self.code, self.message, self.attempts)
+
+
+def error_body(
+    status: int, code: str, message: str, attempts: Sequence[AttemptSummary] | None = None
+) -> bytes:
+    """Serialise one OpenAI-shaped error object."""
+    error: dict[str, object] = {
+        "message": message,
+        "type": ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+        "code": code,
+        "param": None,
+    }
+    if attempts is not None:
+        error["attempts"] = [attempt.as_json() for attempt in attempts]
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
+
+
+def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
+    """The error for a plan whose every candidate failed (DESIGN.md §4).
+
+    All rate-limited: 429 with the smallest Retry-After seen. All timed out: 504. Else 502.
+    Skipped candidates (never contacted) do not decide the status unless nothing was contacted.
+    """
+    contacted = [a for a in attempts if a.reason != "provider_not_configured"] or list(attempts)
+    reasons = {a.reason for a in contacted}
+    message = "\n".join(a.line() for a in attempts) or "the plan had no candidates"
+    if reasons == {"rate_limited"}:
+        waits = [a.retry_after for a in contacted if a.retry_after is not None]
+        return RouterError(
+            429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None
+        )
+    if reasons == {"timeout"}:
+        return RouterError(504, "upstream_timeout", message, tuple(attempts))
+    return RouterError(502, "upstream_unavailable", message, tuple(attempts))
+
+
+def stream_error_event(candidate: str, reason: Reason, detail: str) -> bytes:
+    """The one in-band SSE event written when a committed stream breaks.
+
+    ``data: {"error": ...}`` is what the ``openai`` SDK turns into ``APIError``; the router
+    then ends the response without ``data: [DONE]`` so no client mistakes it for a whole answer.
+    """
+    payload = {
+        "error": {
+            "message": f"{candidate}: {reason}: {detail}; the response is incomplete",
+            "type": "upstream_error",
+            "code": reason,
+            "param": None,
+        }
+    }
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"

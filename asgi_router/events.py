@@ -1,0 +1,81 @@
+"""What happened to a request, as data: one :class:`AttemptEvent` per attempt.
+
+Events are built from candidates, reasons, statuses and timings only, so they cannot carry an
+API key. The stdlib ``logging`` sink writes one structured line per request on the
+``asgi_router`` logger; it is skipped entirely (no formatting) when that logger is not enabled
+for INFO, so it costs nothing on a quiet production logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .classify import Reason
+
+__all__ = ["AttemptEvent", "Outcome", "RequestRecord", "log_request", "logger"]
+
+logger = logging.getLogger("asgi_router")
+
+Outcome = Literal["served", "failed", "skipped", "aborted"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEvent:
+    """One candidate's attempt (or skip) within one request."""
+
+    request_id: str
+    #: 0-based position among the request's attempts and skips.
+    index: int
+    #: ``provider/model-id``.
+    candidate: str
+    outcome: Outcome
+    reason: Reason
+    status: int | None = None
+    #: Seconds from sending to the end of this attempt (to the end of the relay if served).
+    latency: float = 0.0
+    #: Seconds from sending to the first body byte, when one arrived.
+    ttfb: float | None = None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """The per-request summary the logging sink writes as one line."""
+
+    request_id: str
+    ref: str
+    stream: bool = False
+    status: int = 0
+    winner: str | None = None
+    bytes_relayed: int = 0
+    latency: float = 0.0
+    events: list[AttemptEvent] = field(default_factory=list)
+    #: The candidate being tried or relayed right now, and since when (for ``aborted`` events).
+    in_flight: tuple[str, float] | None = None
+
+
+def _attempt_text(event: AttemptEvent) -> str:
+    status = f"({event.status})" if event.status is not None else ""
+    return f"{event.candidate}:{event.outcome}:{event.reason}{status}"
+
+
+def log_request(record: RequestRecord) -> None:
+    """Write the request's one structured line, if INFO is enabled on ``asgi_router``."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
+    logger.info(
+        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f "
+        "ttfb_ms=%s bytes=%d",
+        record.request_id,
+        record.ref,
+        "true" if record.stream else "false",
+        record.status,
+        record.winner or "-",
+        " ".join(_attempt_text(e) for e in record.events),
+        record.latency * 1000,
+        f"{ttfb * 1000:.1f}" if ttfb is not None else "-",
+        record.bytes_relayed,
+        extra={"asgi_router": record},
+    )

@@ -1,0 +1,104 @@
+"""Read and check the client's request before any upstream is chosen.
+
+The body is read with a hard cap (a declared ``Content-Length`` over the cap is refused before
+a byte is read; a chunked body is refused as soon as it crosses the cap), parsed once, and must
+be a JSON object with a string ``model``. Every refusal is a :class:`RouterError` with the
+right status; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+from starlette.types import Receive, Scope
+
+from .errors import RouterError
+
+__all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
+
+_REQUEST_ID_RE: Final = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete: there is no one to answer."""
+
+
+@dataclass(slots=True)
+class InboundRequest:
+    """A parsed chat request: the JSON object (mutated per candidate) and its stream flag."""
+
+    payload: dict[str, Any]
+    stream: bool
+
+
+def request_id_for(scope: Scope) -> str:
+    """The client's ``x-request-id`` when it is a sane token, else a fresh one.
+
+    A client-chosen id is echoed into response headers and logs, so it must not carry CR/LF
+    or other bytes that could split a header or forge a log line.
+    """
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if _REQUEST_ID_RE.fullmatch(value):
+                return value.decode("ascii")
+            break
+    return uuid.uuid4().hex
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _too_large(limit: int) -> RouterError:
+    return RouterError(413, "request_too_large", f"request body is larger than {limit} bytes")
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | RouterError:
+    """The whole request body, or a 413 once it is known to exceed ``limit`` bytes."""
+    declared = _declared_length(scope)
+    if declared is not None and declared > limit:
+        return _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                return _too_large(limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_request(body: bytes) -> InboundRequest | RouterError:
+    """Parse the body as a chat request: a JSON object with a string ``model``."""
+    try:
+        payload = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return RouterError(400, "invalid_json", "request body is not valid JSON")
+    if not isinstance(payload, dict):
+        return RouterError(400, "invalid_request", "request body must be a JSON object")
+    if "model" not in payload:
+        return RouterError(400, "missing_model", "request body has no 'model' field")
+    if not isinstance(payload["model"], str):
+        return RouterError(400, "invalid_model_reference", "'model' must be a string")
+    return InboundRequest(payload, payload.get("stream") is True)

@@ -1,0 +1,230 @@
+"""``ModelRouter``: the pure-ASGI middleware that turns a host app into an LLM gateway.
+
+Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
+the first lines of ``__call__``. ``lifespan`` also goes to the host app, with the router
+opening its one shared upstream client on startup and closing it after the app's shutdown.
+A chat request flows: read body → parse → resolve plan → attempt loop → respond or relay.
+Per-request state lives in an :class:`_Exchange`, never on the middleware.
+
+From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
+client that leaves cancels the attempt or the relay at once, which closes the upstream response
+and releases its connection. Any unexpected error is logged and, if nothing has been sent yet,
+answered with an OpenAI-shaped 500: the router never takes the host app down with it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx2
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .attempts import AttemptLoop, Committed, Refused
+from .classify import Reason
+from .errors import RouterError
+from .events import AttemptEvent, RequestRecord, log_request, logger
+from .headers import request_headers_for_upstream, response_headers_for_client
+from .inbound import ClientGone, parse_request, read_body, request_id_for
+from .plan import Plan, ResolveError, Resolver
+from .relay import relay_stream, send_whole
+from .settings import RouterSettings, load_settings
+from .upstream import HttpxTransport, ProviderRuntime
+
+__all__ = ["ModelRouter"]
+
+
+def _router_headers(request_id: str, winner: str | None, attempts: int) -> list[tuple[bytes, bytes]]:
+    headers = [(b"x-request-id", request_id.encode()), (b"x-router-attempts", str(attempts).encode())]
+    if winner is not None:
+        headers.append((b"x-router-model", winner.encode()))
+    return headers
+
+
+class _Exchange:
+    """One chat request's state: what was sent, whether the client is still there."""
+
+    __slots__ = ("disconnected", "finished", "receive", "record", "response_started", "scope", "send")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.record = RequestRecord(request_id, "-")
+        self.response_started = False
+        self.finished = False
+        self.disconnected = False
+
+    async def send_tracked(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.response_started = True
+        await self.send(message)
+
+    async def send_error(self, error: RouterError, attempts: int = 0) -> None:
+        headers = [(b"content-type", b"application/json")]
+        headers += _router_headers(self.record.request_id, None, attempts)
+        if error.retry_after is not None:
+            headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
+        self.record.status = error.status
+        await send_whole(self.send_tracked, error.status, headers, error.body())
+
+    async def watch_disconnect(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the client disconnects before the response is complete."""
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                if not self.finished:
+                    self.disconnected = True
+                    scope.cancel()
+                return
+
+
+class ModelRouter:
+    """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
+
+    ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``); it
+    stays the caller's to close. ``clock`` is injectable for tests of timing logic.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: RouterSettings | None = None,
+        config: str | os.PathLike[str] | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.settings = load_settings(settings, config)
+        self._routes = frozenset(self.settings.routes)
+        self._resolver = Resolver(self.settings)
+        self._providers = {
+            name: ProviderRuntime.build(name, provider, self.settings.routes)
+            for name, provider in self.settings.providers.items()
+        }
+        self._transport = HttpxTransport(self.settings.pool, http_client)
+        self._loop = AttemptLoop(self._transport, self._providers, self.settings.max_response_bytes, clock)
+        self._clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            if scope["method"] == "POST" and scope["path"] in self._routes:
+                await self._serve(scope, receive, send)
+                return
+        elif kind == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def receive_startup(*_: Any) -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._transport.start()
+            return message
+
+        async def send_shutdown(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self._transport.aclose()
+            await send(message)
+
+        await self.app(scope, receive_startup, send_shutdown)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = self._clock()
+        exchange = _Exchange(scope, receive, send, request_id_for(scope))
+        try:
+            await self._exchange(exchange)
+        except Exception:
+            logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
+            if not exchange.response_started:
+                await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
+        finally:
+            exchange.record.latency = self._clock() - started
+            log_request(exchange.record)
+
+    async def _exchange(self, exchange: _Exchange) -> None:
+        scope, record = exchange.scope, exchange.record
+        try:
+            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes)
+        except ClientGone:
+            record.status = 499
+            return
+        if isinstance(body, RouterError):
+            await exchange.send_error(body)
+            return
+        request = parse_request(body)
+        if isinstance(request, RouterError):
+            await exchange.send_error(request)
+            return
+        record.stream = request.stream
+        plan = self._resolver.resolve_string(request.payload["model"])
+        if isinstance(plan, ResolveError):
+            await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
+            return
+        record.ref = request.payload["model"]  # validated by the parser: safe to log
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
+            await self._respond(exchange, plan, request.payload, request.stream)
+            exchange.finished = True
+            tasks.cancel_scope.cancel()
+        if exchange.disconnected:
+            record.status = 499
+            self._note_abort(record)
+
+    def _note_abort(self, record: RequestRecord) -> None:
+        if record.in_flight is not None:
+            candidate, since = record.in_flight
+            record.events.append(
+                AttemptEvent(record.request_id, len(record.events), candidate, "aborted",
+                             "client_disconnected", None, self._clock() - since)
+            )
+            record.in_flight = None
+
+    async def _respond(self, exchange: _Exchange, plan: Plan, payload: dict[str, Any], stream: bool) -> None:
+        record = exchange.record
+        inbound = exchange.scope["headers"]
+        request_id = record.request_id
+
+        def headers_for(provider: ProviderRuntime) -> dict[str, str]:
+            return request_headers_for_upstream(inbound, provider.headers, request_id)
+
+        result = await self._loop.run(plan, payload, stream, exchange.scope["path"], headers_for, record)
+        if isinstance(result, RouterError):
+            attempts = sum(1 for e in record.events if e.outcome != "skipped")
+            await exchange.send_error(result, attempts)
+            return
+        winner = str(result.candidate)
+        headers = response_headers_for_client(result.response.headers if isinstance(result, Committed) else result.headers)
+        headers += _router_headers(request_id, winner, result.attempts)
+        if isinstance(result, Refused):
+            record.status = result.status
+            await send_whole(exchange.send_tracked, result.status, headers, result.body)
+            return
+        record.status = result.response.status
+        record.winner = winner
+        if not stream:
+            await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
+            record.bytes_relayed = len(result.body)
+            self._note_served(record, result, "served")
+            return
+        exchange.response_started = True
+        record.in_flight = (winner, result.started)
+        outcome = await relay_stream(exchange.send, result, headers, self._clock)
+        record.in_flight = None
+        record.bytes_relayed = outcome.bytes_relayed
+        if outcome.reason == "client_disconnected":
+            exchange.disconnected = True
+        self._note_served(record, result, outcome.reason)
+
+    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason) -> None:
+        outcome = "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
+        record.events.append(
+            AttemptEvent(record.request_id, len(record.events), str(committed.candidate), outcome,
+                         reason, committed.response.status, self._clock() - committed.started, committed.ttfb)
+        )

@@ -1,0 +1,107 @@
+"""Relay a committed upstream's bytes to the client: unparsed, unbuffered, byte-exact.
+
+Once ``http.response.start`` has gone out there is no failover: sent bytes cannot be recalled,
+and a second model's answer spliced onto the first would be an incoherent text. If the upstream
+breaks or stalls past ``idle`` after commit, the relay writes one in-band event
+``data: {"error": {...}}`` and ends the response *without* ``data: [DONE]``, so the ``openai``
+SDK raises ``APIError`` rather than returning a truncated answer as if it were whole.
+
+Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
+upstream read (TCP backpressure end to end), and at most one chunk is held at a time.
+The only look at the bytes is at a break: the last chunk's final bytes decide whether the
+error event needs a blank line first to start on an event boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+from starlette.types import Send
+
+from .attempts import Committed
+from .classify import Reason, UnrecognisedFailure, classify_exception
+from .errors import stream_error_event
+from .events import logger
+
+__all__ = ["RelayResult", "relay_stream", "send_whole"]
+
+
+@dataclass(frozen=True, slots=True)
+class RelayResult:
+    """How a relay ended: ``served``, or the late failure / disconnect that ended it."""
+
+    bytes_relayed: int
+    reason: Reason
+
+
+def _event_boundary(last: bytes) -> bytes:
+    """What to write before the error event so that it starts a new SSE event."""
+    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if last.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"
+
+
+def _late_reason(exc: Exception, candidate: str) -> Reason:
+    try:
+        reason = classify_exception(exc)
+    except UnrecognisedFailure:
+        logger.exception("asgi_router: unrecognised failure relaying %s", candidate)
+        return "stream_interrupted"
+    return "timeout" if reason == "timeout" else "stream_interrupted"
+
+
+async def relay_stream(
+    send: Send,
+    committed: Committed,
+    headers: list[tuple[bytes, bytes]],
+    clock: Callable[[], float],
+) -> RelayResult:
+    """Send the response start, the first chunk, and every chunk after it as it arrives."""
+    response = committed.response
+    chunks = response.chunks
+    idle = committed.provider.timeouts.idle
+    deadline = committed.deadline
+    last = committed.body
+    sent = 0
+    try:
+        try:
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            await send({"type": "http.response.body", "body": last, "more_body": True})
+            sent = len(last)
+            while True:
+                try:
+                    with anyio.fail_after(max(0.0, min(idle, deadline - clock()))):
+                        chunk = await anext(chunks, None)
+                except Exception as exc:
+                    reason = _late_reason(exc, str(committed.candidate))
+                    detail = "no data within the idle timeout" if reason == "timeout" else "upstream connection broke"
+                    await send({
+                        "type": "http.response.body",
+                        "body": _event_boundary(last) + stream_error_event(str(committed.candidate), reason, detail),
+                        "more_body": False,
+                    })
+                    return RelayResult(sent, reason)
+                if chunk is None:
+                    break
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    sent += len(chunk)
+                    last = chunk
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
+            return RelayResult(sent, "client_disconnected")
+        return RelayResult(sent, "served")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """Send a complete response: one start (with its length) and one body message."""
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

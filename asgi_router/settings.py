@@ -1,0 +1,280 @@
+"""Configuration: one ``RouterSettings`` built from keywords, a TOML file or the environment.
+
+``pydantic-settings`` gives the three spellings one schema. Precedence, highest first: keyword
+arguments, ``ASGI_ROUTER_...`` environment variables (nested with ``__``), the TOML file.
+Everything that can be checked without I/O is checked here, at load, so that a bad config fails
+the app's start-up with a message naming the key rather than failing a request at 3 a.m.:
+a provider named ``group``, a group member naming an unknown provider or group, an empty group,
+a nesting cycle (spelled out), nesting deeper than :data:`MAX_GROUP_DEPTH`, a dangling alias.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Final, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from .classify import DEFAULT_FAILOVER, Reason
+from .refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
+
+__all__ = [
+    "MAX_GROUP_DEPTH",
+    "ConfigError",
+    "GroupSettings",
+    "PoolSettings",
+    "ProviderSettings",
+    "RouterSettings",
+    "Timeouts",
+    "load_settings",
+]
+
+#: How deep ``group/a -> group/b -> ...`` may nest before config is refused.
+MAX_GROUP_DEPTH: Final = 8
+
+_toml_path: ContextVar[Path | None] = ContextVar("asgi_router_toml_path", default=None)
+
+
+class ConfigError(ValueError):
+    """The router's configuration cannot be used; the message names the offending key."""
+
+
+class _Strict(BaseModel):
+    # hide_input_in_errors: a validation error must never echo a raw api_key back.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class Timeouts(_Strict):
+    """Per-provider time limits, in seconds.
+
+    ``first_byte`` runs from sending the request to the first body byte: a 200 that then stays
+    silent is a timeout and fails over. For a non-streaming request the first byte only comes
+    once the whole completion is generated, so it bounds generation time there.
+    ``idle`` is the largest gap allowed between chunks after commit; ``total`` bounds one
+    attempt end to end (connect, wait, and relay).
+    """
+
+    connect: PositiveFloat = 5.0
+    first_byte: PositiveFloat = 60.0
+    idle: PositiveFloat = 60.0
+    total: PositiveFloat = 600.0
+
+
+class ProviderSettings(_Strict):
+    """An OpenAI-compatible upstream: a base URL and, usually, an API key."""
+
+    base_url: str
+    #: The key itself (kept as a secret: never printed, never logged).
+    api_key: SecretStr | None = None
+    #: Or the name of an environment variable holding the key, read once at start-up.
+    api_key_env: str | None = None
+    timeouts: Timeouts = Timeouts()
+    #: Extra headers sent upstream with every request (e.g. OpenRouter's ``HTTP-Referer``).
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        value = value.strip()
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        if any(ch in value for ch in "\r\n\t ?#"):
+            raise ValueError("base_url must not contain whitespace, a query or a fragment")
+        return value.rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, header_value in value.items():
+            if not name or any(not (33 <= ord(ch) < 127) or ch == ":" for ch in name):
+                raise ValueError(f"header name {name!r} is not a valid HTTP token")
+            if any(ord(ch) < 32 or ord(ch) == 127 for ch in header_value):
+                raise ValueError(f"header {name!r} has a control character in its value")
+        return {name.lower(): header_value for name, header_value in value.items()}
+
+    def key(self) -> SecretStr | None:
+        """The configured key: ``api_key`` if set, else the named environment variable."""
+        if self.api_key is not None:
+            return self.api_key
+        if self.api_key_env:
+            found = os.environ.get(self.api_key_env)
+            return SecretStr(found) if found else None
+        return None
+
+    @property
+    def is_configured(self) -> bool:
+        """False when an ``api_key_env`` is named but unset: such a provider is skipped."""
+        return self.api_key is not None or not self.api_key_env or bool(os.environ.get(self.api_key_env))
+
+
+class GroupSettings(_Strict):
+    """A routing group: ordered members and how to order them per request."""
+
+    strategy: Literal["order", "rotate"] = "order"
+    members: list[str] = Field(min_length=1)
+    #: Which failure reasons move on to the next member; the rest stop the loop.
+    failover_on: frozenset[Reason] = DEFAULT_FAILOVER
+
+
+class PoolSettings(_Strict):
+    """The shared upstream connection pool (one per router)."""
+
+    max_connections: PositiveInt = 512
+    max_keepalive_connections: PositiveInt = 128
+    keepalive_expiry: PositiveFloat = 30.0
+
+
+class RouterSettings(BaseSettings):
+    """Everything the router needs; see README.rst "Configuration" for each field."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ASGI_ROUTER_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,
+    )
+
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    groups: dict[str, GroupSettings] = Field(default_factory=dict)
+    #: Bare names that stand for a full ref, e.g. ``{"fast": "group/coder"}``.
+    aliases: dict[str, str] = Field(default_factory=dict)
+    #: Inbound paths (POST) the router answers; everything else goes to the host app.
+    routes: list[str] = Field(default_factory=lambda: ["/v1/chat/completions"])
+    #: Largest request body accepted (413 above it).
+    max_body_bytes: PositiveInt = 10 * 1024 * 1024
+    #: Largest non-streaming upstream body read before answering (a larger one fails over).
+    max_response_bytes: PositiveInt = 64 * 1024 * 1024
+    pool: PoolSettings = PoolSettings()
+
+    _flat: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _toml_path.get()
+        if path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str], **overrides: Any) -> Self:
+        """Load from a TOML file; environment variables and ``overrides`` take precedence."""
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            with file.open("rb") as handle:
+                tomllib.load(handle)  # surface syntax errors with the file's name
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
+        token = _toml_path.set(file)
+        try:
+            return cls(**overrides)
+        finally:
+            _toml_path.reset(token)
+
+    @field_validator("routes")
+    @classmethod
+    def _check_routes(cls, value: list[str]) -> list[str]:
+        for route in value:
+            if not route.startswith("/"):
+                raise ValueError(f"route {route!r} must start with '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Self:
+        for name in self.providers:
+            if name == GROUP_NAMESPACE:
+                raise ValueError(f"providers.{name}: 'group' is reserved for routing groups")
+            if not is_valid_name(name):
+                raise ValueError(f"providers.{name}: names are letters, digits, '_', '.', '-'")
+        for name, group in self.groups.items():
+            if not is_valid_name(name):
+                raise ValueError(f"groups.{name}: names are letters, digits, '_', '.', '-'")
+            for index, member in enumerate(group.members):
+                self._check_member(f"groups.{name}.members[{index}]", member)
+        for name, target in self.aliases.items():
+            if not is_valid_name(name):
+                raise ValueError(f"aliases.{name}: an alias is a bare name (no '/')")
+            self._check_member(f"aliases.{name}", target)
+        self._flat = {name: self._flatten(name, (name,)) for name in self.groups}
+        return self
+
+    def _check_member(self, key: str, member: str) -> None:
+        ref = parse_model_ref(member)
+        if isinstance(ref, InvalidRef):
+            raise ValueError(f"{key}: {member!r} is not a valid reference ({ref.message})")
+        if ref.kind is RefKind.ALIAS:
+            raise ValueError(f"{key}: {member!r} must be 'provider/model-id' or 'group/<id>'")
+        if ref.kind is RefKind.DIRECT and ref.name not in self.providers:
+            raise ValueError(f"{key}: {member!r} names unknown provider {ref.name!r}")
+        if ref.kind is RefKind.GROUP and ref.name not in self.groups:
+            raise ValueError(f"{key}: {member!r} names unknown group {ref.name!r}")
+
+    def _flatten(self, name: str, path: tuple[str, ...]) -> tuple[str, ...]:
+        """Members of group ``name`` with nested groups expanded in place, first occurrence kept."""
+        if len(path) > MAX_GROUP_DEPTH:
+            chain = " -> ".join(f"group/{step}" for step in path)
+            raise ValueError(f"groups.{path[0]}: nesting deeper than {MAX_GROUP_DEPTH} ({chain})")
+        flat: list[str] = []
+        for member in self.groups[name].members:
+            ref = parse_model_ref(member)
+            if isinstance(ref, InvalidRef):  # pragma: no cover - rejected by _check_member
+                raise ValueError(f"groups.{name}: {member!r}: {ref.message}")
+            if ref.kind is RefKind.GROUP:
+                if ref.name in path:
+                    chain = " -> ".join(f"group/{step}" for step in (*path, ref.name))
+                    raise ValueError(f"groups.{path[0]}: nesting cycle {chain}")
+                nested = self._flatten(ref.name, (*path, ref.name))
+            else:
+                nested = (member,)
+            flat.extend(item for item in nested if item not in flat)
+        return tuple(flat)
+
+    def flat_members(self, group: str) -> tuple[str, ...]:
+        """The group's concrete ``provider/model-id`` members, nested groups expanded."""
+        return self._flat[group]
+
+
+def load_settings(
+    settings: RouterSettings | None = None, config: str | os.PathLike[str] | None = None
+) -> RouterSettings:
+    """Build settings from the one source given (or the environment), as :class:`ConfigError`."""
+    if settings is not None and config is not None:
+        raise ConfigError("pass either settings= or config=, not both")
+    if settings is not None:
+        return settings
+    try:
+        if config is not None:
+            return RouterSettings.from_toml(config)
+        return RouterSettings()
+    except ValidationError as exc:
+        where = f" in {config}" if config is not None else ""
+        raise ConfigError(f"invalid router configuration{where}:\n{exc}") from exc

@@ -1,0 +1,172 @@
+"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+
+The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
+iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). The
+implementation here uses the httpx API through ``httpx2``, the maintained fork the official
+``openai`` SDK depends on; one ``AsyncClient`` per router, shared by every request.
+
+Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
+re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
+client can read without the router decompressing anything.
+
+:class:`ProviderRuntime` is everything about a provider that does not change per request (its
+URLs, its header block with the key already in it, its timeouts), built once at start-up so the
+request path only looks things up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx2
+
+from .settings import PoolSettings, ProviderSettings, Timeouts
+
+__all__ = [
+    "HttpxResponse",
+    "HttpxTransport",
+    "ProviderRuntime",
+    "Transport",
+    "UpstreamResponse",
+    "upstream_path",
+]
+
+
+class UpstreamResponse(Protocol):
+    """An upstream response whose body has not been read yet."""
+
+    status: int
+    #: Raw header pairs as received (names in any case).
+    headers: list[tuple[bytes, bytes]]
+    #: Raw body chunks; one iterator for the response's whole life.
+    chunks: AsyncIterator[bytes]
+
+    async def aclose(self) -> None:
+        """Release the connection (closing it if the body was not read to the end)."""
+
+
+class Transport(Protocol):
+    """Sends one upstream request and returns as soon as the status and headers are in."""
+
+    async def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+    ) -> UpstreamResponse: ...
+
+    def start(self) -> None:
+        """Open pools (called on lifespan startup; sending also opens lazily)."""
+
+    async def aclose(self) -> None:
+        """Close what :meth:`start` opened (called after the host app's shutdown)."""
+
+
+def upstream_path(route: str) -> str:
+    """The path below a provider's ``base_url`` for an inbound route.
+
+    Provider base URLs end in the API version (``https://api.openai.com/v1``), inbound routes
+    start with it (``/v1/chat/completions``): the version is said once.
+    """
+    return route[3:] if route == "/v1" or route.startswith("/v1/") else route
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRuntime:
+    """A provider's per-request constants, computed once from its settings."""
+
+    name: str
+    configured: bool
+    timeouts: Timeouts
+    #: Upstream URL per inbound route.
+    urls: dict[str, str]
+    #: Headers every request to this provider carries (the key is in here: never log this).
+    headers: dict[str, str] = field(repr=False)
+    httpx_timeout: httpx2.Timeout = field(repr=False)
+
+    @classmethod
+    def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
+        headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            **settings.headers,
+        }
+        key = settings.key()
+        if key is not None:
+            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+        t = settings.timeouts
+        return cls(
+            name=name,
+            configured=settings.is_configured,
+            timeouts=t,
+            urls={route: settings.base_url + upstream_path(route) for route in routes},
+            headers=headers,
+            # connect and pool waits are httpx's; first-byte, idle and total are enforced by
+            # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
+            httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
+        )
+
+
+async def _already_read(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+class HttpxResponse:
+    """:class:`UpstreamResponse` over an ``httpx2.Response`` opened with ``stream=True``."""
+
+    __slots__ = ("_response", "chunks", "headers", "status")
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = response.headers.raw
+        # A response built in memory (``httpx2.MockTransport`` with ``content=``) arrives
+        # already read; ``aiter_raw()`` would refuse it, so serve its content as one chunk.
+        self.chunks = _already_read(response.content) if response.is_stream_consumed else response.aiter_raw()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxTransport:
+    """:class:`Transport` over one shared ``httpx2.AsyncClient``.
+
+    The client is created lazily (a host app without lifespan support still works) and
+    closed by :meth:`aclose` on lifespan shutdown. A client passed in (tests inject one with
+    ``httpx2.MockTransport``) belongs to the caller: it is used as is and never closed here.
+    """
+
+    def __init__(self, pool: PoolSettings, client: httpx2.AsyncClient | None = None) -> None:
+        self._pool = pool
+        self._client = client
+        self._owned = client is None
+
+    @property
+    def client(self) -> httpx2.AsyncClient:
+        if self._owned and (self._client is None or self._client.is_closed):
+            self._client = httpx2.AsyncClient(
+                limits=httpx2.Limits(
+                    max_connections=self._pool.max_connections,
+                    max_keepalive_connections=self._pool.max_keepalive_connections,
+                    keepalive_expiry=self._pool.keepalive_expiry,
+                ),
+                follow_redirects=False,
+                trust_env=False,  # never route provider traffic through an env-configured proxy
+            )
+        assert self._client is not None
+        return self._client
+
+    def start(self) -> None:
+        self.client  # noqa: B018 - creating the client is the point
+
+    async def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+    ) -> HttpxResponse:
+        client = self.client
+        request = client.build_request(
+            "POST", url, headers=headers, content=body, timeout=provider.httpx_timeout
+        )
+        return HttpxResponse(await client.send(request, stream=True))
+
+    async def aclose(self) -> None:
+        if self._owned and self._client is not None:
+            await self._client.aclose()
