@@ -1,4 +1,4 @@
-"""The attempt loop: try a plan's candidates in order until one commits (DESIGN.md §4–§5).
+"""The attempt loop: try a plan's candidates in order until one commits (DESIGN.md §4 and §5).
 
 For each candidate: splice its model id into the wire body and check it there (target guard),
 send, classify, and either move on or stop. Nothing has been sent to the client while this
@@ -181,22 +181,34 @@ class AttemptLoop:
             started = self._clock()
             record.in_flight = (str(candidate), started)
             result = await self._attempt(
-                candidate, provider, provider.urls[route], headers_for(provider), body, stream,
-                plan.failover_on, started, attempts,
+                candidate,
+                provider,
+                provider.urls[route],
+                headers_for(provider),
+                body,
+                stream,
+                plan.failover_on,
+                started,
+                attempts,
             )
             record.in_flight = None
             if not isinstance(result, _Failed):
                 if isinstance(result, Refused):
                     record.events.append(
-                        AttemptEvent(record.request_id, len(record.events), str(candidate), "failed",
-                                     result.reason, result.status, self._clock() - started)
+                        AttemptEvent(
+                            record.request_id,
+                            len(record.events),
+                            str(candidate),
+                            "failed",
+                            result.reason,
+                            result.status,
+                            self._clock() - started,
+                        )
                     )
                 return result
             self._note(record, candidate, "failed", result, self._clock() - started, summaries)
             if result.fatal:
-                return RouterError(
-                    502, "router_error", "\n".join(s.line() for s in summaries), tuple(summaries)
-                )
+                return RouterError(502, "router_error", "\n".join(s.line() for s in summaries), tuple(summaries))
         return exhausted_error(summaries)
 
     @staticmethod
@@ -211,8 +223,16 @@ class AttemptLoop:
         name = str(candidate)
         summaries.append(AttemptSummary(name, failure.reason, failure.status, failure.retry_after))
         record.events.append(
-            AttemptEvent(record.request_id, len(record.events), name, outcome, failure.reason,
-                         failure.status, latency, failure.ttfb)
+            AttemptEvent(
+                record.request_id,
+                len(record.events),
+                name,
+                outcome,
+                failure.reason,
+                failure.status,
+                latency,
+                failure.ttfb,
+            )
         )
 
     async def _attempt(
@@ -241,11 +261,11 @@ class AttemptLoop:
                         retry_after = None
                         if reason == "rate_limited":
                             retry_after = parse_retry_after(_header(response.headers, b"retry-after"))
-                        await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, timeouts.idle,
-                                          deadline, self._clock)
+                        await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, timeouts.idle, deadline, self._clock)
                         return _Failed(reason, status, retry_after)
-                    refusal = await read_to_end(response.chunks, [], self._max_response_bytes,
-                                                timeouts.idle, deadline, self._clock)
+                    refusal = await read_to_end(
+                        response.chunks, [], self._max_response_bytes, timeouts.idle, deadline, self._clock
+                    )
                     if refusal is None:
                         return _Failed("upstream_5xx", status)
                     return Refused(candidate, status, response.headers, refusal, attempts, reason)
@@ -254,8 +274,9 @@ class AttemptLoop:
             if not first:
                 return _Failed("stream_interrupted", status, ttfb=ttfb)
             if not stream:
-                whole = await read_to_end(response.chunks, [first], self._max_response_bytes,
-                                          timeouts.idle, deadline, self._clock)
+                whole = await read_to_end(
+                    response.chunks, [first], self._max_response_bytes, timeouts.idle, deadline, self._clock
+                )
                 if whole is None:
                     return _Failed("upstream_5xx", status, ttfb=ttfb)
                 first = whole

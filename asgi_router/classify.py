@@ -31,8 +31,9 @@ failure is more likely a bug here than a flaky upstream, and retrying it would o
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from datetime import datetime, timezone
 from typing import Final, Literal
 
 import httpx2
@@ -98,6 +99,10 @@ _EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
 )
 
 
+# RFC 9110 delay-seconds (we also accept a fraction, as some providers send "0.5").
+_DELTA_SECONDS: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
 class UnrecognisedFailure(Exception):
     """An attempt ended with an exception that the tables do not know: never retried."""
 
@@ -129,16 +134,14 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     if not value:
         return None
     value = value.strip()
-    try:
+    if _DELTA_SECONDS.fullmatch(value):
         seconds = float(value)
-    except ValueError:
+    else:
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN / inf
-        return None
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
     return max(0.0, seconds)

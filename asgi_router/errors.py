@@ -72,9 +72,7 @@ class RouterError:
         return error_body(self.status, self.code, self.message, self.attempts)
 
 
-def error_body(
-    status: int, code: str, message: str, attempts: Sequence[AttemptSummary] | None = None
-) -> bytes:
+def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptSummary] | None = None) -> bytes:
     """Serialise one OpenAI-shaped error object."""
     error: dict[str, object] = {
         "message": message,
@@ -98,9 +96,7 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     message = "\n".join(a.line() for a in attempts) or "the plan had no candidates"
     if reasons == {"rate_limited"}:
         waits = [a.retry_after for a in contacted if a.retry_after is not None]
-        return RouterError(
-            429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None
-        )
+        return RouterError(429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None)
     if reasons == {"timeout"}:
         return RouterError(504, "upstream_timeout", message, tuple(attempts))
     return RouterError(502, "upstream_unavailable", message, tuple(attempts))

@@ -66,8 +66,7 @@ def log_request(record: RequestRecord) -> None:
         return
     ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
     logger.info(
-        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f "
-        "ttfb_ms=%s bytes=%d",
+        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d",
         record.request_id,
         record.ref,
         "true" if record.stream else "false",

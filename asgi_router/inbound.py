@@ -44,7 +44,8 @@ def request_id_for(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             if _REQUEST_ID_RE.fullmatch(value):
-                return value.decode("ascii")
+                chosen: str = value.decode("ascii")
+                return chosen
             break
     return uuid.uuid4().hex
 
@@ -85,14 +86,14 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Route
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
 def parse_request(body: bytes) -> InboundRequest | RouterError:
     """Parse the body as a chat request: a JSON object with a string ``model``."""
     try:
-        payload = json.loads(body, parse_constant=_reject_constant)
+        payload: Any = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         return RouterError(400, "invalid_json", "request body is not valid JSON")
     if not isinstance(payload, dict):

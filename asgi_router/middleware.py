@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .attempts import AttemptLoop, Committed, Refused
 from .classify import Reason
 from .errors import RouterError
-from .events import AttemptEvent, RequestRecord, log_request, logger
+from .events import AttemptEvent, Outcome, RequestRecord, log_request, logger
 from .headers import request_headers_for_upstream, response_headers_for_client
 from .inbound import ClientGone, parse_request, read_body, request_id_for
 from .plan import Plan, ResolveError, Resolver
@@ -181,8 +181,15 @@ class ModelRouter:
         if record.in_flight is not None:
             candidate, since = record.in_flight
             record.events.append(
-                AttemptEvent(record.request_id, len(record.events), candidate, "aborted",
-                             "client_disconnected", None, self._clock() - since)
+                AttemptEvent(
+                    record.request_id,
+                    len(record.events),
+                    candidate,
+                    "aborted",
+                    "client_disconnected",
+                    None,
+                    self._clock() - since,
+                )
             )
             record.in_flight = None
 
@@ -200,7 +207,8 @@ class ModelRouter:
             await exchange.send_error(result, attempts)
             return
         winner = str(result.candidate)
-        headers = response_headers_for_client(result.response.headers if isinstance(result, Committed) else result.headers)
+        upstream_headers = result.response.headers if isinstance(result, Committed) else result.headers
+        headers = response_headers_for_client(upstream_headers)
         headers += _router_headers(request_id, winner, result.attempts)
         if isinstance(result, Refused):
             record.status = result.status
@@ -223,8 +231,18 @@ class ModelRouter:
         self._note_served(record, result, outcome.reason)
 
     def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason) -> None:
-        outcome = "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
+        outcome: Outcome = (
+            "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
+        )
         record.events.append(
-            AttemptEvent(record.request_id, len(record.events), str(committed.candidate), outcome,
-                         reason, committed.response.status, self._clock() - committed.started, committed.ttfb)
+            AttemptEvent(
+                record.request_id,
+                len(record.events),
+                str(committed.candidate),
+                outcome,
+                reason,
+                committed.response.status,
+                self._clock() - committed.started,
+                committed.ttfb,
+            )
         )

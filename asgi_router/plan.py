@@ -78,8 +78,7 @@ class Resolver:
     def __init__(self, settings: RouterSettings) -> None:
         self._providers = frozenset(settings.providers)
         self._groups: dict[str, _PickPlan] = {
-            name: self._group_picker(group, settings.flat_members(name))
-            for name, group in settings.groups.items()
+            name: self._group_picker(group, settings.flat_members(name)) for name, group in settings.groups.items()
         }
         self._aliases: dict[str, ModelRef] = {}
         for name, target in settings.aliases.items():
@@ -91,8 +90,7 @@ class Resolver:
     def _group_picker(group: GroupSettings, members: tuple[str, ...]) -> _PickPlan:
         candidates = tuple(Candidate(*member.split("/", 1)) for member in members)
         rotations = tuple(
-            Plan(candidates[start:] + candidates[:start], group.failover_on)
-            for start in range(len(candidates))
+            Plan(candidates[start:] + candidates[:start], group.failover_on) for start in range(len(candidates))
         )
         return _STRATEGIES[group.strategy](rotations)
 

@@ -79,11 +79,14 @@ async def relay_stream(
                 except Exception as exc:
                     reason = _late_reason(exc, str(committed.candidate))
                     detail = "no data within the idle timeout" if reason == "timeout" else "upstream connection broke"
-                    await send({
-                        "type": "http.response.body",
-                        "body": _event_boundary(last) + stream_error_event(str(committed.candidate), reason, detail),
-                        "more_body": False,
-                    })
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": _event_boundary(last)
+                            + stream_error_event(str(committed.candidate), reason, detail),
+                            "more_body": False,
+                        }
+                    )
                     return RelayResult(sent, reason)
                 if chunk is None:
                     break

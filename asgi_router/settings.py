@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Final, Literal, Self
 
+import httpx2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +33,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -98,9 +100,25 @@ class ProviderSettings(_Strict):
         value = value.strip()
         if not value.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
-        if any(ch in value for ch in "\r\n\t ?#"):
-            raise ValueError("base_url must not contain whitespace, a query or a fragment")
+        if any(ch in value for ch in "\r\n\t ?#") or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise ValueError("base_url must not contain whitespace, control characters, a query or a fragment")
+        # Parse it the way the transport will, so that a URL that can never be sent (no host,
+        # a bad port, broken brackets) fails the config load rather than every request.
+        try:
+            url = httpx2.URL(value)
+            url.port  # noqa: B018 - validates the port
+        except Exception as exc:
+            raise ValueError(f"base_url is not a usable URL ({type(exc).__name__})") from None
+        if not url.host:
+            raise ValueError("base_url has no host")
         return value.rstrip("/")
+
+    @field_validator("api_key")
+    @classmethod
+    def _check_api_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("api_key is empty; leave it out for a provider that needs no key")
+        return value
 
     @field_validator("headers")
     @classmethod
@@ -275,6 +293,6 @@ def load_settings(
         if config is not None:
             return RouterSettings.from_toml(config)
         return RouterSettings()
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         where = f" in {config}" if config is not None else ""
         raise ConfigError(f"invalid router configuration{where}:\n{exc}") from exc

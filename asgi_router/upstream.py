@@ -158,13 +158,9 @@ class HttpxTransport:
     def start(self) -> None:
         self.client  # noqa: B018 - creating the client is the point
 
-    async def send(
-        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
-    ) -> HttpxResponse:
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
         client = self.client
-        request = client.build_request(
-            "POST", url, headers=headers, content=body, timeout=provider.httpx_timeout
-        )
+        request = client.build_request("POST", url, headers=headers, content=body, timeout=provider.httpx_timeout)
         return HttpxResponse(await client.send(request, stream=True))
 
     async def aclose(self) -> None:

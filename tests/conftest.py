@@ -1,0 +1,115 @@
+"""Shared fixtures: one real mock upstream per session, routers built on it, clients for both."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI, WebSocket
+
+from asgi_router import ModelRouter, RouterSettings
+
+from .mock_upstream import MockUpstream
+from .servers import ServerThread
+
+API_KEY = "sk-test-upstream-SECRET-0123456789"
+"""The key configured for the mock provider: it must never show up in a response or log."""
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[MockUpstream]:
+    mock = MockUpstream()
+    server = ServerThread(mock.app, lifespan="off").start()
+    mock.url = server.url  # type: ignore[attr-defined]
+    yield mock
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def refused_url() -> str:
+    """A loopback URL on which nothing listens (connections are refused)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def make_settings(upstream_url: str, refused_url: str | None = None, **overrides: Any) -> RouterSettings:
+    """Providers ``mock`` (the fake upstream) and ``down`` (refuses connections), fast timeouts."""
+    timeouts = overrides.pop("timeouts", {"connect": 1, "first_byte": 1, "idle": 1, "total": 10})
+    providers: dict[str, Any] = {
+        "mock": {"base_url": f"{upstream_url}/v1", "api_key": API_KEY, "timeouts": timeouts},
+        "mock2": {"base_url": f"{upstream_url}/v1", "api_key": API_KEY, "timeouts": timeouts},
+    }
+    if refused_url is not None:
+        providers["down"] = {"base_url": refused_url, "api_key": API_KEY, "timeouts": timeouts}
+    providers.update(overrides.pop("providers", {}))
+    return RouterSettings(providers=providers, **overrides)
+
+
+def host_app() -> FastAPI:
+    """A host app with its own route and websocket, as a user's app would have."""
+    app = FastAPI()
+    app.state.started = False
+
+    @app.get("/hello")
+    async def hello() -> dict[str, str]:
+        return {"hello": "host"}
+
+    @app.post("/v1/embeddings")
+    async def embeddings() -> dict[str, str]:
+        return {"handled_by": "host"}
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        text = await websocket.receive_text()
+        await websocket.send_text(f"echo:{text}")
+        await websocket.close()
+
+    return app
+
+
+@pytest.fixture
+def settings(upstream: MockUpstream, refused_url: str) -> RouterSettings:
+    return make_settings(upstream.url, refused_url)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def client(settings: RouterSettings) -> AsyncIterator[httpx2.AsyncClient]:
+    """In-process client (ASGITransport): fine for status, headers and whole bodies."""
+    app = host_app()
+    app.add_middleware(ModelRouter, settings=settings)
+    async with LifespanManager(app) as manager:
+        transport = httpx2.ASGITransport(app=manager.app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://router") as http:
+            yield http
+
+
+@pytest.fixture
+def served_router(settings: RouterSettings) -> Iterator[tuple[ModelRouter, ServerThread]]:
+    """The router around a host app, served by uvicorn on loopback (real sockets)."""
+    router = ModelRouter(host_app(), settings=settings)
+    with ServerThread(router) as server:
+        yield router, server
+
+
+def pool_of(router: ModelRouter) -> Any:
+    """The router's upstream connection pool (httpcore2), for leak checks."""
+    return router._transport.client._transport._pool  # type: ignore[attr-defined]
+
+
+def pool_is_quiet(router: ModelRouter) -> bool:
+    """No request holds an upstream connection and no connection is mid-response."""
+    pool = pool_of(router)
+    return not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)

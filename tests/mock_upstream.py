@@ -1,0 +1,226 @@
+"""An OpenAI-compatible fake upstream whose behaviour is chosen by the request's model id.
+
+One server serves every scenario, so a router config names it once (``mock/<scenario>``) and
+each test picks behaviour per candidate. Scenarios (``model`` as the upstream receives it):
+
+=====================  ==================================================================
+``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks + DONE
+``status-<code>``      that status with an OpenAI-shaped error body
+``status-429-ra<s>``   429 with ``Retry-After: <s>``
+``hang``               never sends headers (until the client goes away)
+``silent``             200 headers, then no body byte ever
+``empty``              200 with an empty body
+``break-<n>``          streams n events, then drops the connection mid-body
+``stall-<n>``          streams n events, then goes silent
+``utf8``               one SSE event whose UTF-8 character is split across two writes
+``slow-<ms>``          like ``ok`` after ``ms`` milliseconds before the first byte
+``echo``               200 JSON: the headers and body the upstream received
+``headers``            200 JSON with ``Set-Cookie``, ``Keep-Alive`` and ``x-upstream`` headers
+``big-<kb>``           200 JSON body of about ``kb`` KiB
+``trickle-<n>``        streams n events, 20 ms apart (for disconnect tests)
+=====================  ==================================================================
+
+Every request is recorded under its ``x-request-id``: what arrived, and whether the upstream
+finished or saw the client disconnect. Records are read from the test thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Seen:
+    """What the upstream saw of one request."""
+
+    model: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    completed: bool = False
+    disconnected: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def completion(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+    }
+
+
+def chunk(model: str, content: str | None, finish: str | None = None) -> str:
+    delta = {"content": content} if content is not None else {}
+    return json.dumps(
+        {
+            "id": "chatcmpl-mock",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def sse_bytes(model: str, words: list[str]) -> list[bytes]:
+    """The exact SSE frames a streaming ``ok`` sends (for byte-exact assertions)."""
+    frames = [f"data: {chunk(model, word)}\n\n".encode() for word in words]
+    frames.append(f"data: {chunk(model, None, 'stop')}\n\n".encode())
+    frames.append(b"data: [DONE]\n\n")
+    return frames
+
+
+UTF8_FRAMES = [
+    b'data: {"choices":[{"index":0,"delta":{"content":"\xe4\xbd',  # "你" cut after two of its bytes
+    b'\xa0\xe5\xa5\xbd"}}]}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+class MockUpstream:
+    """The fake upstream app plus its request records."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Seen] = {}
+        self.all_seen: dict[str, list[Seen]] = {}
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+            ]
+        )
+
+    def record(self, request_id: str, timeout: float = 5.0) -> Seen:
+        """The record for ``request_id``, waiting until the upstream has finished with it."""
+        deadline = time.monotonic() + timeout
+        while request_id not in self.seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"upstream never saw request {request_id}")
+            time.sleep(0.005)
+        seen = self.seen[request_id]
+        if not seen.done.wait(timeout):
+            raise AssertionError(f"upstream never finished request {request_id}")
+        return seen
+
+    def attempts(self, request_id: str) -> list[str]:
+        """The model ids this upstream was asked for under ``request_id``, in order."""
+        return [seen.model for seen in self.all_seen.get(request_id, [])]
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "ok", "object": "model", "owned_by": "mock"}]})
+
+    async def chat(self, request: Request) -> Response:
+        body = await request.json()
+        model = str(body.get("model"))
+        request_id = request.headers.get("x-request-id", f"anon-{id(request)}")
+        seen = Seen(model, dict(request.headers), body)
+        with self._lock:
+            self.seen[request_id] = seen
+            self.all_seen.setdefault(request_id, []).append(seen)
+            self.hits[model] = self.hits.get(model, 0) + 1
+        stream = body.get("stream") is True
+        try:
+            response = await self._scenario(request, model, stream, seen)
+        except BaseException:
+            seen.disconnected = True
+            seen.done.set()
+            raise
+        if not isinstance(response, (StreamingResponse, EventSourceResponse)):
+            seen.completed = True
+            seen.done.set()
+        return response
+
+    async def _scenario(self, request: Request, model: str, stream: bool, seen: Seen) -> Response:
+        name, _, arg = model.partition("-")
+        if name == "status":
+            code, _, extra = arg.partition("-")
+            headers = {"retry-after": extra[2:]} if extra.startswith("ra") else {}
+            return JSONResponse(
+                {"error": {"message": f"mock says {code}", "type": "mock_error", "code": code}},
+                status_code=int(code),
+                headers=headers,
+            )
+        if name == "hang":
+            await self._wait_for_disconnect(request, seen)
+        if name == "slow":
+            await asyncio.sleep(int(arg) / 1000)
+        if name == "echo":
+            return JSONResponse({"headers": seen.headers, "body": seen.body})
+        if name == "headers":
+            return JSONResponse(
+                completion(model, "with headers"),
+                headers={"set-cookie": "upstream=1", "keep-alive": "timeout=5", "x-upstream": "kept"},
+            )
+        if name == "big":
+            return JSONResponse(completion(model, "x" * (int(arg) * 1024)))
+        if name == "empty":
+            return Response(b"", media_type="application/json")
+        if name in ("silent", "break", "stall", "utf8", "trickle"):
+            return StreamingResponse(self._raw(name, arg, model, request, seen), media_type="text/event-stream")
+        if stream:
+            return EventSourceResponse(self._events(model, seen), sep="\n", ping=600)
+        return JSONResponse(completion(model, f"hello from {model}"))
+
+    async def _wait_for_disconnect(self, request: Request, seen: Seen) -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.01)
+        seen.disconnected = True
+        seen.done.set()
+        raise asyncio.CancelledError
+
+    async def _events(self, model: str, seen: Seen) -> AsyncIterator[dict[str, str]]:
+        try:
+            for word in ["Hello", " from", f" {model}"]:
+                yield {"data": chunk(model, word)}
+            yield {"data": chunk(model, None, "stop")}
+            yield {"data": "[DONE]"}
+            seen.completed = True
+        except BaseException:
+            seen.disconnected = True
+            raise
+        finally:
+            seen.done.set()
+
+    async def _raw(self, name: str, arg: str, model: str, request: Request, seen: Seen) -> AsyncIterator[bytes]:
+        try:
+            if name == "silent":
+                await self._wait_for_disconnect(request, seen)
+            if name == "utf8":
+                for frame in UTF8_FRAMES:
+                    yield frame
+                    await asyncio.sleep(0.05)
+                seen.completed = True
+                return
+            count = int(arg)
+            for index in range(count):
+                yield f"data: {chunk(model, f'w{index} ')}\n\n".encode()
+                await asyncio.sleep(0.02 if name == "trickle" else 0.01)
+            if name == "trickle":
+                yield b"data: [DONE]\n\n"
+                seen.completed = True
+                return
+            if name == "stall":
+                await self._wait_for_disconnect(request, seen)
+            raise ConnectionAbortedError("mock upstream drops the connection mid-stream")
+        except BaseException:
+            seen.disconnected = seen.disconnected or not seen.completed
+            raise
+        finally:
+            seen.done.set()

@@ -1,0 +1,240 @@
+"""The attempt loop against a real loopback upstream: every row of DESIGN.md §4."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx2
+import pytest
+from asgi_lifespan import LifespanManager
+
+from asgi_router import ModelRouter
+
+from .conftest import API_KEY, host_app, make_settings
+from .mock_upstream import MockUpstream
+
+pytestmark = pytest.mark.anyio
+
+
+async def chat(client: httpx2.AsyncClient, model: str, **body: Any) -> httpx2.Response:
+    return await client.post(
+        "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}], **body}
+    )
+
+
+async def router_client(upstream: MockUpstream, refused_url: str, **overrides: Any) -> Any:
+    app = host_app()
+    app.add_middleware(ModelRouter, settings=make_settings(upstream.url, refused_url, **overrides))  # type: ignore[attr-defined]
+    return app
+
+
+FAILOVER_ROWS = [
+    ("mock/status-429", "rate_limited", 429),
+    ("mock/status-500", "upstream_5xx", 500),
+    ("mock/status-503", "upstream_5xx", 503),
+    ("mock/status-401", "auth_error", 401),
+    ("mock/status-403", "auth_error", 403),
+    ("mock/status-402", "billing", 402),
+    ("mock/status-404", "model_not_found", 404),
+    ("mock/status-408", "timeout", 408),
+    ("down/anything", "connect_error", None),
+    ("mock/hang", "timeout", None),
+    ("mock/silent", "timeout", 200),
+    ("mock/empty", "stream_interrupted", 200),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("first", "reason", "status"), FAILOVER_ROWS)
+async def test_retryable_failure_fails_over_to_next_member(
+    upstream: MockUpstream, refused_url: str, first: str, reason: str, status: int | None, stream: bool
+) -> None:
+    app = await router_client(upstream, refused_url, groups={"g": {"members": [first, "mock2/ok"]}})
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g", stream=stream)
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert response.headers["x-router-attempts"] == "2"
+    assert '"model": "ok"' in response.text or '"model":"ok"' in response.text
+    request_id = response.headers["x-request-id"]
+    # each candidate got its own model id (target guard); a refused connection never arrives
+    expected = [first.split("/", 1)[1], "ok"] if not first.startswith("down/") else ["ok"]
+    assert upstream.attempts(request_id) == expected
+
+
+@pytest.mark.parametrize("status", [400, 409, 413, 422])
+async def test_client_error_stops_and_passes_status_and_body_through(upstream: MockUpstream, status: int) -> None:
+    app = await router_client(upstream, None, groups={"g": {"members": [f"mock/status-{status}", "mock2/ok"]}})  # type: ignore[arg-type]
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as http,
+    ):
+        response = await chat(http, "group/g")
+    assert response.status_code == status
+    assert response.json() == {"error": {"message": f"mock says {status}", "type": "mock_error", "code": str(status)}}
+    assert response.headers["x-router-model"] == f"mock/status-{status}"
+    assert response.headers["x-router-attempts"] == "1"
+    assert upstream.attempts(response.headers["x-request-id"]) == [f"status-{status}"]  # nothing else asked
+    assert "mock2" not in response.text
+
+
+async def test_all_rate_limited_is_429_with_smallest_retry_after(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream, refused_url, groups={"g": {"members": ["mock/status-429-ra7", "mock2/status-429-ra3"]}}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g")
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "3"
+    error = response.json()["error"]
+    assert error["code"] == "rate_limit_exceeded"
+    assert error["type"] == "rate_limit_error"
+    assert error["param"] is None
+    assert error["message"].splitlines() == [
+        "mock/status-429-ra7: rate_limited (429)",
+        "mock2/status-429-ra3: rate_limited (429)",
+    ]
+    assert error["attempts"] == [
+        {"candidate": "mock/status-429-ra7", "reason": "rate_limited", "status": 429},
+        {"candidate": "mock2/status-429-ra3", "reason": "rate_limited", "status": 429},
+    ]
+
+
+async def test_all_timed_out_is_504_and_takes_about_one_first_byte_timeout_each(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    timeouts = {"connect": 1, "first_byte": 0.3, "idle": 1, "total": 5}
+    app = await router_client(
+        upstream, refused_url, timeouts=timeouts, groups={"g": {"members": ["mock/hang", "mock2/silent"]}}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        started = time.monotonic()
+        response = await chat(client, "group/g", stream=True)
+        elapsed = time.monotonic() - started
+    assert response.status_code == 504
+    error = response.json()["error"]
+    assert error["code"] == "upstream_timeout"
+    assert [a["reason"] for a in error["attempts"]] == ["timeout", "timeout"]
+    assert 0.5 < elapsed < 3.0  # two first-byte timeouts of 0.3 s, not the 5 s total
+
+
+async def test_mixed_failures_are_502_with_one_line_per_candidate(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream, refused_url, groups={"g": {"members": ["down/m", "mock/status-503", "mock2/status-429"]}}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g")
+    assert response.status_code == 502
+    assert response.headers["x-router-attempts"] == "3"
+    assert "x-router-model" not in response.headers
+    error = response.json()["error"]
+    assert error["code"] == "upstream_unavailable"
+    assert error["message"].splitlines() == [
+        "down/m: connect_error",
+        "mock/status-503: upstream_5xx (503)",
+        "mock2/status-429: rate_limited (429)",
+    ]
+    assert API_KEY not in response.text
+
+
+async def test_failover_on_can_make_a_group_stop_on_a_reason(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream,
+        refused_url,
+        groups={"g": {"members": ["mock/status-404", "mock2/ok"], "failover_on": ["upstream_5xx"]}},
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "mock says 404"
+
+
+async def test_rotate_group_starts_at_the_next_member_each_request(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream, refused_url, groups={"r": {"strategy": "rotate", "members": ["mock/ok", "mock2/ok"]}}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        winners = [(await chat(client, "group/r")).headers["x-router-model"] for _ in range(4)]
+    assert winners == ["mock/ok", "mock2/ok", "mock/ok", "mock2/ok"]
+
+
+async def test_direct_ref_and_multi_segment_model_id_reach_the_upstream_whole(
+    client: httpx2.AsyncClient, upstream: MockUpstream
+) -> None:
+    response = await chat(client, "mock/echo")
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock/echo"
+    assert response.headers["x-router-attempts"] == "1"
+    response = await chat(client, "mock/status-404/org/model")
+    assert response.status_code == 502  # a plan of one that failed: not a pass-through
+    assert upstream.record(response.headers["x-request-id"]).model == "status-404/org/model"
+
+
+async def test_alias_resolves_to_its_target(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream, refused_url, groups={"g": {"members": ["down/x", "mock/ok"]}}, aliases={"fast": "group/g"}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "fast")
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock/ok"
+
+
+async def test_provider_without_its_key_is_skipped_not_failed(
+    upstream: MockUpstream, refused_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ASGI_ROUTER_TEST_MISSING_KEY", raising=False)
+    app = await router_client(
+        upstream,
+        refused_url,
+        providers={"keyless": {"base_url": f"{upstream.url}/v1", "api_key_env": "ASGI_ROUTER_TEST_MISSING_KEY"}},  # type: ignore[attr-defined]
+        groups={"g": {"members": ["keyless/ok", "mock/ok"]}},
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g")
+        only = await chat(client, "keyless/ok")
+    assert response.status_code == 200
+    assert response.headers["x-router-attempts"] == "1"  # the skip is not an attempt
+    assert only.status_code == 502
+    assert only.json()["error"]["attempts"] == [
+        {"candidate": "keyless/ok", "reason": "provider_not_configured", "status": None}
+    ]
+
+
+async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: MockUpstream, refused_url: str) -> None:
+    app = await router_client(
+        upstream, refused_url, max_response_bytes=64 * 1024, groups={"g": {"members": ["mock/big-256", "mock2/big-16"]}}
+    )
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        response = await chat(client, "group/g")
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/big-16"
+    assert len(response.json()["choices"][0]["message"]["content"]) == 16 * 1024

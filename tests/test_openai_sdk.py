@@ -1,0 +1,104 @@
+"""The official ``openai`` SDK as a real client, over real sockets: what users will run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import openai
+import pytest
+
+from asgi_router import ModelRouter
+
+from .conftest import API_KEY, host_app, make_settings
+from .mock_upstream import MockUpstream
+from .servers import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        groups={
+            "coder": {"members": ["down/x", "mock/status-503", "mock2/ok"]},
+            "broken": {"members": ["mock/break-2", "mock2/ok"]},
+            "limited": {"members": ["mock/status-429-ra2", "mock2/status-429-ra5"]},
+            "dead": {"members": ["down/a", "mock/status-500"]},
+        },
+    )
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
+        yield running
+
+
+@pytest.fixture
+async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
+        yield client
+
+
+async def test_sdk_non_streaming_completion_through_a_failing_over_group(sdk: openai.AsyncOpenAI) -> None:
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model="group/coder", messages=[{"role": "user", "content": "hi"}]
+    )
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "hello from ok"
+    assert raw.headers["x-router-model"] == "mock2/ok"
+    assert raw.headers["x-router-attempts"] == "3"
+
+
+async def test_sdk_streaming_completion_yields_every_delta(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.chat.completions.create(
+        model="group/coder", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    parts = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices[0].delta.content]
+    assert "".join(parts) == "Hello from ok"
+
+
+async def test_sdk_raises_api_error_on_a_stream_broken_after_commit(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.chat.completions.create(
+        model="group/broken", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    received: list[str] = []
+    with pytest.raises(openai.APIError) as caught:
+        async for chunk in stream:
+            received.append(chunk.choices[0].delta.content or "")
+    assert received == ["w0 ", "w1 "]  # what was relayed before the break, nothing spliced after
+    assert "stream_interrupted" in caught.value.message
+    assert "incomplete" in caught.value.message
+
+
+async def test_sdk_sees_429_as_rate_limit_error_with_retry_after(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.RateLimitError) as caught:
+        await sdk.chat.completions.create(model="group/limited", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.response.headers["retry-after"] == "2"
+    assert caught.value.code == "rate_limit_exceeded"
+
+
+async def test_sdk_sees_exhausted_plan_as_502_with_each_attempt(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as caught:
+        await sdk.chat.completions.create(model="group/dead", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 502
+    assert caught.value.message == "Error code: 502 - down/a: connect_error\nmock/status-500: upstream_5xx (500)"
+    assert isinstance(caught.value.body, dict)
+    assert [a["reason"] for a in caught.value.body["attempts"]] == ["connect_error", "upstream_5xx"]
+    assert API_KEY not in str(caught.value.body)
+
+
+@pytest.mark.parametrize(
+    ("model", "error", "code"),
+    [
+        ("gpt-4o", openai.BadRequestError, "invalid_model_reference"),
+        ("group/", openai.BadRequestError, "invalid_model_reference"),
+        ("group/nope", openai.NotFoundError, "model_not_found"),
+        ("nope/gpt-4o", openai.NotFoundError, "model_not_found"),
+    ],
+)
+async def test_sdk_gets_openai_shaped_errors_for_bad_model_refs(
+    sdk: openai.AsyncOpenAI, model: str, error: type[openai.APIStatusError], code: str
+) -> None:
+    with pytest.raises(error) as caught:
+        await sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.code == code
+    assert caught.value.type == "invalid_request_error"

@@ -1,0 +1,269 @@
+"""The commit point and the byte relay, through real sockets (uvicorn on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from asgi_router import ModelRouter, RouterSettings
+from asgi_router.upstream import ProviderRuntime
+
+from .conftest import host_app, make_settings, pool_is_quiet
+from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
+from .servers import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def router_server(upstream: MockUpstream, refused_url: str) -> Iterator[tuple[ModelRouter, ServerThread]]:
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        timeouts={"connect": 1, "first_byte": 1, "idle": 0.4, "total": 10},
+        groups={
+            "g": {"members": ["down/x", "mock/ok"]},
+            "brk": {"members": ["mock/break-2", "mock2/ok"]},
+            "stall": {"members": ["mock/stall-2", "mock2/ok"]},
+        },
+    )
+    router = ModelRouter(host_app(), settings=settings)
+    with ServerThread(router) as server:
+        yield router, server
+
+
+def body(model: str, stream: bool = True) -> dict[str, Any]:
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_stream_after_failover_is_relayed_byte_exact(
+    router_server: tuple[ModelRouter, ServerThread],
+) -> None:
+    _, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("group/g")) as response:
+            raw = b"".join([part async for part in response.aiter_raw()])
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-router-model"] == "mock/ok"
+    assert response.headers["x-router-attempts"] == "2"
+    assert "content-length" not in response.headers
+    assert raw == b"".join(sse_bytes("ok", ["Hello", " from", " ok"]))
+
+
+async def test_chunks_reach_the_client_as_they_arrive_not_at_the_end(
+    router_server: tuple[ModelRouter, ServerThread],
+) -> None:
+    _, server = router_server
+    arrivals: list[float] = []
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        started = time.monotonic()
+        async with client.stream("POST", "/v1/chat/completions", json=body("mock/trickle-25")) as response:
+            async for part in response.aiter_raw():
+                arrivals.append(time.monotonic() - started)
+                assert part
+    # 25 events 20 ms apart take ~0.5 s upstream; the first must arrive long before the last.
+    assert len(arrivals) >= 5
+    assert arrivals[-1] - arrivals[0] > 0.25
+
+
+async def test_mid_stream_break_writes_one_error_event_and_no_done(
+    router_server: tuple[ModelRouter, ServerThread],
+) -> None:
+    _, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("group/brk")) as response:
+            raw = b"".join([part async for part in response.aiter_raw()])
+    # committed to the first member (2 events arrived), so no failover after the break
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock/break-2"
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert len(events) == 3
+    assert b"[DONE]" not in raw
+    error = json.loads(events[-1].removeprefix(b"data: "))["error"]
+    assert error["code"] == "stream_interrupted"
+    assert error["message"].startswith("mock/break-2: stream_interrupted")
+
+
+async def test_idle_timeout_after_commit_ends_with_timeout_error_event(
+    router_server: tuple[ModelRouter, ServerThread], upstream: MockUpstream
+) -> None:
+    _, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        started = time.monotonic()
+        async with client.stream("POST", "/v1/chat/completions", json=body("group/stall")) as response:
+            raw = b"".join([part async for part in response.aiter_raw()])
+        elapsed = time.monotonic() - started
+    assert response.headers["x-router-model"] == "mock/stall-2"
+    last = json.loads(raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].removeprefix(b"data: "))
+    assert last["error"]["code"] == "timeout"
+    assert b"[DONE]" not in raw
+    assert elapsed < 3  # idle is 0.4 s
+    assert upstream.record(response.headers["x-request-id"]).disconnected  # the upstream was let go
+
+
+@pytest.mark.parametrize("model", ["group/brk", "group/stall"])
+async def test_non_streaming_body_that_breaks_or_stalls_fails_over_before_commit(
+    router_server: tuple[ModelRouter, ServerThread], model: str
+) -> None:
+    _, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/v1/chat/completions", json=body(model, stream=False))
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert response.headers["x-router-attempts"] == "2"
+    assert response.json()["choices"][0]["message"]["content"] == "hello from ok"
+
+
+async def test_utf8_character_split_across_chunks_arrives_byte_exact(
+    router_server: tuple[ModelRouter, ServerThread],
+) -> None:
+    _, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("mock/utf8")) as response:
+            raw = b"".join([part async for part in response.aiter_raw()])
+    assert raw == b"".join(UTF8_FRAMES)
+    assert "你好" in raw.decode()
+
+
+async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstream, refused_url: str) -> None:
+    """Driven with hand-written receive/send: the relay never re-chunks or decodes."""
+    router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
+    request = json.dumps(body("mock/utf8")).encode()
+    sent: list[dict[str, Any]] = []
+    delivered = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if not sent and not delivered.is_set():
+            delivered.set()
+            return {"type": "http.request", "body": request, "more_body": False}
+        await anyio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "query_string": b""}
+    with anyio.fail_after(5):
+        await router(scope, receive, send)  # type: ignore[arg-type]
+    await router._transport.aclose()
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies[:3] == UTF8_FRAMES
+    assert bodies[0].endswith(b"\xe4\xbd")
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
+    router_server: tuple[ModelRouter, ServerThread], upstream: MockUpstream
+) -> None:
+    router, server = router_server
+    async with httpx2.AsyncClient(base_url=server.url) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("mock/trickle-500")) as response:
+            request_id = response.headers["x-request-id"]
+            async for _ in response.aiter_raw():
+                break  # read one chunk, then walk away
+    started = time.monotonic()
+    seen = upstream.record(request_id, timeout=3)
+    assert seen.disconnected and not seen.completed
+    assert time.monotonic() - started < 2  # the upstream heard it at once, not after 10 s of trickle
+    with anyio.fail_after(3):
+        while not pool_is_quiet(router):
+            await anyio.sleep(0.02)
+
+
+async def test_client_disconnect_before_first_byte_cancels_the_upstream_wait(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        timeouts={"connect": 1, "first_byte": 8, "idle": 8, "total": 20},
+    )
+    router = ModelRouter(host_app(), settings=settings)
+    request_id = "disconnect-before-first-byte"
+    with ServerThread(router) as server:
+        async with httpx2.AsyncClient(base_url=server.url, timeout=httpx2.Timeout(0.3)) as client:
+            with pytest.raises(httpx2.ReadTimeout):
+                await client.post(
+                    "/v1/chat/completions", json=body("mock/hang", stream=False), headers={"x-request-id": request_id}
+                )
+        gave_up = time.monotonic()
+        assert upstream.record(request_id, timeout=5).disconnected
+        assert time.monotonic() - gave_up < 2  # at once, not when the 8 s first-byte timeout fires
+        with anyio.fail_after(3):
+            while not pool_is_quiet(router):
+                await anyio.sleep(0.02)
+
+
+class _EndlessResponse:
+    """An upstream response that can always give another chunk; counts how many were pulled."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.headers = [(b"content-type", b"text/event-stream")]
+        self.pulled = 0
+        self.closed = False
+        self.chunks = self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            self.pulled += 1
+            yield b"data: {}\n\n"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _EndlessTransport:
+    def __init__(self) -> None:
+        self.response = _EndlessResponse()
+
+    def start(self) -> None:
+        pass
+
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _EndlessResponse:
+        return self.response
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings: RouterSettings) -> None:
+    router = ModelRouter(host_app(), settings=settings)
+    transport = _EndlessTransport()
+    router._loop._transport = transport  # type: ignore[assignment]
+    gate = anyio.Event()
+    sent: list[dict[str, Any]] = []
+    request = json.dumps(body("mock/ok")).encode()
+    gone = anyio.Event()
+    first = True
+
+    async def receive() -> dict[str, Any]:
+        nonlocal first
+        if first:
+            first = False
+            return {"type": "http.request", "body": request, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if len(sent) == 5:
+            await gate.wait()  # the client stops reading
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "query_string": b""}
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(router, scope, receive, send)
+        await anyio.sleep(0.3)
+        pulled_while_blocked = transport.response.pulled
+        await anyio.sleep(0.3)
+        assert transport.response.pulled == pulled_while_blocked  # nothing read while send blocks
+        assert pulled_while_blocked == 4  # start + 4 bodies sent; the 4th waits in send
+        gone.set()  # the client disconnects
+    assert transport.response.closed
