@@ -78,7 +78,13 @@ async def relay_stream(
                         chunk = await anext(chunks, None)
                 except Exception as exc:
                     reason = _late_reason(exc, str(committed.candidate))
-                    detail = "no data within the idle timeout" if reason == "timeout" else "upstream connection broke"
+                    detail = (
+                        "upstream connection broke"
+                        if reason != "timeout"
+                        else "the attempt's total timeout ran out"
+                        if clock() >= deadline
+                        else "no data within the idle timeout"
+                    )
                     await send(
                         {
                             "type": "http.response.body",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -23,10 +25,18 @@ async def chat(client: httpx2.AsyncClient, model: str, **body: Any) -> httpx2.Re
     )
 
 
-async def router_client(upstream: MockUpstream, refused_url: str, **overrides: Any) -> Any:
+@asynccontextmanager
+async def routed(
+    upstream: MockUpstream, refused_url: str | None, **overrides: Any
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """An in-process client for a host app with the router mounted on ``overrides`` settings."""
     app = host_app()
     app.add_middleware(ModelRouter, settings=make_settings(upstream.url, refused_url, **overrides))  # type: ignore[attr-defined]
-    return app
+    async with (
+        LifespanManager(app) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        yield client
 
 
 FAILOVER_ROWS = [
@@ -50,11 +60,7 @@ FAILOVER_ROWS = [
 async def test_retryable_failure_fails_over_to_next_member(
     upstream: MockUpstream, refused_url: str, first: str, reason: str, status: int | None, stream: bool
 ) -> None:
-    app = await router_client(upstream, refused_url, groups={"g": {"members": [first, "mock2/ok"]}})
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    async with routed(upstream, refused_url, groups={"g": {"members": [first, "mock2/ok"]}}) as client:
         response = await chat(client, "group/g", stream=stream)
     assert response.status_code == 200
     assert response.headers["x-router-model"] == "mock2/ok"
@@ -68,11 +74,7 @@ async def test_retryable_failure_fails_over_to_next_member(
 
 @pytest.mark.parametrize("status", [400, 409, 413, 422])
 async def test_client_error_stops_and_passes_status_and_body_through(upstream: MockUpstream, status: int) -> None:
-    app = await router_client(upstream, None, groups={"g": {"members": [f"mock/status-{status}", "mock2/ok"]}})  # type: ignore[arg-type]
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as http,
-    ):
+    async with routed(upstream, None, groups={"g": {"members": [f"mock/status-{status}", "mock2/ok"]}}) as http:
         response = await chat(http, "group/g")
     assert response.status_code == status
     assert response.json() == {"error": {"message": f"mock says {status}", "type": "mock_error", "code": str(status)}}
@@ -83,13 +85,9 @@ async def test_client_error_stops_and_passes_status_and_body_through(upstream: M
 
 
 async def test_all_rate_limited_is_429_with_smallest_retry_after(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream, refused_url, groups={"g": {"members": ["mock/status-429-ra7", "mock2/status-429-ra3"]}}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "group/g")
     assert response.status_code == 429
     assert response.headers["retry-after"] == "3"
@@ -111,13 +109,9 @@ async def test_all_timed_out_is_504_and_takes_about_one_first_byte_timeout_each(
     upstream: MockUpstream, refused_url: str
 ) -> None:
     timeouts = {"connect": 1, "first_byte": 0.3, "idle": 1, "total": 5}
-    app = await router_client(
+    async with routed(
         upstream, refused_url, timeouts=timeouts, groups={"g": {"members": ["mock/hang", "mock2/silent"]}}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         started = time.monotonic()
         response = await chat(client, "group/g", stream=True)
         elapsed = time.monotonic() - started
@@ -129,13 +123,9 @@ async def test_all_timed_out_is_504_and_takes_about_one_first_byte_timeout_each(
 
 
 async def test_mixed_failures_are_502_with_one_line_per_candidate(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream, refused_url, groups={"g": {"members": ["down/m", "mock/status-503", "mock2/status-429"]}}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "group/g")
     assert response.status_code == 502
     assert response.headers["x-router-attempts"] == "3"
@@ -151,28 +141,20 @@ async def test_mixed_failures_are_502_with_one_line_per_candidate(upstream: Mock
 
 
 async def test_failover_on_can_make_a_group_stop_on_a_reason(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream,
         refused_url,
         groups={"g": {"members": ["mock/status-404", "mock2/ok"], "failover_on": ["upstream_5xx"]}},
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "group/g")
     assert response.status_code == 404
     assert response.json()["error"]["message"] == "mock says 404"
 
 
 async def test_rotate_group_starts_at_the_next_member_each_request(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream, refused_url, groups={"r": {"strategy": "rotate", "members": ["mock/ok", "mock2/ok"]}}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         winners = [(await chat(client, "group/r")).headers["x-router-model"] for _ in range(4)]
     assert winners == ["mock/ok", "mock2/ok", "mock/ok", "mock2/ok"]
 
@@ -190,13 +172,9 @@ async def test_direct_ref_and_multi_segment_model_id_reach_the_upstream_whole(
 
 
 async def test_alias_resolves_to_its_target(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream, refused_url, groups={"g": {"members": ["down/x", "mock/ok"]}}, aliases={"fast": "group/g"}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "fast")
     assert response.status_code == 200
     assert response.headers["x-router-model"] == "mock/ok"
@@ -206,16 +184,12 @@ async def test_provider_without_its_key_is_skipped_not_failed(
     upstream: MockUpstream, refused_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ASGI_ROUTER_TEST_MISSING_KEY", raising=False)
-    app = await router_client(
+    async with routed(
         upstream,
         refused_url,
         providers={"keyless": {"base_url": f"{upstream.url}/v1", "api_key_env": "ASGI_ROUTER_TEST_MISSING_KEY"}},  # type: ignore[attr-defined]
         groups={"g": {"members": ["keyless/ok", "mock/ok"]}},
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "group/g")
         only = await chat(client, "keyless/ok")
     assert response.status_code == 200
@@ -227,13 +201,9 @@ async def test_provider_without_its_key_is_skipped_not_failed(
 
 
 async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: MockUpstream, refused_url: str) -> None:
-    app = await router_client(
+    async with routed(
         upstream, refused_url, max_response_bytes=64 * 1024, groups={"g": {"members": ["mock/big-256", "mock2/big-16"]}}
-    )
-    async with (
-        LifespanManager(app) as manager,
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
-    ):
+    ) as client:
         response = await chat(client, "group/g")
     assert response.status_code == 200
     assert response.headers["x-router-model"] == "mock2/big-16"

@@ -267,3 +267,22 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
         assert pulled_while_blocked == 4  # start + 4 bodies sent; the 4th waits in send
         gone.set()  # the client disconnects
     assert transport.response.closed
+
+
+async def test_total_timeout_bounds_a_committed_stream_end_to_end(upstream: MockUpstream, refused_url: str) -> None:
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        timeouts={"connect": 1, "first_byte": 1, "idle": 1, "total": 0.6},
+    )
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+        async with httpx2.AsyncClient(base_url=server.url) as client:
+            started = time.monotonic()
+            async with client.stream("POST", "/v1/chat/completions", json=body("mock/trickle-500")) as response:
+                raw = b"".join([part async for part in response.aiter_raw()])
+            elapsed = time.monotonic() - started
+    error = json.loads(raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].removeprefix(b"data: "))["error"]
+    assert error["code"] == "timeout"
+    assert "total timeout" in error["message"]
+    assert raw.count(b"data: ") > 5  # some of the stream was relayed before the cut
+    assert 0.5 < elapsed < 3
