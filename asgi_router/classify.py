@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Final, Literal
 
+import aiohttp
 import httpx2
 
 __all__ = [
@@ -90,12 +91,17 @@ _STATUS_TABLE: Final[dict[int, Reason]] = {
     429: "rate_limited",
 }
 
-# Transport failures, most specific first. Timeouts before the generic TransportError so that
-# a ConnectTimeout reads as a timeout, not as a connect error.
+# Transport failures of both transports (httpx2 and aiohttp), most specific first. Timeouts
+# before the generic connection errors so that a connect timeout reads as a timeout, not as a
+# connect error (aiohttp's ServerTimeoutError is also a ClientConnectionError).
 _EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
     (TimeoutError, "timeout"),  # anyio.fail_after: first-byte, idle, total
     (httpx2.TimeoutException, "timeout"),  # connect / pool / write timeouts
     (httpx2.TransportError, "connect_error"),  # refused, DNS, TLS, reset, protocol errors
+    (aiohttp.ServerTimeoutError, "timeout"),  # connect / socket timeouts (also a TimeoutError)
+    (aiohttp.ClientConnectionError, "connect_error"),  # refused, DNS, TLS, reset, ServerDisconnected
+    (aiohttp.ClientPayloadError, "connect_error"),  # body cut mid-way (bad chunked framing, short read)
+    (aiohttp.ClientResponseError, "connect_error"),  # unparsable status line or headers: protocol error
 )
 
 

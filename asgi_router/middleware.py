@@ -32,7 +32,7 @@ from .inbound import ClientGone, parse_request, read_body, request_id_for
 from .plan import Plan, ResolveError, Resolver
 from .relay import relay_stream, send_whole
 from .settings import RouterSettings, load_settings
-from .upstream import HttpxTransport, ProviderRuntime
+from .upstream import ProviderRuntime, make_transport
 
 __all__ = ["ModelRouter"]
 
@@ -85,8 +85,9 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
-    ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``); it
-    stays the caller's to close. ``clock`` is injectable for tests of timing logic.
+    ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
+    selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to
+    close. ``clock`` is injectable for tests of timing logic.
     """
 
     def __init__(
@@ -106,7 +107,7 @@ class ModelRouter:
             name: ProviderRuntime.build(name, provider, self.settings.routes)
             for name, provider in self.settings.providers.items()
         }
-        self._transport = HttpxTransport(self.settings.pool, http_client)
+        self._transport = make_transport(self.settings.transport, self.settings.pool, http_client)
         self._loop = AttemptLoop(self._transport, self._providers, self.settings.max_response_bytes, clock)
         self._clock = clock
 

@@ -184,6 +184,9 @@ class RouterSettings(BaseSettings):
     #: Largest non-streaming upstream body read before answering (a larger one fails over).
     max_response_bytes: PositiveInt = 64 * 1024 * 1024
     pool: PoolSettings = PoolSettings()
+    #: The upstream HTTP client: ``aiohttp`` (the default: the faster, see docs/performance.rst)
+    #: or ``httpx`` (httpx2). Passing ``http_client=`` to ``ModelRouter`` implies ``httpx``.
+    transport: Literal["aiohttp", "httpx"] = "aiohttp"
 
     _flat: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
 

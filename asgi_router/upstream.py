@@ -1,9 +1,12 @@
 """The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
 
 The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
-iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). The
-implementation here uses the httpx API through ``httpx2``, the maintained fork the official
-``openai`` SDK depends on; one ``AsyncClient`` per router, shared by every request.
+iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
+implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
+:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
+official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
+:class:`~asgi_router.upstream_aiohttp.AiohttpTransport`, the default because it is the faster
+(``docs/performance.rst``). Either way: one client per router, shared by every request.
 
 Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
 re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import httpx2
 
@@ -30,6 +33,7 @@ __all__ = [
     "ProviderRuntime",
     "Transport",
     "UpstreamResponse",
+    "make_transport",
     "upstream_path",
 ]
 
@@ -59,6 +63,24 @@ class Transport(Protocol):
 
     async def aclose(self) -> None:
         """Close what :meth:`start` opened (called after the host app's shutdown)."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the pool is open (introspection for tests and health checks)."""
+
+    def is_quiet(self) -> bool:
+        """No request holds an upstream connection and none is mid-response (leak checks)."""
+
+
+def make_transport(
+    kind: Literal["aiohttp", "httpx"], pool: PoolSettings, http_client: httpx2.AsyncClient | None = None
+) -> Transport:
+    """The transport for ``kind``; an injected ``http_client`` always means the httpx one."""
+    if http_client is not None or kind == "httpx":
+        return HttpxTransport(pool, http_client)
+    from .upstream_aiohttp import AiohttpTransport  # imports this module: import it late
+
+    return AiohttpTransport(pool)
 
 
 def upstream_path(route: str) -> str:
@@ -157,6 +179,20 @@ class HttpxTransport:
 
     def start(self) -> None:
         self.client  # noqa: B018 - creating the client is the point
+
+    @property
+    def is_open(self) -> bool:
+        return self._client is not None and not self._client.is_closed
+
+    def is_quiet(self) -> bool:
+        if self._client is None:
+            return True
+        # httpcore2 has no public "in use" view: its pool's queued requests and connections are it.
+        # An injected client over another transport (e.g. ``MockTransport``) holds no sockets.
+        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        if pool is None:
+            return True
+        return not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
         client = self.client

@@ -39,10 +39,9 @@ async def test_host_lifespan_runs_and_router_client_opens_and_closes_with_it(set
     router = ModelRouter(app, settings=settings)
     async with LifespanManager(router):
         assert events == ["startup"]
-        client = router._transport._client
-        assert client is not None and not client.is_closed
+        assert router._transport.is_open
     assert events == ["startup", "shutdown"]
-    assert client.is_closed
+    assert not router._transport.is_open
 
 
 async def test_websocket_scope_passes_through_to_the_host(settings: RouterSettings) -> None:

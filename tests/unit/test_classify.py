@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import httpx2
 import pytest
 
@@ -17,6 +18,7 @@ from asgi_router.classify import (
 )
 
 _REQUEST = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+_KEY = aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +59,14 @@ def test_classify_status_maps_each_table_row_to_its_reason(status: int, reason: 
         (httpx2.ReadError("reset by peer", request=_REQUEST), "connect_error"),
         (httpx2.RemoteProtocolError("peer closed", request=_REQUEST), "connect_error"),
         (TimeoutError(), "timeout"),
+        (aiohttp.ClientConnectorError(_KEY, OSError(111, "refused")), "connect_error"),
+        (aiohttp.ConnectionTimeoutError("connect timed out"), "timeout"),
+        (aiohttp.SocketTimeoutError("read timed out"), "timeout"),
+        (aiohttp.ServerTimeoutError("timed out"), "timeout"),
+        (aiohttp.ServerDisconnectedError(), "connect_error"),
+        (aiohttp.ClientOSError(104, "reset by peer"), "connect_error"),
+        (aiohttp.ClientPayloadError("Response payload is not completed"), "connect_error"),
+        (aiohttp.ClientResponseError(None, (), status=400, message="Invalid status line"), "connect_error"),  # type: ignore[arg-type]
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else value,
 )
@@ -67,6 +77,11 @@ def test_classify_exception_maps_transport_failures(exc: BaseException, reason: 
 def test_connect_timeout_is_a_timeout_not_a_connect_error() -> None:
     # ConnectTimeout is also a TransportError: the more specific row must win.
     assert classify_exception(httpx2.ConnectTimeout("t", request=_REQUEST)) == "timeout"
+
+
+def test_aiohttp_connect_timeout_is_a_timeout_not_a_connect_error() -> None:
+    # ConnectionTimeoutError is also a ClientConnectionError: the timeout row must win.
+    assert classify_exception(aiohttp.ConnectionTimeoutError("t")) == "timeout"
 
 
 def test_unknown_exception_raises_unrecognised_failure_and_is_never_retried() -> None:

@@ -465,3 +465,10 @@ def test_config_error_from_toml_never_contains_the_api_key(tmp_path: Path) -> No
     assert "providers.openai" in str(info.value)
     assert SECRET not in str(info.value)
     assert SECRET not in repr(info.value)
+
+
+def test_transport_defaults_to_aiohttp_and_accepts_httpx() -> None:
+    assert RouterSettings().transport == "aiohttp"
+    assert RouterSettings(transport="httpx").transport == "httpx"
+    with pytest.raises(ValidationError):
+        RouterSettings(transport="requests")  # type: ignore[arg-type]

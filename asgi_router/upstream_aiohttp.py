@@ -1,0 +1,126 @@
+"""The aiohttp implementation of the upstream :class:`~asgi_router.upstream.Transport` seam.
+
+Why a second transport: on loopback, one uvicorn worker proxying through a shared
+``aiohttp.ClientSession`` serves several times the requests per second of the same proxy on
+the httpx API (httpcore's pool bookkeeping dominates those profiles: assigning requests to
+connections and polling every pooled socket for expiry on each request). See
+``docs/performance.rst`` for the side-by-side numbers that made this the default.
+
+What is tuned, and why:
+
+* one ``ClientSession`` and one ``TCPConnector`` per router, opened on lifespan startup;
+  the connector's ``limit`` is the pool size from :class:`~asgi_router.settings.PoolSettings`;
+* ``auto_decompress=False``: bytes are relayed exactly as the upstream sent them (the request
+  asks for ``accept-encoding: identity`` anyway); chunked framing is still undone, as by httpx;
+* ``DummyCookieJar`` and ``trust_env=False``: an upstream may not set cookies on us, and an
+  environment proxy must never see provider traffic;
+* body chunks come from ``response.content.iter_any()``: whatever bytes have arrived, as soon
+  as they arrive, never re-split into lines or fixed sizes;
+* parsed ``yarl.URL`` objects and ``ClientTimeout`` objects are built once per upstream URL and
+  per provider, not per request.
+
+aiohttp's exceptions are classified in :mod:`asgi_router.classify` next to httpx's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+from yarl import URL
+
+from .settings import PoolSettings
+from .upstream import ProviderRuntime
+
+__all__ = ["AiohttpResponse", "AiohttpTransport"]
+
+
+class AiohttpResponse:
+    """:class:`~asgi_router.upstream.UpstreamResponse` over an unread ``aiohttp.ClientResponse``."""
+
+    __slots__ = ("_response", "chunks", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers: list[tuple[bytes, bytes]] = list(response.raw_headers)
+        self.chunks: AsyncIterator[bytes] = response.content.iter_any()
+
+    async def aclose(self) -> None:
+        # release() returns a fully read connection to the pool and closes one whose body was
+        # not read to the end (aiohttp's ``should_close``), which is what a cancelled relay needs.
+        self._response.release()
+
+
+class AiohttpTransport:
+    """:class:`~asgi_router.upstream.Transport` over one shared ``aiohttp.ClientSession``.
+
+    The session is created lazily on the running event loop (aiohttp binds to it), so a host
+    app without lifespan support still works; :meth:`aclose` closes it on lifespan shutdown.
+    """
+
+    def __init__(self, pool: PoolSettings) -> None:
+        self._pool = pool
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
+        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._pool.max_connections,
+                limit_per_host=0,
+                keepalive_timeout=self._pool.keepalive_expiry,
+                ttl_dns_cache=300,
+            )
+            session = self._session = aiohttp.ClientSession(
+                connector=connector,
+                auto_decompress=False,
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None),
+                raise_for_status=False,
+            )
+        return session
+
+    @property
+    def is_open(self) -> bool:
+        return self._session is not None and not self._session.closed
+
+    def start(self) -> None:
+        self.session  # noqa: B018 - creating the session is the point
+
+    def is_quiet(self) -> bool:
+        """No upstream connection is checked out of the pool (every response was released)."""
+        session = self._session
+        if session is None or session.closed:
+            return True
+        connector = session.connector
+        # aiohttp has no public count of connections in use; ``_acquired`` is that set.
+        return connector is None or not connector._acquired
+
+    def _target(self, provider: ProviderRuntime, url: str) -> tuple[URL, aiohttp.ClientTimeout]:
+        target = self._urls.get(url)
+        if target is None:
+            target = self._urls[url] = URL(url)
+        timeout = self._timeouts.get(provider.name)
+        if timeout is None:
+            # ``connect`` covers waiting for a pooled connection and opening one (httpx's pool
+            # and connect timeouts); first-byte, idle and total are the attempt loop's deadlines.
+            timeout = self._timeouts[provider.name] = aiohttp.ClientTimeout(
+                total=None, connect=provider.timeouts.connect, sock_read=None
+            )
+        return target, timeout
+
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> AiohttpResponse:
+        target, timeout = self._target(provider, url)
+        response = await self.session.request(
+            "POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False
+        )
+        return AiohttpResponse(response)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
