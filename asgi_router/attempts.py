@@ -31,11 +31,17 @@ from .errors import AttemptSummary, RouterError, exhausted_error
 from .events import AttemptEvent, RequestRecord, logger
 from .plan import Candidate, Plan
 from .upstream import ProviderRuntime, Transport, UpstreamResponse
+from .watchdog import ReadWatchdog
+from .wire import SplicedBody
 
 __all__ = ["AttemptLoop", "Committed", "Refused", "WireBody", "wire_targets"]
 
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
+
+# Built once: ``json.dumps`` with keyword arguments builds a new encoder on every call.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_COMPACT_ASCII: Final = json.JSONEncoder(separators=(",", ":"))
 
 
 class WireBody:
@@ -51,14 +57,18 @@ class WireBody:
     def __init__(self, payload: Mapping[str, Any]) -> None:
         rest = {key: value for key, value in payload.items() if key != "model"}
         try:
-            encoded = json.dumps(rest, separators=(",", ":"), ensure_ascii=False).encode()
+            encoded = _COMPACT.encode(rest).encode()
         except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
-            encoded = json.dumps(rest, separators=(",", ":")).encode()
+            encoded = _COMPACT_ASCII.encode(rest).encode()
         self._rest = encoded[1:]  # drop "{": either b"}" or b'"key":...}'
 
     def for_model(self, model_id: str) -> bytes:
         head = b'{"model":"' + model_id.encode() + b'"'
         return head + (b"}" if self._rest == b"}" else b"," + self._rest)
+
+    def targets(self, wire: bytes, model_id: str) -> bool:
+        """Target guard (see :func:`wire_targets`)."""
+        return wire_targets(wire, model_id)
 
 
 def wire_targets(wire: bytes, model_id: str) -> bool:
@@ -124,15 +134,17 @@ async def read_to_end(
     idle: float,
     deadline: float,
     clock: Callable[[], float],
+    watchdog: ReadWatchdog,
 ) -> bytes | None:
     """Append the remaining chunks to ``parts`` and join them; ``None`` past ``limit`` bytes.
 
-    Each read must arrive within ``idle`` seconds and before ``deadline`` (TimeoutError).
+    Each read must arrive within ``idle`` seconds and before ``deadline``: ``watchdog`` cancels
+    its scope (the caller's) otherwise.
     """
     size = sum(len(part) for part in parts)
     while True:
-        with anyio.fail_after(max(0.0, min(idle, deadline - clock()))):
-            chunk = await anext(chunks, None)
+        watchdog.arm(min(idle, deadline - clock()))
+        chunk = await anext(chunks, None)
         if chunk is None:
             return b"".join(parts)
         size += len(chunk)
@@ -164,9 +176,15 @@ class AttemptLoop:
         route: str,
         headers_for: Callable[[ProviderRuntime], dict[str, str]],
         record: RequestRecord,
+        wire: WireBody | SplicedBody | None = None,
     ) -> Committed | Refused | RouterError:
-        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed."""
-        wire = WireBody(payload)
+        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed.
+
+        ``wire`` builds each candidate's body: the client's bytes with the model spliced in
+        when the inbound parser could locate it, else ``payload`` serialised once.
+        """
+        if wire is None:
+            wire = WireBody(payload)
         summaries: list[AttemptSummary] = []
         attempts = 0
         for candidate in plan.candidates:
@@ -175,7 +193,7 @@ class AttemptLoop:
                 self._note(record, candidate, "skipped", _Failed("provider_not_configured"), 0.0, summaries)
                 continue
             body = wire.for_model(candidate.model_id)
-            if not wire_targets(body, candidate.model_id):  # pragma: no cover - defence in depth
+            if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
                 raise AssertionError(f"target guard: wire body does not name {candidate}")
             attempts += 1
             started = self._clock()
@@ -249,39 +267,64 @@ class AttemptLoop:
     ) -> Committed | Refused | _Failed:
         timeouts = provider.timeouts
         deadline = started + timeouts.total
+        # Until the first body byte, every read (including a failure's body) is bounded by this.
+        first_byte_deadline = started + min(timeouts.first_byte, timeouts.total)
+        clock = self._clock
         response: UpstreamResponse | None = None
         handed_off = False
         try:
-            with anyio.fail_after(min(timeouts.first_byte, timeouts.total)):
-                response = await self._transport.send(provider, url, headers, body)
-                status = response.status
-                reason = classify_status(status)
-                if reason != "served":
-                    if reason in failover_on:
-                        retry_after = None
-                        if reason == "rate_limited":
-                            retry_after = parse_retry_after(_header(response.headers, b"retry-after"))
-                        await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, timeouts.idle, deadline, self._clock)
-                        return _Failed(reason, status, retry_after)
-                    refusal = await read_to_end(
-                        response.chunks, [], self._max_response_bytes, timeouts.idle, deadline, self._clock
-                    )
-                    if refusal is None:
-                        return _Failed("upstream_5xx", status)
-                    return Refused(candidate, status, response.headers, refusal, attempts, reason)
-                first = await _first_chunk(response.chunks)
-            ttfb = self._clock() - started
-            if not first:
-                return _Failed("stream_interrupted", status, ttfb=ttfb)
-            if not stream:
-                whole = await read_to_end(
-                    response.chunks, [first], self._max_response_bytes, timeouts.idle, deadline, self._clock
-                )
-                if whole is None:
-                    return _Failed("upstream_5xx", status, ttfb=ttfb)
-                first = whole
-            handed_off = True
-            return Committed(candidate, response, first, provider, started, deadline, ttfb, attempts)
+            # One scope per attempt; the watchdog cancels it when a read overruns (a timeout).
+            with anyio.CancelScope() as scope:
+                watchdog = ReadWatchdog(scope)
+                try:
+                    watchdog.arm(first_byte_deadline - started)
+                    response = await self._transport.send(provider, url, headers, body)
+                    status = response.status
+                    reason = classify_status(status)
+                    if reason != "served":
+                        if reason in failover_on:
+                            retry_after = None
+                            if reason == "rate_limited":
+                                retry_after = parse_retry_after(_header(response.headers, b"retry-after"))
+                            await read_to_end(
+                                response.chunks,
+                                [],
+                                _FAILURE_BODY_CAP,
+                                timeouts.idle,
+                                first_byte_deadline,
+                                clock,
+                                watchdog,
+                            )
+                            return _Failed(reason, status, retry_after)
+                        refusal = await read_to_end(
+                            response.chunks,
+                            [],
+                            self._max_response_bytes,
+                            timeouts.idle,
+                            first_byte_deadline,
+                            clock,
+                            watchdog,
+                        )
+                        if refusal is None:
+                            return _Failed("upstream_5xx", status)
+                        return Refused(candidate, status, response.headers, refusal, attempts, reason)
+                    first = await _first_chunk(response.chunks)
+                    ttfb = clock() - started
+                    if not first:
+                        return _Failed("stream_interrupted", status, ttfb=ttfb)
+                    if not stream:
+                        whole = await read_to_end(
+                            response.chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
+                        )
+                        if whole is None:
+                            return _Failed("upstream_5xx", status, ttfb=ttfb)
+                        first = whole
+                    handed_off = True
+                    return Committed(candidate, response, first, provider, started, deadline, ttfb, attempts)
+                finally:
+                    watchdog.close()
+            # Only reached when the watchdog cancelled the scope: a read overran its time.
+            return _Failed("timeout", response.status if response else None)
         except Exception as exc:
             try:
                 return _Failed(classify_exception(exc), response.status if response else None)

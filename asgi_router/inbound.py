@@ -8,15 +8,15 @@ right status; nothing here raises on bad input.
 
 from __future__ import annotations
 
-import json
+import os
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.types import Receive, Scope
 
 from .errors import RouterError
+from .wire import parse_json_body
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -33,6 +33,9 @@ class InboundRequest:
 
     payload: dict[str, Any]
     stream: bool
+    #: The body as received, and the byte span of its ``model`` value when it can be spliced.
+    body: bytes = b""
+    model_span: tuple[int, int] | None = None
 
 
 def request_id_for(scope: Scope) -> str:
@@ -47,7 +50,7 @@ def request_id_for(scope: Scope) -> str:
                 chosen: str = value.decode("ascii")
                 return chosen
             break
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # as unguessable as uuid4().hex, without building a UUID
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -86,14 +89,15 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Route
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_request(body: bytes) -> InboundRequest | RouterError:
-    """Parse the body as a chat request: a JSON object with a string ``model``."""
+    """Parse the body as a chat request: a JSON object with a string ``model``.
+
+    The request's one JSON parse; it also finds where the ``model`` value sits in the bytes,
+    so that the attempt loop can splice each candidate's id in without re-serialising
+    (:mod:`asgi_router.wire`).
+    """
     try:
-        payload: Any = json.loads(body, parse_constant=_reject_constant)
+        payload, model_span = parse_json_body(body)
     except (ValueError, RecursionError):
         return RouterError(400, "invalid_json", "request body is not valid JSON")
     if not isinstance(payload, dict):
@@ -102,4 +106,4 @@ def parse_request(body: bytes) -> InboundRequest | RouterError:
         return RouterError(400, "missing_model", "request body has no 'model' field")
     if not isinstance(payload["model"], str):
         return RouterError(400, "invalid_model_reference", "'model' must be a string")
-    return InboundRequest(payload, payload.get("stream") is True)
+    return InboundRequest(payload, payload.get("stream") is True, body, model_span)

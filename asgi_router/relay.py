@@ -7,7 +7,9 @@ breaks or stalls past ``idle`` after commit, the relay writes one in-band event
 SDK raises ``APIError`` rather than returning a truncated answer as if it were whole.
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
-upstream read (TCP backpressure end to end), and at most one chunk is held at a time.
+upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
+``idle`` and ``total`` limits are enforced by one :class:`~asgi_router.watchdog.ReadWatchdog`
+per relay (not a cancel scope per chunk, which cost more than relaying the chunk).
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the
 error event needs a blank line first to start on an event boundary.
 """
@@ -24,6 +26,7 @@ from .attempts import Committed
 from .classify import Reason, UnrecognisedFailure, classify_exception
 from .errors import stream_error_event
 from .events import logger
+from .watchdog import ReadWatchdog
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
 
@@ -72,34 +75,44 @@ async def relay_stream(
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             await send({"type": "http.response.body", "body": last, "more_body": True})
             sent = len(last)
-            while True:
+            failure: Exception | None = None
+            # One scope for the whole relay; the watchdog cancels it when a read overruns.
+            with anyio.CancelScope() as scope:
+                watchdog = ReadWatchdog(scope)
                 try:
-                    with anyio.fail_after(max(0.0, min(idle, deadline - clock()))):
-                        chunk = await anext(chunks, None)
-                except Exception as exc:
-                    reason = _late_reason(exc, str(committed.candidate))
-                    detail = (
-                        "upstream connection broke"
-                        if reason != "timeout"
-                        else "the attempt's total timeout ran out"
-                        if clock() >= deadline
-                        else "no data within the idle timeout"
-                    )
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": _event_boundary(last)
-                            + stream_error_event(str(committed.candidate), reason, detail),
-                            "more_body": False,
-                        }
-                    )
-                    return RelayResult(sent, reason)
-                if chunk is None:
-                    break
-                if chunk:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    sent += len(chunk)
-                    last = chunk
+                    while True:
+                        watchdog.arm(min(idle, deadline - clock()))
+                        try:
+                            chunk = await anext(chunks, None)
+                        except Exception as exc:
+                            failure = exc
+                            break
+                        watchdog.disarm()  # a slow client is backpressure, not upstream idleness
+                        if chunk is None:
+                            break
+                        if chunk:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                            sent += len(chunk)
+                            last = chunk
+                finally:
+                    watchdog.close()
+            if failure is not None or scope.cancelled_caught:
+                reason = "timeout" if failure is None else _late_reason(failure, str(committed.candidate))
+                detail = (
+                    "upstream connection broke"
+                    if reason != "timeout"
+                    else "the attempt's total timeout ran out"
+                    if clock() >= deadline
+                    else "no data within the idle timeout"
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": _event_boundary(last) + stream_error_event(str(committed.candidate), reason, detail),
+                        "more_body": False,
+                    }
+                )
+                return RelayResult(sent, reason)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
             return RelayResult(sent, "client_disconnected")

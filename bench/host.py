@@ -1,0 +1,65 @@
+"""The host app: a Starlette app with ``ModelRouter`` mounted, as a user would mount it.
+
+It is configured from the environment so that one module serves every scenario:
+``BENCH_UPSTREAM`` (the mock upstream's origin), ``BENCH_REFUSED`` (an origin that refuses
+connections) and ``BENCH_TRANSPORT`` (``aiohttp`` or ``httpx``). Groups:
+
+* ``group/bench``: ``up/ok`` then ``up2/ok`` — a two-member group whose first member is healthy;
+* ``group/failover``: ``down/ok`` (refused) then ``up/ok`` — the failover scenario;
+* ``group/slow``: ``up/slow`` then ``up2/slow`` — the slow streams of the open-streams scenario.
+
+The pool is sized for 1,000 concurrent streams; timeouts are the defaults but for ``connect``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from asgi_router import ModelRouter, RouterSettings
+
+__all__ = ["app", "build", "settings_for"]
+
+
+def settings_for(upstream: str, refused: str, transport: str) -> RouterSettings:
+    """The bench's router settings (see the module docstring)."""
+    timeouts = {"connect": 2.0}
+    providers: dict[str, Any] = {
+        name: {"base_url": f"{origin}/v1", "api_key": "sk-bench", "timeouts": timeouts}
+        for name, origin in (("up", upstream), ("up2", upstream), ("down", refused))
+    }
+    return RouterSettings.model_validate(
+        {
+            "providers": providers,
+            "groups": {
+                "bench": {"members": ["up/ok", "up2/ok"]},
+                "failover": {"members": ["down/ok", "up/ok"]},
+                "slow": {"members": ["up/slow", "up2/slow"]},
+            },
+            "pool": {"max_connections": 4096, "max_keepalive_connections": 4096},
+            "transport": transport,
+        }
+    )
+
+
+def build(upstream: str, refused: str, transport: str) -> Starlette:
+    """A host app with its own route and the router mounted in front of it."""
+
+    async def health(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    host = Starlette(routes=[Route("/health", health)])
+    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport))
+    return host
+
+
+app = build(
+    os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:8001"),
+    os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
+    os.environ.get("BENCH_TRANSPORT", "aiohttp"),
+)

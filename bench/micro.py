@@ -1,0 +1,185 @@
+"""In-process micro-benchmarks: the router's own cost, with no sockets and no other process.
+
+Load tests on a shared 2-core machine are noisy; these are not. They time:
+
+* resolution + classification (DESIGN.md §3 asks for microseconds): ``resolve_string`` of a
+  group ref, ``classify_status`` of a 200, and the failover path's ``classify_exception``;
+* the front half of a request: one JSON parse, resolution, the model spliced into the body
+  bytes, the upstream header block — for a small and a 100 KB body (and, for comparison,
+  what re-serialising the 100 KB payload would cost);
+* ``ModelRouter`` end to end over an in-memory transport (a canned JSON answer, or 20 SSE
+  chunks) and no-op ``receive``/``send``: everything the router adds per request, without
+  uvicorn or an HTTP client.
+
+Each figure is the best of a few repeats (the least disturbed by other processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import timeit
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+
+from asgi_router import ModelRouter
+from asgi_router.attempts import WireBody
+from asgi_router.classify import classify_exception, classify_status
+from asgi_router.headers import request_headers_for_upstream
+from asgi_router.inbound import InboundRequest, parse_request
+from asgi_router.plan import Resolver
+from asgi_router.upstream import ProviderRuntime
+from asgi_router.wire import SplicedBody
+
+from .host import settings_for
+from .upstream import COMPLETION, sse_events
+
+__all__ = ["micro", "router_in_process"]
+
+_REFUSED = aiohttp.ClientConnectorError(
+    aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None),
+    OSError(111, "Connection refused"),
+)
+
+
+def _best_us(statement: Callable[[], object], number: int, repeat: int = 5) -> float:
+    return min(timeit.repeat(statement, number=number, repeat=repeat)) / number * 1e6
+
+
+def _body(stream: bool, pad: int = 0) -> bytes:
+    payload: dict[str, Any] = {"model": "group/bench", "messages": [{"role": "user", "content": "Say hello."}]}
+    if stream:
+        payload["stream"] = True
+    if pad:
+        payload["messages"].append({"role": "user", "content": "x" * pad})
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def micro() -> dict[str, float]:
+    """Microseconds per call of the request path's pure functions."""
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp")
+    resolver = Resolver(settings)
+    provider = ProviderRuntime.build("up", settings.providers["up"], settings.routes)
+    inbound = [(b"host", b"router"), (b"content-type", b"application/json"), (b"user-agent", b"bench")]
+
+    def front_half(body: bytes) -> Callable[[], object]:
+        def run() -> object:
+            request = parse_request(body)
+            assert isinstance(request, InboundRequest) and request.model_span is not None
+            resolver.resolve_string(request.payload["model"])
+            wire = SplicedBody(request.body, request.model_span).for_model("ok")
+            return wire, request_headers_for_upstream(inbound, provider.headers, "req-1")
+
+        return run
+
+    big = json.loads(_body(False, 100_000))
+    resolve = _best_us(lambda: resolver.resolve_string("group/bench"), 20000)
+    status = _best_us(lambda: classify_status(200), 50000)
+    return {
+        "resolve_group_us": resolve,
+        "classify_status_us": status,
+        "classify_exception_us": _best_us(lambda: classify_exception(_REFUSED), 20000),
+        "resolution_plus_classification_us": _best_us(
+            lambda: (resolver.resolve_string("group/bench"), classify_status(200)), 20000
+        ),
+        "front_half_small_us": _best_us(front_half(_body(False)), 5000),
+        "front_half_100kb_us": _best_us(front_half(_body(False, 100_000)), 200),
+        "serialise_100kb_fallback_us": _best_us(lambda: WireBody(big).for_model("ok"), 200),
+    }
+
+
+class _Canned:
+    """An upstream response from memory."""
+
+    __slots__ = ("chunks", "headers", "status")
+
+    def __init__(self, parts: list[bytes], content_type: bytes) -> None:
+        self.status = 200
+        self.headers = [(b"content-type", content_type)]
+        self.chunks = self._iterate(parts)
+
+    @staticmethod
+    async def _iterate(parts: list[bytes]) -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _MemoryTransport:
+    """A :class:`~asgi_router.upstream.Transport` that answers from memory at once."""
+
+    def __init__(self, stream: bool) -> None:
+        self._parts = sse_events() if stream else [COMPLETION]
+        self._type = b"text/event-stream" if stream else b"application/json"
+        self.is_open = True
+
+    def start(self) -> None:
+        pass
+
+    def is_quiet(self) -> bool:
+        return True
+
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Canned:
+        return _Canned(self._parts, self._type)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _router_loop(stream: bool, count: int) -> float:
+    async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
+        raise AssertionError("the router answers every chat request itself")
+
+    router = ModelRouter(host, settings=settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp"))
+    router._loop._transport = _MemoryTransport(stream)
+    body = _body(stream)
+    headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    never = asyncio.Event()
+
+    async def one() -> None:
+        delivered = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await never.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            pass
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+        await router(scope, receive, send)
+        await asyncio.sleep(0)  # let the loop run what the request scheduled, as a server would
+
+    for _ in range(500):
+        await one()
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(count):
+            await one()
+        best = min(best, (time.perf_counter() - started) / count * 1e6)
+    return best
+
+
+def router_in_process(count: int = 5000) -> dict[str, float]:
+    """Microseconds the router spends per request when the network costs nothing."""
+    run: Callable[[Any], Any] = asyncio.run
+    try:
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:  # pragma: no cover - the bench extra installs it
+        pass
+    return {
+        "router_json_us": run(_router_loop(False, count)),
+        "router_sse20_us": run(_router_loop(True, count // 4)),
+    }

@@ -1,0 +1,236 @@
+"""The scenarios of ``python -m bench``, each a function from a running setup to plain data.
+
+Load scenarios run the same wrk script against every target back to back, in rounds that
+alternate the targets, so that each ratio compares runs seconds apart on the same machine
+state: on a shared 2-core machine a target run a minute later is another machine. Besides
+req/s and latency, each proxy's CPU time per request is read from ``/proc``: it is far less
+sensitive to what else runs on the machine than throughput.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from . import wrk
+from .procs import Server, refused_origin
+from .streams import hold_streams
+
+__all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "setup", "streams"]
+
+CHAT: Final = "/v1/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """How long and how hard to run (``python -m bench --help`` sets these)."""
+
+    seconds: float = 2.0
+    rounds: int = 2
+    concurrency: tuple[int, ...] = (1, 16, 64)
+    scenarios: tuple[str, ...] = ("json", "json-100k", "sse")
+    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-httpx")
+    streams: int = 1000
+    demo_app: str = ""
+
+
+@dataclass
+class Setup:
+    """The running processes and the wrk scripts, by name."""
+
+    wrk: str
+    servers: dict[str, Server]
+    scripts: dict[tuple[str, str], Path] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
+
+    def script(self, scenario: str, model: str) -> Path:
+        """The wrk script that POSTs ``scenario``'s body naming ``model``."""
+        key = (scenario, model)
+        if key not in self.scripts:
+            payload: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
+            if scenario == "sse":
+                payload["stream"] = True
+            if scenario == "json-100k":
+                payload["messages"].insert(0, {"role": "system", "content": "x" * 100_000})
+            name = f"{scenario}-{model.replace('/', '_')}"
+            body = self.workdir / f"{name}.json"
+            body.write_bytes(json.dumps(payload, separators=(",", ":")).encode())
+            script = self.workdir / f"{name}.lua"
+            script.write_text(wrk.lua_script(body))
+            self.scripts[key] = script
+        return self.scripts[key]
+
+
+def _model_for(target: str, group: str = "bench") -> str:
+    """What a target is asked for: routers take a group ref, the rest the upstream's model id."""
+    return f"group/{group}" if target.startswith("router") else "ok"
+
+
+@contextmanager
+def setup(wrk_path: str, targets: tuple[str, ...]) -> Iterator[Setup]:
+    """Start the upstream and every target the run needs; stop them all afterwards."""
+    with ExitStack() as stack:
+        upstream = stack.enter_context(Server("upstream", "bench.upstream:app"))
+        env = {"BENCH_UPSTREAM": upstream.origin, "BENCH_REFUSED": refused_origin()}
+        servers = {"upstream": upstream}
+        if "floor" in targets:
+            servers["floor"] = stack.enter_context(Server("floor", "bench.floor:app", env))
+        if "router" in targets:
+            servers["router"] = stack.enter_context(
+                Server("router", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"})
+            )
+        if "router-httpx" in targets:
+            servers["router-httpx"] = stack.enter_context(
+                Server("router-httpx", "bench.host:app", {**env, "BENCH_TRANSPORT": "httpx"})
+            )
+        yield Setup(wrk_path, servers)
+
+
+def _one(run: Setup, target: str, scenario: str, connections: int, seconds: float, group: str) -> dict[str, Any]:
+    server = run.servers[target]
+    script = run.script(scenario, _model_for(target, group))
+    cpu_before = server.cpu_seconds()
+    result = wrk.run(run.wrk, server.origin + CHAT, script, connections, seconds)
+    cpu = server.cpu_seconds() - cpu_before
+    return {**result.as_json(), "cpu_us_per_request": cpu / result.requests * 1e6 if result.requests else None}
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in rows if row.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
+    """Every scenario, concurrency and target, in alternating rounds; medians and ratios."""
+    targets = [t for t in config.targets if t in run.servers]
+    cells: list[dict[str, Any]] = []
+    for scenario in config.scenarios:
+        for target in targets:  # warm each target up once per scenario (pools, caches, JIT-less paths)
+            _one(run, target, scenario, 16, 1, "bench")
+        for connections in config.concurrency:
+            rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
+            for _ in range(config.rounds):
+                for target in targets:
+                    rounds[target].append(_one(run, target, scenario, connections, config.seconds, "bench"))
+            cell: dict[str, Any] = {"scenario": scenario, "concurrency": connections, "targets": {}, "ratios": {}}
+            for target, rows in rounds.items():
+                cell["targets"][target] = {
+                    "rps": _median(rows, "rps"),
+                    "p50_ms": _median(rows, "p50_ms"),
+                    "p99_ms": _median(rows, "p99_ms"),
+                    "cpu_us_per_request": _median(rows, "cpu_us_per_request"),
+                    "errors": sum(row["errors"] for row in rows),
+                    "rounds": rows,
+                }
+            if "floor" in rounds:
+                for target in (t for t in targets if t.startswith("router")):
+                    per_round = [r["rps"] / f["rps"] for r, f in zip(rounds[target], rounds["floor"], strict=True)]
+                    cell["ratios"][f"{target}/floor"] = {
+                        "median": statistics.median(per_round),
+                        "min": min(per_round),
+                        "max": max(per_round),
+                    }
+            cells.append(cell)
+            progress(cell)
+    return cells
+
+
+def failover(run: Setup, config: Config) -> dict[str, Any]:
+    """Latency added by failing over past a refused connection: ``group/failover`` vs ``group/bench``."""
+    out: dict[str, Any] = {}
+    for target in (t for t in ("router", "router-httpx") if t in run.servers):
+        for connections in (1, 16):
+            healthy: list[dict[str, Any]] = []
+            failing: list[dict[str, Any]] = []
+            for _ in range(config.rounds):
+                healthy.append(_one(run, target, "json", connections, config.seconds, "bench"))
+                failing.append(_one(run, target, "json", connections, config.seconds, "failover"))
+            p50_healthy = _median(healthy, "p50_ms") or 0.0
+            p50_failing = _median(failing, "p50_ms") or 0.0
+            out[f"{target}@c{connections}"] = {
+                "healthy_p50_ms": p50_healthy,
+                "failover_p50_ms": p50_failing,
+                "added_p50_ms": p50_failing - p50_healthy,
+                "healthy_rps": _median(healthy, "rps"),
+                "failover_rps": _median(failing, "rps"),
+                "errors": sum(row["errors"] for row in healthy + failing),
+            }
+    return out
+
+
+def streams(config: Config, targets: tuple[str, ...]) -> dict[str, Any]:
+    """RSS per open stream, each target in a fresh process (so earlier load is not counted)."""
+    out: dict[str, Any] = {}
+    with Server("upstream-streams", "bench.upstream:app") as upstream:
+        env = {"BENCH_UPSTREAM": upstream.origin, "BENCH_REFUSED": refused_origin()}
+        kinds = {
+            "floor": ("bench.floor:app", {}),
+            "router": ("bench.host:app", {"BENCH_TRANSPORT": "aiohttp"}),
+            "router-httpx": ("bench.host:app", {"BENCH_TRANSPORT": "httpx"}),
+        }
+        for target, (app, extra) in kinds.items():
+            if target not in targets:
+                continue
+            model = "group/slow" if target.startswith("router") else "slow"
+            body = json.dumps({"model": model, "stream": True, "messages": []}, separators=(",", ":")).encode()
+            with Server(f"{target}-streams", app, {**env, **extra}) as server:
+                result = hold_streams(server.origin + CHAT, body, config.streams, server.rss_kib)
+            out[target] = {
+                "streams": config.streams,
+                "opened": result.opened,
+                "failed": result.failed,
+                "baseline_mib": result.baseline_kib / 1024,
+                "loaded_mib": result.loaded_kib / 1024,
+                "per_stream_kib": result.per_stream_kib,
+                "open_seconds": result.open_seconds,
+            }
+    return out
+
+
+def _demo_target(spec: str) -> str | None:
+    """``module:attribute`` of the demo app's ASGI app, or ``None`` if there is no demo_app."""
+    if spec:
+        return spec
+    if importlib.util.find_spec("demo_app") is None:
+        return None
+    for candidate in ("demo_app", "demo_app.main", "demo_app.app"):
+        try:
+            module = importlib.import_module(candidate)
+        except ImportError:
+            continue
+        if hasattr(module, "app"):
+            return f"{candidate}:app"
+    return None
+
+
+def demo_app(config: Config) -> dict[str, Any]:
+    """Start-up time (spawn to first HTTP answer) and idle RSS of demo_app, or why skipped."""
+    target = _demo_target(config.demo_app)
+    if target is None:
+        return {"skipped": "demo_app is not importable here (pass --demo-app MODULE:APP to point at it)"}
+    readies: list[float] = []
+    rss: list[float] = []
+    for index in range(3):
+        with Server(f"demo-app-{index}", target) as server:
+            readies.append(server.ready_after)
+            rss.append(server.rss_kib() / 1024)
+    return {"target": target, "ready_s": statistics.median(readies), "idle_rss_mib": statistics.median(rss)}
+
+
+def host_startup() -> dict[str, Any]:
+    """The bench's own host app (Starlette + ModelRouter): the same two figures, as a stand-in."""
+    readies: list[float] = []
+    rss: list[float] = []
+    for index in range(3):
+        with Server(f"host-startup-{index}", "bench.host:app") as server:
+            readies.append(server.ready_after)
+            rss.append(server.rss_kib() / 1024)
+    return {"target": "bench.host:app", "ready_s": statistics.median(readies), "idle_rss_mib": statistics.median(rss)}

@@ -1,0 +1,131 @@
+"""The fast mock upstream: an OpenAI-shaped answer at the lowest cost Python can serve it.
+
+It must be much faster than what it serves so that the proxies, not it, are what a run
+measures: it is raw ASGI (no framework), never parses the request JSON (a 100 KB request
+would cost it more than the proxy), and sends prebuilt bytes. What to answer is read off the
+request body with a byte search, which works because both the router and the bench's clients
+send compact JSON:
+
+* ``"stream":true`` — SSE: 20 ``chat.completion.chunk`` events then ``data: [DONE]``, each in
+  its own ``http.response.body`` message (so each is its own HTTP chunk on the wire);
+* ``"model":"slow"`` with ``"stream":true`` — a slow stream: the first event at once, then one
+  every :data:`SLOW_INTERVAL` seconds until :data:`SLOW_EVENTS` or the client leaves
+  (the "1,000 open streams" scenario holds these open);
+* anything else — one ~300-byte ``chat.completion`` JSON body with its ``content-length``.
+
+``GET /health`` answers 200 for readiness checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Final
+
+from starlette.types import Message, Receive, Scope, Send
+
+__all__ = ["CHUNKS", "COMPLETION", "SLOW_EVENTS", "SLOW_INTERVAL", "app", "sse_events"]
+
+CHUNKS: Final = 20
+SLOW_INTERVAL: Final = 1.0
+SLOW_EVENTS: Final = 120
+
+COMPLETION: Final = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "ok",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello from the bench upstream."},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16},
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def _event(index: int) -> bytes:
+    chunk = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "ok",
+        "choices": [{"index": 0, "delta": {"content": f"w{index} "}, "finish_reason": None}],
+    }
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+def sse_events() -> list[bytes]:
+    """The exact frames of one streamed answer: :data:`CHUNKS` events, the last being DONE."""
+    return [_event(index) for index in range(CHUNKS - 1)] + [b"data: [DONE]\n\n"]
+
+
+_EVENTS: Final = sse_events()
+_JSON_HEADERS: Final = [(b"content-type", b"application/json"), (b"content-length", str(len(COMPLETION)).encode())]
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_EMPTY: Final = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def _read(receive: Receive) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _slow(receive: Receive, send: Send) -> None:
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        for index in range(SLOW_EVENTS):
+            await send({"type": "http.response.body", "body": _event(index), "more_body": True})
+            try:
+                await asyncio.wait_for(gone.wait(), SLOW_INTERVAL)
+                return
+            except TimeoutError:
+                pass
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+    finally:
+        watcher.cancel()
+
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message: Message = await receive()
+            kind = message["type"].rsplit(".", 1)[-1]
+            await send({"type": f"lifespan.{kind}.complete"})
+            if kind == "shutdown":
+                return
+    if scope["type"] != "http":
+        return
+    if scope["method"] == "GET":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
+    body = await _read(receive)
+    if b'"stream":true' in body:
+        if b'"model":"slow"' in body:
+            await _slow(receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        for event in _EVENTS:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send(_EMPTY)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
+    await send({"type": "http.response.body", "body": COMPLETION})

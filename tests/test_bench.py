@@ -1,0 +1,101 @@
+"""Smoke tests of the benchmark harness's pieces: they start and answer. No timing here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from bench import report, wrk
+from bench.floor import Floor
+from bench.host import build
+from bench.streams import hold_streams
+from bench.upstream import COMPLETION, app, sse_events
+
+from .servers import ServerThread
+
+
+@pytest.fixture(scope="module")
+def bench_upstream() -> Iterator[str]:
+    with ServerThread(app) as server:
+        yield server.url
+
+
+def _chat(base: str, model: str, stream: bool = False) -> httpx2.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        body["stream"] = True
+    return httpx2.post(f"{base}/v1/chat/completions", json=body, timeout=5)
+
+
+def test_mock_upstream_answers_json_and_twenty_sse_chunks(bench_upstream: str) -> None:
+    assert _chat(bench_upstream, "ok").content == COMPLETION
+    streamed = _chat(bench_upstream, "ok", stream=True)
+    assert streamed.content == b"".join(sse_events())
+    assert len(sse_events()) == 20
+
+
+def test_floor_relays_the_upstream_byte_for_byte(bench_upstream: str) -> None:
+    with ServerThread(Floor(bench_upstream)) as floor:
+        assert _chat(floor.url, "ok").content == COMPLETION
+        assert _chat(floor.url, "ok", stream=True).content == b"".join(sse_events())
+
+
+def test_host_app_routes_the_bench_group_through_the_router(bench_upstream: str, transport_kind: str) -> None:
+    host = build(bench_upstream, "http://127.0.0.1:9", transport_kind)
+    with ServerThread(host) as server:
+        plain = _chat(server.url, "group/bench")
+        streamed = _chat(server.url, "group/bench", stream=True)
+        failed_over = _chat(server.url, "group/failover")
+    assert plain.content == COMPLETION
+    assert plain.headers["x-router-model"] == "up/ok"
+    assert streamed.content == b"".join(sse_events())
+    assert failed_over.headers["x-router-model"] == "up/ok"
+    assert failed_over.headers["x-router-attempts"] == "2"
+
+
+def test_stream_holder_opens_and_releases_slow_streams(bench_upstream: str) -> None:
+    body = b'{"model":"slow","stream":true,"messages":[]}'
+    with ServerThread(Floor(bench_upstream)) as floor:
+        result = hold_streams(f"{floor.url}/v1/chat/completions", body, 5, rss=lambda: 1000, warm=2, settle=0.05)
+    assert (result.opened, result.failed) == (5, 0)
+
+
+def test_wrk_script_and_summary_parsing(tmp_path: Path) -> None:
+    script = wrk.lua_script(tmp_path / "body.json")
+    assert str(tmp_path / "body.json") in script and 'wrk.method = "POST"' in script
+    line = (
+        'BENCH_JSON {"requests":2000,"duration_us":2000000,"bytes":1,"connect":0,"read":0,"write":0,'
+        '"status":3,"timeout":0,"p50_us":1500,"p90_us":2000,"p99_us":4000,"mean_us":1600.0,"max_us":9000}'
+    )
+    result = wrk.parse("Running 2s test\n" + line + "\n")
+    assert (result.rps, result.errors, result.p50_ms, result.p99_ms) == (1000.0, 3, 1.5, 4.0)
+    with pytest.raises(RuntimeError):
+        wrk.parse("no summary")
+
+
+def test_report_renders_targets_and_tables_from_partial_data() -> None:
+    cell = {
+        "scenario": "json",
+        "concurrency": 16,
+        "targets": {
+            name: {"rps": rps, "p50_ms": 1.0, "p99_ms": 2.0, "cpu_us_per_request": 90.0, "errors": 0}
+            for name, rps in (("upstream", 30000.0), ("floor", 9000.0), ("router", 6000.0))
+        },
+        "ratios": {"router/floor": {"median": 0.67, "min": 0.6, "max": 0.7}},
+    }
+    data = {
+        "environment": report.environment(),
+        "config": {"seconds": 2, "rounds": 2, "scenarios": ["json"]},
+        "load": [cell],
+        "micro": {"resolution_plus_classification_us": 1.5},
+        "demo_app": {"skipped": "no demo_app"},
+    }
+    rows = {row["target"]: row for row in report.targets(data)}
+    assert rows["router/floor req/s, c=16, non-streaming (goal 0.9)"]["met"] is True
+    assert rows["demo_app ready (s)"]["met"] is None
+    text = report.markdown({**data, "targets": report.targets(data)})
+    assert "| 16 | 30,000 | 9,000 | 6,000 | 0.67 [0.60, 0.70] |" in text
+    assert "skipped: no demo_app" in text

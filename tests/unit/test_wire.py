@@ -1,0 +1,70 @@
+"""wire.py: one parse that also finds the model's bytes, and the splice per candidate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asgi_router.attempts import WireBody
+from asgi_router.wire import SplicedBody, parse_json_body
+
+VALID = [
+    b'{"model":"group/a","messages":[]}',
+    b'{ "messages" : [{"model": "nested", "content": "x"}] , "model" : "p/m" , "stream": true }',
+    b'\n{"temperature": 1.0e0, "model": "p/m", "n": 12345678901234567890}\n',
+    '{"messages":[{"content":"héllo 你好 🎉"}],"model":"p/m","x":"ü"}'.encode(),
+    b'{"model":"p/m"}',
+    b"{}",
+    b'{"a":"\\u00e9\\ud83c\\udf89","model":"p/m"}',
+]
+
+
+@pytest.mark.parametrize("body", VALID)
+def test_parse_matches_json_loads(body: bytes) -> None:
+    payload, _ = parse_json_body(body)
+    assert payload == json.loads(body)
+
+
+@pytest.mark.parametrize("body", [b for b in VALID if b'"model"' in b])
+def test_splice_replaces_only_the_top_level_model_and_keeps_every_other_byte(body: bytes) -> None:
+    payload, span = parse_json_body(body)
+    assert span is not None
+    spliced = SplicedBody(body, span)
+    wire = spliced.for_model("qwen2.5-coder:7b")
+    again = json.loads(wire)
+    assert again == {**payload, "model": "qwen2.5-coder:7b"}
+    assert wire[: span[0]] == body[: span[0]]
+    assert spliced.targets(wire, "qwen2.5-coder:7b")
+    assert not spliced.targets(wire, "qwen2.5-coder:7")
+    assert not spliced.targets(spliced.for_model("other"), "qwen2.5-coder:7b")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"a/b","model":"c/d"}',  # duplicate: an upstream might read the other one
+        b'{"messages":[]}',  # no model at all
+        '{"model":"a/b"}'.encode("utf-16"),  # not UTF-8
+        b"[1, 2]",  # not an object
+    ],
+)
+def test_no_span_where_a_splice_would_be_unsafe(body: bytes) -> None:
+    payload, span = parse_json_body(body)
+    assert payload == json.loads(body)
+    assert span is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b'{"model": NaN}', b'{"a":1,}', b'{"a":1} x', b'{"a" 1}', b"\xff\xfe", b"", b'{"a":[1,]}'],
+)
+def test_invalid_json_raises_value_error_like_json_loads(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_json_body(body)
+
+
+def test_wire_body_fallback_has_the_same_guard_interface() -> None:
+    wire = WireBody({"model": "x", "messages": []})
+    body = wire.for_model("p-m")
+    assert wire.targets(body, "p-m") and not wire.targets(body, "p")
