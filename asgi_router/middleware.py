@@ -17,6 +17,7 @@ OpenAI-shaped 500: the router never takes the host app down with it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -141,6 +142,9 @@ class ModelRouter:
         async def send_shutdown(message: Message) -> None:
             if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
                 await self._transport.aclose()
+            elif message["type"] == "lifespan.startup.complete" and self.settings.gc_freeze:
+                gc.collect()
+                gc.freeze()  # the startup heap stays: stop re-scanning it on every full collection
             await send(message)
 
         await self.app(scope, receive_startup, send_shutdown)

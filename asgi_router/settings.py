@@ -187,6 +187,10 @@ class RouterSettings(BaseSettings):
     #: The upstream HTTP client: ``aiohttp`` (the default: the faster, see docs/performance.rst)
     #: or ``httpx`` (httpx2). Passing ``http_client=`` to ``ModelRouter`` implies ``httpx``.
     transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    #: Once the host app has started, collect garbage and ``gc.freeze()`` what is left, so that
+    #: the collector stops re-scanning the import-time heap (~50k objects for a FastAPI app)
+    #: on every full collection. Process-wide, hence off unless asked (docs/performance.rst).
+    gc_freeze: bool = False
 
     _flat: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
 

@@ -9,6 +9,8 @@ connections) and ``BENCH_TRANSPORT`` (``aiohttp`` or ``httpx``). Groups:
 * ``group/slow``: ``up/slow`` then ``up2/slow`` — the slow streams of the open-streams scenario.
 
 The pool is sized for 1,000 concurrent streams; timeouts are the defaults but for ``connect``.
+``gc_freeze`` is on, as docs/performance.rst recommends for production (``BENCH_GC_FREEZE=0``
+turns it off to see what it is worth).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from asgi_router import ModelRouter, RouterSettings
 __all__ = ["app", "build", "settings_for"]
 
 
-def settings_for(upstream: str, refused: str, transport: str) -> RouterSettings:
+def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> RouterSettings:
     """The bench's router settings (see the module docstring)."""
     timeouts = {"connect": 2.0}
     providers: dict[str, Any] = {
@@ -43,18 +45,19 @@ def settings_for(upstream: str, refused: str, transport: str) -> RouterSettings:
             },
             "pool": {"max_connections": 4096, "max_keepalive_connections": 4096},
             "transport": transport,
+            "gc_freeze": gc_freeze,
         }
     )
 
 
-def build(upstream: str, refused: str, transport: str) -> Starlette:
+def build(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> Starlette:
     """A host app with its own route and the router mounted in front of it."""
 
     async def health(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
     host = Starlette(routes=[Route("/health", health)])
-    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport))
+    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze))
     return host
 
 
@@ -62,4 +65,5 @@ app = build(
     os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:8001"),
     os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
     os.environ.get("BENCH_TRANSPORT", "aiohttp"),
+    os.environ.get("BENCH_GC_FREEZE", "1") != "0",
 )

@@ -45,3 +45,17 @@ async def test_an_injected_httpx_client_is_used_whatever_the_setting(settings: R
         assert not injected.is_closed  # the caller's client: never closed by the router
     assert response.json() == {"id": "from-mock-transport"}
     assert seen == [{"model": "any", "messages": []}]
+
+
+async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: RouterSettings) -> None:
+    import gc
+
+    gc.unfreeze()
+    async with LifespanManager(ModelRouter(host_app(), settings=settings)):
+        assert gc.get_freeze_count() == 0  # off by default: the host app's process is its own
+    frozen = settings.model_copy(update={"gc_freeze": True})
+    try:
+        async with LifespanManager(ModelRouter(host_app(), settings=frozen)):
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
