@@ -10,6 +10,13 @@ from .events import AttemptEvent, RequestRecord
 from .middleware import ModelRouter
 from .plan import Candidate, Plan, ResolveError, Resolver
 from .refs import InvalidRef, ModelRef, RefKind, parse_model_ref
+from .resilience_settings import (
+    BackoffSettings,
+    BreakerSettings,
+    EventSettings,
+    HealthSettings,
+    RetryBudgetSettings,
+)
 from .settings import (
     ConfigError,
     GroupSettings,
@@ -18,13 +25,20 @@ from .settings import (
     RouterSettings,
     Timeouts,
 )
+from .sinks import RecentRequests, Sink
+from .state import InMemoryState, RouterState
 
 __all__ = [
     "AttemptEvent",
     "AttemptSummary",
+    "BackoffSettings",
+    "BreakerSettings",
     "Candidate",
     "ConfigError",
+    "EventSettings",
     "GroupSettings",
+    "HealthSettings",
+    "InMemoryState",
     "InvalidRef",
     "ModelRef",
     "ModelRouter",
@@ -32,12 +46,16 @@ __all__ = [
     "PoolSettings",
     "ProviderSettings",
     "Reason",
+    "RecentRequests",
     "RefKind",
     "RequestRecord",
     "ResolveError",
     "Resolver",
+    "RetryBudgetSettings",
     "RouterError",
     "RouterSettings",
+    "RouterState",
+    "Sink",
     "Timeouts",
     "parse_model_ref",
 ]

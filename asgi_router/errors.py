@@ -22,6 +22,7 @@ from .classify import Reason
 __all__ = [
     "AttemptSummary",
     "ERROR_TYPES",
+    "SKIP_REASONS",
     "RouterError",
     "error_body",
     "exhausted_error",
@@ -38,8 +39,15 @@ ERROR_TYPES: Final[dict[int, str]] = {
     429: "rate_limit_error",
     500: "server_error",
     502: "upstream_error",
+    503: "server_error",
     504: "timeout_error",
 }
+
+
+#: Reasons for a candidate that was never contacted: they explain, but do not decide the status.
+SKIP_REASONS: Final[frozenset[Reason]] = frozenset(
+    {"provider_not_configured", "circuit_open", "saturated", "budget_exhausted"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +97,14 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     """The error for a plan whose every candidate failed (DESIGN.md §4).
 
     All rate-limited: 429 with the smallest Retry-After seen. All timed out: 504. Else 502.
-    Skipped candidates (never contacted) do not decide the status unless nothing was contacted.
+    Skipped candidates (never contacted) do not decide the status unless nothing was contacted;
+    then a plan whose every candidate was at its concurrency cap is a 503 (local overload).
     """
-    contacted = [a for a in attempts if a.reason != "provider_not_configured"] or list(attempts)
+    contacted = [a for a in attempts if a.reason not in SKIP_REASONS] or list(attempts)
     reasons = {a.reason for a in contacted}
     message = "\n".join(a.line() for a in attempts) or "the plan had no candidates"
+    if reasons == {"saturated"}:
+        return RouterError(503, "upstream_saturated", message, tuple(attempts))
     if reasons == {"rate_limited"}:
         waits = [a.retry_after for a in contacted if a.retry_after is not None]
         return RouterError(429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None)

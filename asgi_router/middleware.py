@@ -10,13 +10,18 @@ From the moment upstreams are involved, a watcher task listens for ``http.discon
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
 and releases its connection. Any unexpected error is logged and, if nothing has been sent yet,
 answered with an OpenAI-shaped 500: the router never takes the host app down with it.
+
+Between lifespan startup and shutdown the router also runs its background work: the event
+sink workers and the opt-in health probes. Each finished request is published to the sinks
+(the log line among them) without waiting for them.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -26,12 +31,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .attempts import AttemptLoop, Committed, Refused
 from .classify import Reason
 from .errors import RouterError
-from .events import AttemptEvent, Outcome, RequestRecord, log_request, logger
+from .events import AttemptEvent, Outcome, RequestRecord, logger
+from .gate import Gate, Lease
 from .headers import request_headers_for_upstream, response_headers_for_client
+from .health import HealthProber
 from .inbound import ClientGone, parse_request, read_body, request_id_for
 from .plan import Plan, ResolveError, Resolver
 from .relay import relay_stream, send_whole
+from .retry import RetryPolicy
 from .settings import RouterSettings, load_settings
+from .sinks import EventBus, RecentRequests, Sink, default_sinks
+from .state import InMemoryState, RouterState
 from .upstream import HttpxTransport, ProviderRuntime
 
 __all__ = ["ModelRouter"]
@@ -47,7 +57,7 @@ def _router_headers(request_id: str, winner: str | None, attempts: int) -> list[
 class _Exchange:
     """One chat request's state: what was sent, whether the client is still there."""
 
-    __slots__ = ("disconnected", "finished", "receive", "record", "response_started", "scope", "send")
+    __slots__ = ("disconnected", "finished", "lease", "receive", "record", "response_started", "scope", "send")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         self.scope = scope
@@ -57,6 +67,8 @@ class _Exchange:
         self.response_started = False
         self.finished = False
         self.disconnected = False
+        #: The committed stream's lease, finished when the relay ends (or the request does).
+        self.lease: Lease | None = None
 
     async def send_tracked(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -86,7 +98,11 @@ class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
     ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``); it
-    stays the caller's to close. ``clock`` is injectable for tests of timing logic.
+    stays the caller's to close. ``clock`` (monotonic seconds) and ``random`` (uniform in
+    [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
+    breakers, rotation counters and budgets (default: in memory, this process only).
+    ``sinks`` receive every finished request (see :mod:`asgi_router.sinks`), after the
+    built-in log line and the ring of :attr:`recent` requests.
     """
 
     def __init__(
@@ -97,18 +113,36 @@ class ModelRouter:
         config: str | os.PathLike[str] | None = None,
         http_client: httpx2.AsyncClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        random: Callable[[], float] = random.random,
+        state: RouterState | None = None,
+        sinks: Sequence[Sink] = (),
     ) -> None:
         self.app = app
         self.settings = load_settings(settings, config)
+        self.state: RouterState = state if state is not None else InMemoryState()
         self._routes = frozenset(self.settings.routes)
-        self._resolver = Resolver(self.settings)
+        self._resolver = Resolver(self.settings, self.state)
         self._providers = {
             name: ProviderRuntime.build(name, provider, self.settings.routes)
             for name, provider in self.settings.providers.items()
         }
         self._transport = HttpxTransport(self.settings.pool, http_client)
-        self._loop = AttemptLoop(self._transport, self._providers, self.settings.max_response_bytes, clock)
+        self._gate = Gate(self.settings, self.state, clock)
+        self._loop = AttemptLoop(
+            self._transport,
+            self._providers,
+            self.settings.max_response_bytes,
+            clock,
+            gate=self._gate,
+            policy=RetryPolicy.from_settings(self.settings),
+            random=random,
+        )
         self._clock = clock
+        #: The most recent finished requests, newest last.
+        self.recent = RecentRequests(self.settings.events.recent)
+        #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
+        self.events = EventBus(default_sinks(self.recent, sinks), self.settings.events.queue_size)
+        self._health = HealthProber(self.settings, self._providers, self._gate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -122,18 +156,40 @@ class ModelRouter:
         await self.app(scope, receive, send)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stop = anyio.Event()
+
         async def receive_startup(*_: Any) -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self._transport.start()
+                background.start_soon(self._background, stop)
             return message
 
         async def send_shutdown(message: Message) -> None:
             if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.events.drain(self.settings.events.shutdown_grace)
+                stop.set()
                 await self._transport.aclose()
             await send(message)
 
-        await self.app(scope, receive_startup, send_shutdown)
+        failure: Exception | None = None
+        async with anyio.create_task_group() as background:
+            try:
+                await self.app(scope, receive_startup, send_shutdown)
+            except Exception as exc:  # re-raised as itself, not wrapped in an ExceptionGroup
+                failure = exc
+            finally:
+                stop.set()
+        if failure is not None:
+            raise failure
+
+    async def _background(self, stop: anyio.Event) -> None:
+        """Event sink workers and health probes, from lifespan startup until ``stop``."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.events.run)
+            tasks.start_soon(self._health.run)
+            await stop.wait()
+            tasks.cancel_scope.cancel()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = self._clock()
@@ -145,8 +201,10 @@ class ModelRouter:
             if not exchange.response_started:
                 await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
         finally:
+            if exchange.lease is not None:  # the relay never reported: cancelled or crashed
+                exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
-            log_request(exchange.record)
+            self.events.publish(exchange.record)
 
     async def _exchange(self, exchange: _Exchange) -> None:
         scope, record = exchange.scope, exchange.record
@@ -202,6 +260,8 @@ class ModelRouter:
             return request_headers_for_upstream(inbound, provider.headers, request_id)
 
         result = await self._loop.run(plan, payload, stream, exchange.scope["path"], headers_for, record)
+        if isinstance(result, Committed):
+            exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):
             attempts = sum(1 for e in record.events if e.outcome != "skipped")
             await exchange.send_error(result, attempts)
@@ -231,6 +291,8 @@ class ModelRouter:
         self._note_served(record, result, outcome.reason)
 
     def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason) -> None:
+        if committed.lease is not None:
+            committed.lease.finish(reason)  # a late failure counts against the candidate
         outcome: Outcome = (
             "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
         )

@@ -21,6 +21,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
@@ -39,6 +41,14 @@ from pydantic_settings import (
 
 from .classify import DEFAULT_FAILOVER, Reason
 from .refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
+from .resilience_settings import (
+    DEFAULT_RETRY_ON,
+    BackoffSettings,
+    BreakerSettings,
+    EventSettings,
+    HealthSettings,
+    RetryBudgetSettings,
+)
 
 __all__ = [
     "MAX_GROUP_DEPTH",
@@ -93,6 +103,10 @@ class ProviderSettings(_Strict):
     timeouts: Timeouts = Timeouts()
     #: Extra headers sent upstream with every request (e.g. OpenRouter's ``HTTP-Referer``).
     headers: dict[str, str] = Field(default_factory=dict)
+    #: Attempts in flight to this provider at once; over it, candidates are skipped (``saturated``).
+    max_concurrent: PositiveInt | None = None
+    #: Opt-in active health probes (e.g. ``{interval = 5, path = "/models"}``).
+    health: HealthSettings | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -152,6 +166,8 @@ class GroupSettings(_Strict):
     members: list[str] = Field(min_length=1)
     #: Which failure reasons move on to the next member; the rest stop the loop.
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
+    #: Same-candidate retries per member; unset: ``retries`` for a one-member group, else 0.
+    retries: NonNegativeInt | None = None
 
 
 class PoolSettings(_Strict):
@@ -184,6 +200,21 @@ class RouterSettings(BaseSettings):
     #: Largest non-streaming upstream body read before answering (a larger one fails over).
     max_response_bytes: PositiveInt = 64 * 1024 * 1024
     pool: PoolSettings = PoolSettings()
+    # Resilience (docs/resilience.rst): retries, budgets, breakers, event sinks.
+    #: Same-candidate retries for a plan of one candidate.
+    retries: NonNegativeInt = 2
+    #: Failure reasons that may be retried on the same candidate.
+    retry_on: frozenset[Reason] = DEFAULT_RETRY_ON
+    backoff: BackoffSettings = BackoffSettings()
+    #: Longest rate-limit hint (Retry-After, ...) waited out; a longer one is not waited.
+    max_retry_wait: NonNegativeFloat = 10.0
+    #: Attempts per request, retries included.
+    max_attempts: PositiveInt = 10
+    #: Seconds from the start of the first attempt to commit, backoff included.
+    deadline: PositiveFloat = 300.0
+    retry_budget: RetryBudgetSettings = RetryBudgetSettings()
+    breaker: BreakerSettings = BreakerSettings()
+    events: EventSettings = EventSettings()
 
     _flat: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
 

@@ -5,8 +5,13 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
 
 =====================  ==================================================================
 ``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks + DONE
-``status-<code>``      that status with an OpenAI-shaped error body
-``status-429-ra<s>``   429 with ``Retry-After: <s>``
+``status-<code>``      that status with an OpenAI-shaped error body; options may follow, each
+                       after a ``-``: ``ra<s>`` (``Retry-After: <s>``), ``in<s>`` ("try again
+                       in <s>s." in the message), ``reset<s>`` (``x-ratelimit-reset-requests:
+                       <s>s`` with ``x-ratelimit-remaining-requests: 0``), ``d<ms>`` (answer
+                       after ``ms`` milliseconds); anything else is ignored (a unique tag)
+``fail-<n>-<tag>-<st>``  the first ``n`` requests for this exact model id answer as
+                       ``status-<st>`` would, every later one as ``ok`` (stateful, per id)
 ``hang``               never sends headers (until the client goes away)
 ``silent``             200 headers, then no body byte ever
 ``empty``              200 with an empty body
@@ -22,6 +27,9 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
 
 Every request is recorded under its ``x-request-id``: what arrived, and whether the upstream
 finished or saw the client disconnect. Records are read from the test thread.
+
+``GET /v1/health/<tag>`` answers with ``health_status[tag]`` (default 200) and counts its hits
+in ``health_hits``: a health-probe target whose answer a test can change.
 """
 
 from __future__ import annotations
@@ -99,11 +107,14 @@ class MockUpstream:
         self.seen: dict[str, Seen] = {}
         self.all_seen: dict[str, list[Seen]] = {}
         self.hits: dict[str, int] = {}
+        self.health_status: dict[str, int] = {}
+        self.health_hits: dict[str, int] = {}
         self._lock = threading.Lock()
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/health/{tag}", self.health, methods=["GET"]),
             ]
         )
 
@@ -126,6 +137,13 @@ class MockUpstream:
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "ok", "object": "model", "owned_by": "mock"}]})
 
+    async def health(self, request: Request) -> Response:
+        tag = request.path_params["tag"]
+        with self._lock:
+            self.health_hits[tag] = self.health_hits.get(tag, 0) + 1
+        status = self.health_status.get(tag, 200)
+        return JSONResponse({"status": status}, status_code=status)
+
     async def chat(self, request: Request) -> Response:
         body = await request.json()
         model = str(body.get("model"))
@@ -147,16 +165,36 @@ class MockUpstream:
             seen.done.set()
         return response
 
+    @staticmethod
+    async def _status(spec: str) -> Response:
+        code, *options = spec.split("-")
+        headers: dict[str, str] = {}
+        message = f"mock says {code}"
+        for option in options:
+            if option.startswith("ra"):
+                headers["retry-after"] = option[2:]
+            elif option.startswith("reset"):
+                headers["x-ratelimit-reset-requests"] = f"{option[5:]}s"
+                headers["x-ratelimit-remaining-requests"] = "0"
+            elif option.startswith("in"):
+                message += f"; please try again in {option[2:]}s."
+            elif option.startswith("d") and option[1:].isdigit():
+                await asyncio.sleep(int(option[1:]) / 1000)
+        return JSONResponse(
+            {"error": {"message": message, "type": "mock_error", "code": code}},
+            status_code=int(code),
+            headers=headers,
+        )
+
     async def _scenario(self, request: Request, model: str, stream: bool, seen: Seen) -> Response:
         name, _, arg = model.partition("-")
         if name == "status":
-            code, _, extra = arg.partition("-")
-            headers = {"retry-after": extra[2:]} if extra.startswith("ra") else {}
-            return JSONResponse(
-                {"error": {"message": f"mock says {code}", "type": "mock_error", "code": code}},
-                status_code=int(code),
-                headers=headers,
-            )
+            return await self._status(arg)
+        if name == "fail":
+            count, _, rest = arg.partition("-")
+            spec = rest.partition("-")[2]
+            if self.hits[model] <= int(count):
+                return await self._status(spec)
         if name == "hang":
             await self._wait_for_disconnect(request, seen)
         if name == "slow":
