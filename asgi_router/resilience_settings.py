@@ -13,8 +13,9 @@ They live apart from :mod:`asgi_router.settings` so that each reads as one table
 * ``max_attempts = 10``: a runaway guard for long nested groups, never reached by a sane plan.
 * retry budget 20 % of active requests, minimum 3: Envoy's defaults; an outage cannot
   multiply traffic, while a lone failing request still gets its retries.
-* breaker: 5 consecutive failures, or >= 50 % of >= 20 calls in 60 s; open 30 s doubling to
-  5 min: resilience4j's rate defaults with Envoy's consecutive-5xx count and ejection growth.
+* breaker: 5 consecutive failures (Envoy's ``consecutive_5xx``), or >= 50 % of >= 20 calls in
+  60 s (resilience4j's rate threshold; fewer calls than its 100, as LLM traffic per model is
+  low); open 30 s doubling to 5 min (Envoy's base and max ejection times).
 """
 
 from __future__ import annotations

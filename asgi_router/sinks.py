@@ -13,12 +13,15 @@ fine there. Workers run from the app's lifespan startup to its shutdown, where q
 get a short grace period to drain. Without a lifespan, nothing is delivered: records are
 dropped, counted, and a warning says why.
 
-Records are shared between sinks: treat them as read-only.
+Records are shared between sinks: treat them as read-only. A sink object may have a
+``quiet()`` method: while it returns true, records are not even queued for it (the logging
+sink is quiet while its logger is not enabled for INFO, so it then costs nothing).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
@@ -29,7 +32,7 @@ from anyio.abc import TaskStatus
 
 from .events import RequestRecord, log_request, logger
 
-__all__ = ["EventBus", "RecentRequests", "Sink", "default_sinks"]
+__all__ = ["EventBus", "LogSink", "RecentRequests", "Sink", "default_sinks"]
 
 #: A callable that receives each finished request; sync or async.
 Sink = Callable[[RequestRecord], Awaitable[None] | None]
@@ -67,6 +70,7 @@ class _SinkWorker:
         self.dropped = 0
         self.failures = 0
         self.busy = False
+        self._quiet: Callable[[], bool] | None = getattr(sink, "quiet", None)
         self._wake: anyio.Event | None = None
         #: Set (by the worker) whenever its queue runs empty: what :meth:`EventBus.drain` waits on.
         self.settled: anyio.Event | None = None
@@ -74,6 +78,8 @@ class _SinkWorker:
         self._limiter: anyio.CapacityLimiter | None = None
 
     def offer(self, record: RequestRecord) -> bool:
+        if self._quiet is not None and self._quiet():
+            return True
         if len(self.queue) >= self.capacity:
             self.dropped += 1
             return False
@@ -174,6 +180,16 @@ class EventBus:
         return not any(worker.queue or worker.busy for worker in self._workers)
 
 
+class LogSink:
+    """The stdlib ``logging`` sink: one structured line per request (:func:`log_request`)."""
+
+    def __call__(self, record: RequestRecord) -> None:
+        log_request(record)
+
+    def quiet(self) -> bool:
+        return not logger.isEnabledFor(logging.INFO)
+
+
 def default_sinks(recent: RecentRequests, extra: Iterable[Sink]) -> list[Sink]:
     """The built-in sinks (the one-line-per-request log, the recent ring) then the user's."""
-    return [log_request, recent, *extra]
+    return [LogSink(), recent, *extra]

@@ -5,6 +5,7 @@ Breaker timing runs on an injected :class:`FakeClock`: "30 s later" is ``clock.a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from asgi_router import ModelRouter
 from asgi_router.breaker import Phase
 
-from .conftest import API_KEY
+from .conftest import API_KEY, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -221,3 +222,34 @@ async def test_without_health_settings_nothing_is_probed(upstream: MockUpstream)
         await anyio.sleep(0.1)
         await chat(client, "mock/ok")
     assert sum(upstream.health_hits.values()) == before
+
+
+async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUpstream) -> None:
+    """The relay is cancelled, so it never reports; the request's end must still free the slot."""
+    providers = {"capped": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "max_concurrent": 1}}  # type: ignore[attr-defined]
+    router = ModelRouter(host_app(), settings=make_settings(upstream.url, providers=providers))  # type: ignore[attr-defined]
+    request = json.dumps({"model": "capped/trickle-500", "stream": True, "messages": []}).encode()
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        with anyio.fail_after(5):
+            while len(sent) < 3:  # the response started and chunks are flowing: then leave
+                await anyio.sleep(0.01)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "query_string": b""}
+    with anyio.fail_after(5):
+        await router(scope, receive, send)  # type: ignore[arg-type]
+    await router._transport.aclose()
+    state: Any = router.state
+    assert sent[0]["type"] == "http.response.start"
+    assert sent[-1].get("more_body", True)  # cut off mid-stream, not finished
+    assert state._in_flight["capped"] == 0

@@ -58,6 +58,22 @@ async def test_a_streamed_request_is_retried_before_commit(upstream: MockUpstrea
     assert upstream.hits[model] == 2
 
 
+async def test_a_stream_that_breaks_after_commit_is_never_retried(upstream: MockUpstream) -> None:
+    async with routed_router(upstream, retries=2) as (client, _):
+        response = await chat(client, "mock/break-2", stream=True)
+    assert response.status_code == 200  # committed: the status line had gone out
+    assert '"code":"stream_interrupted"' in response.text
+    assert response.headers["x-router-attempts"] == "1"
+    assert upstream.attempts(response.headers["x-request-id"]) == ["break-2"]
+
+
+async def test_the_same_break_before_commit_is_retried(upstream: MockUpstream) -> None:
+    async with routed_router(upstream, retries=2) as (client, _):
+        response = await chat(client, "mock/break-2", stream=False)  # the body is read before commit
+    assert response.status_code == 502
+    assert upstream.attempts(response.headers["x-request-id"]) == ["break-2"] * 3
+
+
 @pytest.mark.parametrize("status", [401, 402, 404])
 async def test_reasons_the_same_candidate_would_repeat_are_not_retried(upstream: MockUpstream, status: int) -> None:
     model = f"status-{status}-{tag()}"

@@ -127,3 +127,25 @@ def test_recent_requests_keeps_only_the_newest() -> None:
 
     anyio.run(fill)
     assert [r.request_id for r in recent.snapshot()] == ["req-2", "req-3", "req-4"]
+
+
+def test_a_quiet_sink_is_not_queued_for_and_counts_no_drops() -> None:
+    class Quiet:
+        def __init__(self) -> None:
+            self.is_quiet = True
+
+        def __call__(self, record: RequestRecord) -> None:
+            raise AssertionError("never called")
+
+        def quiet(self) -> bool:
+            return self.is_quiet
+
+    sink = Quiet()
+    bus = EventBus([sink], capacity=1)
+    for index in range(3):
+        bus.publish(_record(index))
+    assert bus.dropped == 0  # nothing queued, nothing dropped
+    sink.is_quiet = False
+    for index in range(3):
+        bus.publish(_record(index))
+    assert bus.dropped == 2  # queued once awake (capacity 1), no worker running
