@@ -414,7 +414,8 @@ class AttemptLoop:
                         )
                         retry_after = None
                         if reason in _HINTED:
-                            retry_after = retry_hint(response.headers, failure if reason == "rate_limited" else None)
+                            limited = reason == "rate_limited"
+                            retry_after = retry_hint(response.headers, failure, rate_limited=limited)
                         return _Failed(reason, status, retry_after)
                     refusal = await read_to_end(
                         response.chunks, [], self._max_response_bytes, timeouts.idle, deadline, self._clock

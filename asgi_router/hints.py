@@ -10,7 +10,8 @@ Read in order, the first that says something wins:
    seconds, or epoch seconds). When ``x-ratelimit-remaining-<kind>`` says which limit is at
    zero, that limit's reset counts; otherwise the longest reset (the conservative reading).
 
-Only failure responses are read here: never a byte of a relayed stream.
+Only failure responses are read here: never a byte of a relayed stream. 3 and 4 apply to a
+429 only (see :func:`retry_hint`).
 """
 
 from __future__ import annotations
@@ -90,9 +91,17 @@ def _reset_hint(headers: Iterable[tuple[bytes, bytes]], now: datetime | None) ->
 
 
 def retry_hint(
-    headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None, *, now: datetime | None = None
+    headers: Iterable[tuple[bytes, bytes]],
+    body: bytes | None = None,
+    *,
+    rate_limited: bool = True,
+    now: datetime | None = None,
 ) -> float | None:
-    """Seconds the upstream asked to wait before trying again, or ``None`` if it did not say."""
+    """Seconds the upstream asked to wait before trying again, or ``None`` if it did not say.
+
+    Only a rate-limited answer (429) is read past the ``Retry-After`` headers: providers send
+    ``x-ratelimit-reset-*`` on every response, and on a 5xx they say nothing about the outage.
+    """
     headers = list(headers)
     retry_after: str | None = None
     for name, value in headers:
@@ -107,6 +116,8 @@ def retry_hint(
         seconds = parse_retry_after(retry_after, now=now)
         if seconds is not None:
             return seconds
+    if not rate_limited:
+        return None
     if body:
         seconds = _body_hint(body)
         if seconds is not None:

@@ -89,3 +89,9 @@ def test_retry_hint_reads_headers_then_body_then_reset_headers(
 def test_body_hint_is_only_looked_for_near_the_start() -> None:
     assert retry_hint([], b"x" * 9000 + b"try again in 2s") is None
     assert retry_hint([], b"x" * 100 + b"try again in 2s") == 2.0
+
+
+def test_a_5xx_is_only_read_for_retry_after_not_for_resets_or_the_body() -> None:
+    headers = [(b"x-ratelimit-reset-requests", b"6m0s"), (b"x-ratelimit-remaining-requests", b"0")]
+    assert retry_hint(headers, b"try again in 2s", rate_limited=False) is None
+    assert retry_hint([*headers, (b"retry-after", b"3")], b"", rate_limited=False) == 3.0
