@@ -50,6 +50,8 @@ class AttemptSummary:
     reason: Reason
     status: int | None = None
     retry_after: float | None = None
+    #: Never contacted (no key, context too small, over budget): does not decide the status.
+    skipped: bool = False
 
     def line(self) -> str:
         return f"{self.candidate}: {self.reason}" + (f" ({self.status})" if self.status else "")
@@ -88,17 +90,21 @@ def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptS
 def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     """The error for a plan whose every candidate failed (DESIGN.md §4).
 
-    All rate-limited: 429 with the smallest Retry-After seen. All timed out: 504. Else 502.
-    Skipped candidates (never contacted) do not decide the status unless nothing was contacted.
+    All rate-limited (upstream 429 or the router's own rpm/tpm budgets): 429 with the smallest
+    Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400
+    ``context_length_exceeded`` (no model would take it). Else 502. Skipped candidates (never
+    contacted) do not decide the status unless nothing was contacted.
     """
-    contacted = [a for a in attempts if a.reason != "provider_not_configured"] or list(attempts)
+    contacted = [a for a in attempts if not a.skipped and a.reason != "provider_not_configured"] or list(attempts)
     reasons = {a.reason for a in contacted}
     message = "\n".join(a.line() for a in attempts) or "the plan had no candidates"
-    if reasons == {"rate_limited"}:
-        waits = [a.retry_after for a in contacted if a.retry_after is not None]
+    if reasons and reasons <= {"rate_limited", "over_budget"}:
+        waits = [a.retry_after for a in attempts if a.retry_after is not None]
         return RouterError(429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None)
     if reasons == {"timeout"}:
         return RouterError(504, "upstream_timeout", message, tuple(attempts))
+    if reasons == {"context_window"}:
+        return RouterError(400, "context_length_exceeded", message, tuple(attempts))
     return RouterError(502, "upstream_unavailable", message, tuple(attempts))
 
 
