@@ -229,7 +229,7 @@ class RouterSettings(BaseSettings):
     rules: list[RuleSettings] = Field(default_factory=list)
     #: Half-life (seconds) of the time-to-first-byte moving average the ``latency`` strategy reads.
     latency_half_life: PositiveFloat = 60.0
-    #: ``GET`` path listing groups, aliases and models (OpenAI list shape); ``None`` leaves it to the app.
+    #: ``GET`` path listing groups, aliases and models (OpenAI list shape); ``None`` or ``""`` leaves it to the app.
     models_route: str | None = "/v1/models"
 
     _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
@@ -276,6 +276,8 @@ class RouterSettings(BaseSettings):
     @field_validator("models_route")
     @classmethod
     def _check_models_route(cls, value: str | None) -> str | None:
+        if value == "":  # TOML and environment variables cannot say None
+            return None
         if value is not None and not value.startswith("/"):
             raise ValueError(f"models_route {value!r} must start with '/'")
         return value

@@ -191,6 +191,7 @@ def test_bad_group_options_are_refused_naming_the_key(group: dict[str, Any], key
 
 def test_models_route_can_be_turned_off_but_not_misspelled() -> None:
     assert RouterSettings(models_route=None).models_route is None
+    assert RouterSettings(models_route="").models_route is None  # how TOML and env say "off"
     with pytest.raises(ValidationError, match="models_route"):
         RouterSettings(models_route="v1/models")
 
