@@ -35,12 +35,16 @@ async def test_least_busy_spreads_concurrent_requests_and_returns_to_idle(upstre
             response = await _post(client, "group/lb")
             winners.append(response.headers["x-router-model"])
 
+        def busy() -> tuple[int, int]:
+            return stats.in_flight("mock/slow-500"), stats.in_flight("mock2/slow-500")
+
         async with anyio.create_task_group() as tasks:
-            for _ in range(4):
+            for launched in range(1, 5):
                 tasks.start_soon(one)
-                await anyio.sleep(0.02)  # each request is in flight before the next resolves
-            await anyio.sleep(0.2)
-            assert (stats.in_flight("mock/slow-500"), stats.in_flight("mock2/slow-500")) == (2, 2)
+                with anyio.fail_after(2):  # each request is in flight before the next resolves
+                    while sum(busy()) < launched:
+                        await anyio.sleep(0.002)
+            assert busy() == (2, 2)
     assert Counter(winners) == {"mock/slow-500": 2, "mock2/slow-500": 2}
     assert (stats.in_flight("mock/slow-500"), stats.in_flight("mock2/slow-500")) == (0, 0)
 
