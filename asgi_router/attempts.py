@@ -203,6 +203,7 @@ class AttemptLoop:
                             result.reason,
                             result.status,
                             self._clock() - started,
+                            principal=record.principal,
                         )
                     )
                 return result
@@ -232,6 +233,7 @@ class AttemptLoop:
                 failure.status,
                 latency,
                 failure.ttfb,
+                principal=record.principal,
             )
         )
 

@@ -1,9 +1,14 @@
 """What happened to a request, as data: one :class:`AttemptEvent` per attempt.
 
 Events are built from candidates, reasons, statuses and timings only, so they cannot carry an
-API key. The stdlib ``logging`` sink writes one structured line per request on the
-``asgi_router`` logger; it is skipped entirely (no formatting) when that logger is not enabled
-for INFO, so it costs nothing on a quiet production logger.
+API key. Each also carries the request's ``principal`` (who inbound auth admitted: an
+``api_keys`` name or fingerprint, or whatever the host's ``authorize`` callable returned) so
+that a sink can account per key.
+
+The stdlib ``logging`` sink writes one structured line per request on the ``asgi_router``
+logger; it is skipped entirely (no formatting) when that logger is not enabled for INFO, so it
+costs nothing on a quiet production logger. The principal is not in the line (a host's
+principal object may hold anything); the record rides along as ``extra={"asgi_router": ...}``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class AttemptEvent:
     latency: float = 0.0
     #: Seconds from sending to the first body byte, when one arrived.
     ttfb: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated).
+    principal: object = None
 
 
 @dataclass(slots=True)
@@ -53,6 +60,8 @@ class RequestRecord:
     events: list[AttemptEvent] = field(default_factory=list)
     #: The candidate being tried or relayed right now, and since when (for ``aborted`` events).
     in_flight: tuple[str, float] | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated or refused).
+    principal: object = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:
