@@ -10,8 +10,8 @@
   ``Infinity``: not JSON, so the upstream would get a body it cannot parse.
   ``NaN``/``Infinity`` literals are refused too.
 * **deep nesting**: anything deeper than :data:`MAX_JSON_DEPTH` is refused. The C parser's
-  recursion guard stops pathological depth before Python's stack is at risk; the depth walk
-  runs only when the body has more brackets than the cap, so ordinary requests skip it.
+  recursion guard stops pathological depth before Python's stack is at risk; an iterative
+  walk then enforces the cap (about a microsecond for an ordinary chat request).
 
 Every refusal is a :class:`JsonRefused` carrying a client-safe message; nothing here raises.
 """
@@ -61,37 +61,41 @@ def _finite_float(literal: str) -> float:
 
 
 def _too_deep(root: Any, cap: int) -> bool:
-    """Whether ``root`` nests deeper than ``cap``; iterative, so it cannot itself recurse."""
-    stack: list[tuple[Any, int]] = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Whether ``root`` nests deeper than ``cap``: level by level, so it cannot itself recurse.
+
+    Its cost is one ``isinstance`` per value, cheaper for text-heavy chat bodies than even
+    counting their brackets.
+    """
+    level: list[Any] = [root]
+    depth = 1
+    while level:
         if depth > cap:
             return True
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
+        below: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
+        depth += 1
     return False
+
+
+# One decoder for every request: ``json.loads`` with hooks would build a new one per call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float)
 
 
 def loads(body: bytes) -> Any | JsonRefused:
     """The parsed body, or why it was refused (invalid, unbounded, or nested too deep)."""
     try:
-        value = json.loads(
-            body,
-            parse_constant=_reject_constant,
-            parse_int=_bounded_int,
-            parse_float=_finite_float,
-        )
+        # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes.
+        value = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except _Refusal as exc:
         return JsonRefused(f"request body is not acceptable JSON: {exc}")
     except RecursionError:
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     except ValueError:  # JSONDecodeError, UnicodeDecodeError, int digit limits
         return JsonRefused("request body is not valid JSON")
-    if (
-        isinstance(value, (dict, list))
-        and body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH
-        and _too_deep(value, MAX_JSON_DEPTH)
-    ):
+    if isinstance(value, (dict, list)) and _too_deep(value, MAX_JSON_DEPTH):
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     return value
