@@ -4,6 +4,7 @@
 See README.rst for configuration and semantics, and DESIGN.md for the contract.
 """
 
+from .auth import Authorize
 from .classify import Reason
 from .errors import AttemptSummary, RouterError
 from .events import AttemptEvent, RequestRecord
@@ -22,6 +23,7 @@ from .settings import (
 __all__ = [
     "AttemptEvent",
     "AttemptSummary",
+    "Authorize",
     "Candidate",
     "ConfigError",
     "GroupSettings",
