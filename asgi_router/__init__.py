@@ -4,6 +4,7 @@
 See README.rst for configuration and semantics, and DESIGN.md for the contract.
 """
 
+from .auth import Authorize
 from .catalog import ModelInfo
 from .classify import Reason
 from .degraded import DegradedSettings
@@ -28,6 +29,7 @@ from .stats import InMemoryStats, RoutingStats
 __all__ = [
     "AttemptEvent",
     "AttemptSummary",
+    "Authorize",
     "Candidate",
     "ConfigError",
     "DegradedSettings",

@@ -392,6 +392,7 @@ class RequestAttempts:
                     result.reason,
                     result.status,
                     elapsed,
+                    principal=self.record.principal,
                 )
             )
             return result
@@ -435,6 +436,7 @@ class RequestAttempts:
                 failure.status,
                 latency,
                 failure.ttfb,
+                principal=self.record.principal,
             )
         )
 

@@ -31,6 +31,8 @@ __all__ = [
 #: OpenAI's ``error.type`` for each status the router itself produces.
 ERROR_TYPES: Final[dict[int, str]] = {
     400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
     404: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
@@ -69,6 +71,8 @@ class RouterError:
     message: str
     attempts: tuple[AttemptSummary, ...] | None = None
     retry_after: float | None = None
+    #: Extra response headers (e.g. ``WWW-Authenticate`` on a 401).
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def body(self) -> bytes:
         return error_body(self.status, self.code, self.message, self.attempts)

@@ -1,9 +1,14 @@
 """What happened to a request, as data: one :class:`AttemptEvent` per attempt.
 
 Events are built from candidates, reasons, statuses and timings only, so they cannot carry an
-API key. The stdlib ``logging`` sink writes one structured line per request on the
-``asgi_router`` logger; it is skipped entirely (no formatting) when that logger is not enabled
-for INFO, so it costs nothing on a quiet production logger.
+API key. Each also carries the request's ``principal`` (who inbound auth admitted: an
+``api_keys`` name or fingerprint, or whatever the host's ``authorize`` callable returned) so
+that a sink can account per key.
+
+The stdlib ``logging`` sink writes one structured line per request on the ``asgi_router``
+logger; it is skipped entirely (no formatting) when that logger is not enabled for INFO, so it
+costs nothing on a quiet production logger. The principal is not in the line (a host's
+principal object may hold anything); the record rides along as ``extra={"asgi_router": ...}``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class AttemptEvent:
     ttfb: float | None = None
     #: USD this attempt cost (served attempts of models with catalog prices).
     cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated).
+    principal: object = None
 
 
 @dataclass(slots=True)
@@ -65,6 +72,8 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated or refused).
+    principal: object = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

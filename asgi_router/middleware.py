@@ -3,11 +3,13 @@
 Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
 the first lines of ``__call__``. ``lifespan`` also goes to the host app, with the router
 opening its one shared upstream client on startup and closing it after the app's shutdown.
-A chat request flows: read body → parse → resolve plan (strategy, rules) → attempt loop (with
-hedging for groups that hedge) → respond or relay → count tokens and cost. When every candidate
-failed, a group with a canned reply answers with it (``degraded.py``). ``GET /v1/models`` is
-answered from configuration (``models_endpoint.py``).
-Per-request state lives in an :class:`_Exchange`, never on the middleware.
+A chat request flows: inbound auth → screen headers → read body → parse → resolve plan
+(strategy, rules) → attempt loop (with hedging for groups that hedge) → respond or relay →
+count tokens and cost. Auth and the header screen run before a byte of the body is read, so a
+refused client cannot make the router buffer anything. When every candidate failed, a group
+with a canned reply answers with it (``degraded.py``). ``GET /v1/models`` is answered from
+configuration (``models_endpoint.py``). Per-request state lives in an :class:`_Exchange`,
+never on the middleware.
 
 From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
@@ -28,6 +30,7 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .attempts import AttemptLoop, Committed, Refused
+from .auth import Authorize, build_guard
 from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
 from .degraded import DegradedSettings, degraded_reply, should_degrade
@@ -38,7 +41,9 @@ from .headers import request_headers_for_upstream, response_headers_for_client
 from .inbound import ClientGone, parse_request, read_body, request_id_for
 from .models_endpoint import ModelsEndpoint
 from .plan import Plan, ResolveError, Resolver
+from .redact import register_secrets, secrets_of
 from .relay import relay_stream, send_whole
+from .screen import screen_headers
 from .settings import RouterSettings, load_settings
 from .stats import InMemoryStats, RoutingStats
 from .upstream import HttpxTransport, ProviderRuntime
@@ -82,6 +87,7 @@ class _Exchange:
     async def send_error(self, error: RouterError, attempts: int = 0) -> None:
         headers = [(b"content-type", b"application/json")]
         headers += _router_headers(self.record.request_id, None, attempts, self.route)
+        headers += error.headers
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
         self.record.status = error.status
@@ -101,6 +107,9 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
+    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize=`` a callable
+    ``(scope, headers) -> bool | principal``, or ``api_keys`` / ``allow_unauthenticated`` in
+    the settings; without one the constructor raises :class:`ConfigError`.
     ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``); it
     stays the caller's to close. ``clock`` is injectable for tests of timing logic; ``stats``
     (routing statistics, :class:`~asgi_router.stats.InMemoryStats` by default) and ``rng`` (the
@@ -117,9 +126,18 @@ class ModelRouter:
         clock: Callable[[], float] = time.monotonic,
         stats: RoutingStats | None = None,
         rng: random.Random | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.app = app
         self.settings = load_settings(settings, config)
+        self._guard = build_guard(self.settings, authorize)
+        register_secrets(secrets_of(self.settings))
+        if self.settings.allow_unauthenticated:
+            logger.warning(
+                "asgi_router: allow_unauthenticated=True: anyone who can reach %s spends the configured "
+                "providers' keys; use api_keys or authorize= outside local development",
+                ", ".join(self.settings.routes),
+            )
         self._routes = frozenset(self.settings.routes)
         if stats is None:
             stats = InMemoryStats(clock, self.settings.latency_half_life)
@@ -178,8 +196,17 @@ class ModelRouter:
 
     async def _exchange(self, exchange: _Exchange) -> None:
         scope, record = exchange.scope, exchange.record
+        admitted = await self._guard.check(scope)
+        if isinstance(admitted, RouterError):
+            await exchange.send_error(admitted)
+            return
+        record.principal = admitted.principal
+        unreadable = screen_headers(scope)
+        if unreadable is not None:
+            await exchange.send_error(unreadable)
+            return
         try:
-            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes)
+            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes, self.settings.body_timeout)
         except ClientGone:
             record.status = 499
             return
@@ -220,6 +247,7 @@ class ModelRouter:
                     "client_disconnected",
                     None,
                     self._clock() - since,
+                    principal=record.principal,
                 )
             )
             record.in_flight = None
@@ -232,7 +260,7 @@ class ModelRouter:
         request_id = record.request_id
 
         def headers_for(provider: ProviderRuntime) -> dict[str, str]:
-            return request_headers_for_upstream(inbound, provider.headers, request_id)
+            return request_headers_for_upstream(inbound, provider.headers, request_id, provider.forward)
 
         result = await self._loop.run(plan, payload, stream, exchange.scope["path"], headers_for, record, facts)
         if isinstance(result, RouterError):
@@ -311,5 +339,6 @@ class ModelRouter:
                 self._clock() - committed.started,
                 committed.ttfb,
                 spend.cost_usd,
+                principal=record.principal,
             )
         )

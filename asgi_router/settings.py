@@ -46,11 +46,13 @@ from pydantic_settings import (
 from .catalog import ModelInfo
 from .classify import DEFAULT_FAILOVER, Reason
 from .degraded import DegradedSettings
+from .headers import never_forwarded, never_sent
 from .refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
 from .rules import RuleSettings
 
 __all__ = [
     "MAX_GROUP_DEPTH",
+    "MIN_INBOUND_KEY_LENGTH",
     "ConfigError",
     "GroupSettings",
     "MemberSettings",
@@ -63,6 +65,8 @@ __all__ = [
 
 #: How deep ``group/a -> group/b -> ...`` may nest before config is refused.
 MAX_GROUP_DEPTH: Final = 8
+#: Shortest inbound API key accepted: constant-time comparison does not help a guessable key.
+MIN_INBOUND_KEY_LENGTH: Final = 16
 
 _toml_path: ContextVar[Path | None] = ContextVar("asgi_router_toml_path", default=None)
 
@@ -103,6 +107,10 @@ class ProviderSettings(_Strict):
     timeouts: Timeouts = Timeouts()
     #: Extra headers sent upstream with every request (e.g. OpenRouter's ``HTTP-Referer``).
     headers: dict[str, str] = Field(default_factory=dict)
+    #: Inbound headers copied to this provider on top of the fixed allowlist (content-type,
+    #: accept, user-agent, x-request-id), e.g. ``["traceparent"]``. Credentials, cookies,
+    #: ``proxy-*`` and hop-by-hop headers can never be named here.
+    forward_headers: list[str] = Field(default_factory=list)
 
     @field_validator("base_url")
     @classmethod
@@ -138,7 +146,26 @@ class ProviderSettings(_Strict):
                 raise ValueError(f"header name {name!r} is not a valid HTTP token")
             if any(ord(ch) < 32 or ord(ch) == 127 for ch in header_value):
                 raise ValueError(f"header {name!r} has a control character in its value")
+            if never_sent(name.lower().encode()):
+                # A configured Transfer-Encoding or Connection would change the request's framing.
+                raise ValueError(f"header {name!r} is hop-by-hop or framing; the transport sets it")
         return {name.lower(): header_value for name, header_value in value.items()}
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _check_forward_headers(cls, value: list[str]) -> list[str]:
+        names: list[str] = []
+        for name in value:
+            if not name or any(not (33 <= ord(ch) < 127) or ch == ":" for ch in name):
+                raise ValueError(f"forward_headers: {name!r} is not a valid HTTP token")
+            lowered = name.lower()
+            if never_forwarded(lowered.encode()):
+                raise ValueError(
+                    f"forward_headers: {lowered!r} is never forwarded "
+                    "(credentials, cookies, proxy-* and hop-by-hop headers stay with the router)"
+                )
+            names.append(lowered)
+        return names
 
     def key(self) -> SecretStr | None:
         """The configured key: ``api_key`` if set, else the named environment variable."""
@@ -231,6 +258,16 @@ class RouterSettings(BaseSettings):
     latency_half_life: PositiveFloat = 60.0
     #: ``GET`` path listing groups, aliases and models (OpenAI list shape); ``None`` or ``""`` leaves it to the app.
     models_route: str | None = "/v1/models"
+    #: Seconds the whole request body may take to arrive (408 after): a client trickling a
+    #: body byte by byte must not hold a request open for ever.
+    body_timeout: PositiveFloat = 30.0
+    #: Inbound API keys a client must present (``Authorization: Bearer`` or ``x-api-key``).
+    #: A list, or a mapping ``name -> key`` whose names become the request's principal.
+    api_keys: list[SecretStr] | dict[str, SecretStr] | None = None
+    #: Serve anyone who can reach the router, spending the providers' keys. Development only:
+    #: the router logs a warning at start-up. One of this, ``api_keys`` or ModelRouter's
+    #: ``authorize=`` is required (the router refuses to start otherwise).
+    allow_unauthenticated: bool = False
 
     _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
 
@@ -281,6 +318,35 @@ class RouterSettings(BaseSettings):
         if value is not None and not value.startswith("/"):
             raise ValueError(f"models_route {value!r} must start with '/'")
         return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(
+        cls, value: list[SecretStr] | dict[str, SecretStr] | None
+    ) -> list[SecretStr] | dict[str, SecretStr] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("api_keys is empty; list at least one key, or leave it out")
+        keys = list(value.values()) if isinstance(value, dict) else value
+        for name in value if isinstance(value, dict) else ():
+            if not is_valid_name(name):
+                raise ValueError(f"api_keys.{name}: names are letters, digits, '_', '.', '-'")
+        for index, key in enumerate(keys):
+            secret = key.get_secret_value()
+            if len(secret) < MIN_INBOUND_KEY_LENGTH:
+                raise ValueError(f"api_keys[{index}] is shorter than {MIN_INBOUND_KEY_LENGTH} characters")
+            if any(not (33 <= ord(ch) < 127) for ch in secret):
+                raise ValueError(f"api_keys[{index}] must be printable ASCII without spaces (it travels in a header)")
+        if len({key.get_secret_value() for key in keys}) != len(keys):
+            raise ValueError("api_keys lists the same key twice")
+        return value
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Self:
+        if self.allow_unauthenticated and self.api_keys is not None:
+            raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")
+        return self
 
     @model_validator(mode="after")
     def _check_references(self) -> Self:
