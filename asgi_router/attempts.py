@@ -13,15 +13,32 @@ Commit rules:
 
 A status whose reason the plan does not fail over on (by default only ``client_error``) stops
 the loop and is passed through untouched: the request itself is wrong, and the next model would
-hit the same wall. Every response that is not handed on is closed here, also on cancellation.
+hit the same wall. The one 400 that fails over is an upstream saying the prompt exceeded *its*
+context window (``classify.refine_client_error``): another model's window may be larger.
+Every response that is not handed on is closed here, also on cancellation.
 
-Resilience (docs/resilience.rst): each attempt is admitted by the :class:`~asgi_router.gate.Gate`
-(breakers, ``max_concurrent``; a refusal is a ``skipped`` event) and holds a lease until its
-outcome is known. A candidate may be retried in place ``plan.retries`` times when the reason is
-in ``retry_on``, after the upstream's hint or a full-jitter backoff, within the provider's
-retry budget; ``max_attempts`` and the request ``deadline`` bound the whole walk, backoff
-included. If every candidate was skipped for an open breaker, the one that opened longest ago
-is tried anyway: a plan is never failed without a try because of breakers alone.
+Per request, a :class:`RequestAttempts` holds what the pass over the plan has done so far (wire
+body, summaries, attempt count, what is left of its budgets) and does each step the same way
+whoever drives it: the plain loop in :meth:`AttemptLoop.run`, or the hedging race
+(``hedging.py``) for groups that hedge. The steps:
+
+* :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
+  ``provider_not_configured``; ``budget_exhausted`` once ``max_attempts`` or the request
+  ``deadline`` is reached; the :class:`~asgi_router.bookkeeping.Bookkeeper`'s
+  ``context_window`` and ``over_budget``; then the :class:`~asgi_router.gate.Gate`'s
+  ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
+* :meth:`~RequestAttempts.attempt` calls it (the lease learns when the upstream answered).
+* :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
+  stream's lease is finished by the relay's end, so late failures count), events and accounts
+  for the result, and says whether the pass is decided.
+
+Resilience (docs/resilience.rst), in :meth:`AttemptLoop.run`: a candidate may be retried in
+place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint
+(``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
+and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
+skipped for an open breaker, the one that opened longest ago is tried anyway: a plan is never
+failed without a try because of breakers alone. A hedged group races instead of retrying in
+place (the race is its second chance); the budgets and the all-open rule apply to it too.
 """
 
 from __future__ import annotations
@@ -35,16 +52,20 @@ from typing import Any, Final
 
 import anyio
 
-from .classify import Reason, UnrecognisedFailure, classify_exception, classify_status
+from .bookkeeping import Bookkeeper
+from .classify import Reason, UnrecognisedFailure, classify_exception, classify_status, refine_client_error
 from .errors import AttemptSummary, RouterError, exhausted_error
 from .events import AttemptEvent, Outcome, RequestRecord, logger
-from .gate import Gate, Lease, Skip
+from .facts import EMPTY_FACTS, RequestFacts
+from .gate import Gate, Lease
+from .hedging import race
 from .hints import retry_hint
 from .plan import Candidate, Plan
 from .retry import RetryPolicy, retry_wait
+from .skip import Skip
 from .upstream import ProviderRuntime, Transport, UpstreamResponse
 
-__all__ = ["AttemptLoop", "Committed", "Refused", "WireBody", "wire_targets"]
+__all__ = ["AttemptLoop", "Attempted", "Committed", "Ready", "Refused", "RequestAttempts", "WireBody", "wire_targets"]
 
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
@@ -124,6 +145,28 @@ class _Failed:
     ttfb: float | None = None
     #: An unrecognised failure: never retried (the loop stops with a 502).
     fatal: bool = False
+    #: Not contacted (no key, context too small, over budget, breaker open, saturated, ...).
+    skipped: bool = False
+
+
+#: What one attempt can end in.
+Attempted = Committed | Refused | _Failed
+
+
+@dataclass(slots=True, eq=False)
+class Ready:
+    """A candidate that passed admission, with what its attempt needs."""
+
+    candidate: Candidate
+    #: ``provider/model-id`` (the statistics key).
+    key: str
+    provider: ProviderRuntime
+    body: bytes
+    #: The gate's admission: finished exactly once with how the attempt ended.
+    lease: Lease
+    started: float = 0.0
+    #: What a cancellation of this attempt means: the client left, or it lost a hedge race.
+    cancel_reason: Reason = "client_disconnected"
 
 
 async def _first_chunk(chunks: AsyncIterator[bytes]) -> bytes:
@@ -157,67 +200,6 @@ async def read_to_end(
         parts.append(chunk)
 
 
-class _Walk:
-    """One request's way through its plan: what was tried, what is left of its budgets."""
-
-    __slots__ = (
-        "attempts",
-        "deadline",
-        "exhausted",
-        "failover_on",
-        "headers_for",
-        "open_skips",
-        "record",
-        "route",
-        "stream",
-        "summaries",
-        "wire",
-    )
-
-    def __init__(
-        self,
-        record: RequestRecord,
-        wire: WireBody,
-        stream: bool,
-        route: str,
-        headers_for: Callable[[ProviderRuntime], dict[str, str]],
-        failover_on: frozenset[Reason],
-        deadline: float,
-    ) -> None:
-        self.record = record
-        self.wire = wire
-        self.stream = stream
-        self.route = route
-        self.headers_for = headers_for
-        self.failover_on = failover_on
-        self.deadline = deadline
-        self.summaries: list[AttemptSummary] = []
-        self.attempts = 0
-        #: Set once ``max_attempts`` or the deadline stops the walk.
-        self.exhausted = False
-        #: Candidates skipped for an open breaker, with when it opened.
-        self.open_skips: list[tuple[float, Candidate]] = []
-
-    def note(self, candidate: Candidate, outcome: Outcome, failure: _Failed, latency: float) -> None:
-        name = str(candidate)
-        self.summaries.append(AttemptSummary(name, failure.reason, failure.status, failure.retry_after))
-        self.record.events.append(
-            AttemptEvent(
-                self.record.request_id,
-                len(self.record.events),
-                name,
-                outcome,
-                failure.reason,
-                failure.status,
-                latency,
-                failure.ttfb,
-            )
-        )
-
-    def skip(self, candidate: Candidate, reason: Reason) -> None:
-        self.note(candidate, "skipped", _Failed(reason), 0.0)
-
-
 class AttemptLoop:
     """Runs plans against a :class:`Transport`; one instance per router, no per-request state."""
 
@@ -228,6 +210,7 @@ class AttemptLoop:
         max_response_bytes: int,
         clock: Callable[[], float] = time.monotonic,
         *,
+        bookkeeper: Bookkeeper,
         gate: Gate,
         policy: RetryPolicy,
         random: Callable[[], float] = random.random,
@@ -236,6 +219,7 @@ class AttemptLoop:
         self._providers = providers
         self._max_response_bytes = max_response_bytes
         self._clock = clock
+        self._book = bookkeeper
         self._gate = gate
         self._policy = policy
         self._random = random
@@ -248,138 +232,58 @@ class AttemptLoop:
         route: str,
         headers_for: Callable[[ProviderRuntime], dict[str, str]],
         record: RequestRecord,
+        facts: RequestFacts = EMPTY_FACTS,
     ) -> Committed | Refused | RouterError:
         """Try ``plan`` until a candidate commits, refuses, or every candidate has failed."""
         deadline = self._clock() + self._policy.deadline
-        walk = _Walk(record, WireBody(payload), stream, route, headers_for, plan.failover_on, deadline)
-        for candidate in plan.candidates:
-            result = await self._candidate(walk, candidate, plan.retries)
-            if result is not None:
-                return result
-            if walk.exhausted:
-                break
-        if walk.attempts == 0 and walk.open_skips and not walk.exhausted:
-            # Every candidate was skipped for an open breaker: failing untried would make the
-            # breakers the outage. Try the one that opened longest ago, as its probe.
-            _, oldest = min(walk.open_skips, key=lambda skipped: skipped[0])
-            result = await self._candidate(walk, oldest, 0, force=True)
-            if result is not None:
-                return result
-        return exhausted_error(walk.summaries)
+        attempts = RequestAttempts(self, plan, payload, stream, route, headers_for, record, facts, deadline)
+        policy = plan.policy
+        decided: Committed | Refused | RouterError | None = None
+        if policy is not None and policy.hedge_after is not None and len(plan.candidates) > 1:
+            decided = await race(attempts, policy, self._book.stats, self._clock)
+        else:
+            for candidate in plan.candidates:
+                decided = await self._candidate(attempts, candidate, plan.retries)
+                if decided is not None or attempts.stopped:
+                    break
+        if decided is None:
+            oldest = attempts.oldest_open()
+            if oldest is not None:
+                # Every candidate was skipped for an open breaker: failing untried would make the
+                # breakers the outage. Try the one that opened longest ago, as its probe.
+                decided = await self._candidate(attempts, oldest, 0, force=True)
+        return decided if decided is not None else attempts.exhausted()
 
     async def _candidate(
-        self, walk: _Walk, candidate: Candidate, retries: int, *, force: bool = False
+        self, attempts: RequestAttempts, candidate: Candidate, retries: int, *, force: bool = False
     ) -> Committed | Refused | RouterError | None:
-        """Attempt ``candidate`` (and retry it in place); ``None``: move on to the next one."""
-        provider = self._providers.get(candidate.provider)
-        if provider is None or not provider.configured:
-            walk.skip(candidate, "provider_not_configured")
-            return None
-        body = walk.wire.for_model(candidate.model_id)
-        if not wire_targets(body, candidate.model_id):  # pragma: no cover - defence in depth
-            raise AssertionError(f"target guard: wire body does not name {candidate}")
-        url, headers = provider.urls[walk.route], walk.headers_for(provider)
+        """Attempt ``candidate`` and retry it in place up to ``retries`` times; ``None``: move on."""
+        ready = attempts.prepare(candidate, force=force)
         retry = 0
-        retry_token = False
+        token = False  # a retry token of the provider's budget, held until the retry has ended
         try:
-            while True:
-                if walk.attempts >= self._policy.max_attempts or self._clock() >= walk.deadline:
-                    walk.skip(candidate, "budget_exhausted")
-                    walk.exhausted = True
-                    return None
-                lease = self._gate.enter(candidate, force=force)
-                if isinstance(lease, Skip):
-                    walk.skip(candidate, lease.reason)
-                    if lease.opened_at is not None and retry == 0:
-                        walk.open_skips.append((lease.opened_at, candidate))
-                    return None
-                walk.attempts += 1
-                result = await self._leased(walk, lease, candidate, provider, url, headers, body)
-                if retry_token:
-                    retry_token = False
+            while ready is not None:
+                result = await attempts.attempt(ready)
+                if token:
+                    token = False
                     self._gate.end_retry(candidate.provider)
-                if not isinstance(result, _Failed):
-                    return result
-                if result.fatal:
-                    return RouterError(
-                        502, "router_error", "\n".join(s.line() for s in walk.summaries), tuple(walk.summaries)
-                    )
-                if retry >= retries or result.reason not in self._policy.retry_on:
-                    return None
-                wait = retry_wait(
-                    result.retry_after,
-                    retry,
-                    backoff=self._policy.backoff,
-                    max_retry_wait=self._policy.max_retry_wait,
-                    remaining=walk.deadline - self._clock(),
-                    random=self._random,
-                )
+                decided = attempts.settle(ready, result)
+                if decided is not None or retry >= retries:
+                    return decided
+                wait = attempts.retry_wait(result, retry)
                 if wait is None:
                     return None
                 if not self._gate.begin_retry(candidate.provider):
-                    walk.skip(candidate, "budget_exhausted")
+                    attempts.skip(ready.key, Skip("budget_exhausted"))
                     return None
-                retry_token = True
+                token = True
                 retry += 1
                 await anyio.sleep(wait)  # cancelled at once if the client disconnects
+                ready = attempts.prepare(candidate, retry=True)
+            return None
         finally:
-            if retry_token:
+            if token:
                 self._gate.end_retry(candidate.provider)
-
-    async def _leased(
-        self,
-        walk: _Walk,
-        lease: Lease,
-        candidate: Candidate,
-        provider: ProviderRuntime,
-        url: str,
-        headers: dict[str, str],
-        body: bytes,
-    ) -> Committed | Refused | _Failed:
-        """One attempt under ``lease``, which is finished here unless a stream takes it on."""
-        record = walk.record
-        started = self._clock()
-        record.in_flight = (str(candidate), started)
-        try:
-            result = await self._attempt(
-                candidate,
-                provider,
-                url,
-                headers,
-                body,
-                walk.stream,
-                walk.failover_on,
-                started,
-                walk.attempts,
-                walk.deadline,
-                lease,
-            )
-        except BaseException:  # cancelled: the client left mid-attempt
-            lease.finish("client_disconnected")
-            raise
-        record.in_flight = None
-        if isinstance(result, Committed):
-            if walk.stream:
-                result.lease = lease  # finished by the relay's end (ModelRouter._note_served)
-            else:
-                lease.finish("served")
-            return result
-        lease.finish(result.reason)
-        if isinstance(result, Refused):
-            walk.record.events.append(
-                AttemptEvent(
-                    record.request_id,
-                    len(record.events),
-                    str(candidate),
-                    "failed",
-                    result.reason,
-                    result.status,
-                    self._clock() - started,
-                )
-            )
-        else:
-            walk.note(candidate, "failed", result, self._clock() - started)
-        return result
 
     async def _attempt(
         self,
@@ -394,7 +298,7 @@ class AttemptLoop:
         attempts: int,
         commit_by: float,
         lease: Lease,
-    ) -> Committed | Refused | _Failed:
+    ) -> Attempted:
         timeouts = provider.timeouts
         # Until commit, the request's deadline caps the attempt; the relay has the attempt's own.
         relay_deadline = started + timeouts.total
@@ -422,6 +326,10 @@ class AttemptLoop:
                     )
                     if refusal is None:
                         return _Failed("upstream_5xx", status)
+                    if reason == "client_error":
+                        reason = refine_client_error(status, refusal)
+                        if reason in failover_on:
+                            return _Failed(reason, status)
                     return Refused(candidate, status, response.headers, refusal, attempts, reason)
                 first = await _first_chunk(response.chunks)
             ttfb = self._clock() - started
@@ -446,3 +354,241 @@ class AttemptLoop:
             if response is not None and (not handed_off or not stream):
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+
+class RequestAttempts:
+    """One request's pass over its plan: each step of trying one candidate, and what came of it.
+
+    Steps: :meth:`prepare` (skip or get :class:`Ready`), :meth:`attempt` (call it),
+    :meth:`settle` (finish its lease, event it; say whether the pass is decided), then for the
+    plain loop :meth:`retry_wait` (ask the same candidate again?). The hedging race adds
+    :meth:`discard` for attempts it gives up on.
+    """
+
+    __slots__ = (
+        "_headers_for",
+        "_loop",
+        "_open_skips",
+        "_route",
+        "_stream",
+        "_summaries",
+        "_wire",
+        "attempts",
+        "deadline",
+        "facts",
+        "plan",
+        "record",
+        "stopped",
+    )
+
+    def __init__(
+        self,
+        loop: AttemptLoop,
+        plan: Plan,
+        payload: Mapping[str, Any],
+        stream: bool,
+        route: str,
+        headers_for: Callable[[ProviderRuntime], dict[str, str]],
+        record: RequestRecord,
+        facts: RequestFacts,
+        deadline: float,
+    ) -> None:
+        self._loop = loop
+        self.plan = plan
+        self._wire = WireBody(payload)
+        self._stream = stream
+        self._route = route
+        self._headers_for = headers_for
+        self.record = record
+        self.facts = facts
+        #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
+        self.deadline = deadline
+        self._summaries: list[AttemptSummary] = []
+        #: Attempts started so far, retries included (skips are not attempts).
+        self.attempts = 0
+        #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
+        self.stopped = False
+        #: Candidates skipped for an open breaker, with when it opened.
+        self._open_skips: list[tuple[float, Candidate]] = []
+
+    def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
+        """The candidate ready to call, or ``None`` when it is skipped (the skip is evented).
+
+        ``force`` admits it through an open breaker (the all-open fallback); ``retry`` says it
+        is asked again in place.
+        """
+        if self.stopped:
+            return None
+        loop = self._loop
+        key = str(candidate)
+        provider = loop._providers.get(candidate.provider)
+        if provider is None or not provider.configured:
+            self.skip(key, Skip("provider_not_configured"))
+            return None
+        if self.attempts >= loop._policy.max_attempts or loop._clock() >= self.deadline:
+            self.skip(key, Skip("budget_exhausted"))
+            self.stopped = True
+            return None
+        body = self._wire.for_model(candidate.model_id)
+        if not wire_targets(body, candidate.model_id):  # pragma: no cover - defence in depth
+            raise AssertionError(f"target guard: wire body does not name {candidate}")
+        admitted: Skip | Lease | None = loop._book.admit(key, self.plan.policy, self.facts)
+        if admitted is None:
+            admitted = loop._gate.enter(candidate, force=force)
+        if isinstance(admitted, Skip):
+            self.skip(key, admitted)
+            if admitted.opened_at is not None and not retry:
+                self._open_skips.append((admitted.opened_at, candidate))
+            return None
+        return Ready(candidate, key, provider, body, admitted)
+
+    async def attempt(self, ready: Ready) -> Attempted:
+        """Call ``ready``'s upstream; on cancellation, account for it and re-raise."""
+        loop = self._loop
+        self.attempts += 1
+        ready.started = loop._clock()
+        self.record.in_flight = (ready.key, ready.started)
+        loop._book.started(ready.key, self.facts)
+        try:
+            result = await loop._attempt(
+                ready.candidate,
+                ready.provider,
+                ready.provider.urls[self._route],
+                self._headers_for(ready.provider),
+                ready.body,
+                self._stream,
+                self.plan.failover_on,
+                ready.started,
+                self.attempts,
+                self.deadline,
+                ready.lease,
+            )
+        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
+            elapsed = loop._clock() - ready.started
+            ready.lease.finish(ready.cancel_reason)
+            loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
+            raise
+        if self.record.in_flight is not None and self.record.in_flight[0] == ready.key:
+            self.record.in_flight = None
+        return result
+
+    def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
+        """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
+        loop = self._loop
+        elapsed = loop._clock() - ready.started
+        if isinstance(result, Committed):
+            result.attempts = self.attempts
+            loop._book.committed(ready.key, result.ttfb)
+            if self._stream:
+                result.lease = ready.lease  # finished by the relay's end (ModelRouter._note_served)
+            else:
+                ready.lease.finish("served")
+            return result
+        ready.lease.finish(result.reason)
+        if isinstance(result, Refused):
+            result.attempts = self.attempts
+            loop._book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
+            self.record.events.append(
+                AttemptEvent(
+                    self.record.request_id,
+                    len(self.record.events),
+                    ready.key,
+                    "failed",
+                    result.reason,
+                    result.status,
+                    elapsed,
+                    principal=self.record.principal,
+                )
+            )
+            return result
+        loop._book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
+        self._note(ready.key, "failed", result, elapsed)
+        if result.fatal:
+            lines = "\n".join(summary.line() for summary in self._summaries)
+            return RouterError(502, "router_error", lines, tuple(self._summaries))
+        return None
+
+    def retry_wait(self, result: Attempted, retry: int) -> float | None:
+        """Seconds to wait before retry ``retry`` (0-based) of a failed attempt; ``None``: don't.
+
+        Only reasons in ``retry_on`` are retried; the upstream's hint replaces the backoff, a
+        hint over ``max_retry_wait`` is not waited, and no wait may outrun the deadline.
+        """
+        policy = self._loop._policy
+        if not isinstance(result, _Failed) or result.fatal or result.reason not in policy.retry_on:
+            return None
+        return retry_wait(
+            result.retry_after,
+            retry,
+            backoff=policy.backoff,
+            max_retry_wait=policy.max_retry_wait,
+            remaining=self.deadline - self._loop._clock(),
+            random=self._loop._random,
+        )
+
+    async def discard(self, ready: Ready, result: Attempted | None, reason: Reason) -> None:
+        """Event an attempt the hedging race gave up on: it lost (``hedge_lost``) or the client left.
+
+        ``result`` is one that finished anyway after the race was decided (e.g. it committed a
+        moment after the winner): it is accounted here and a committed response released, as the
+        cancelled ones (``result`` None) were by :meth:`attempt`'s own clean-up. Either way its
+        lease is finished with ``reason``, which counts neither for nor against its breakers: a
+        lost race says nothing about the provider.
+        """
+        ready.lease.finish(reason)
+        elapsed = self._loop._clock() - ready.started
+        if result is not None:
+            self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
+            if isinstance(result, Committed):
+                with anyio.CancelScope(shield=True):
+                    await result.response.aclose()
+        self._note(ready.key, "aborted", _Failed(reason), elapsed, summary=False)
+
+    async def abandon(self, decided: Committed | Refused | RouterError | None) -> None:
+        """Release a winner that will never be sent (the client left while the race wound down).
+
+        Its lease is finished, its statistics released and its response closed, as the relay
+        would have done; it is evented as ``aborted``.
+        """
+        if not isinstance(decided, Committed):
+            return
+        key = str(decided.candidate)
+        if decided.lease is not None:
+            decided.lease.finish("client_disconnected")
+        self._loop._book.finished(key, self.facts, None)
+        with anyio.CancelScope(shield=True):
+            await decided.response.aclose()
+        elapsed = self._loop._clock() - decided.started
+        self._note(key, "aborted", _Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
+
+    def oldest_open(self) -> Candidate | None:
+        """When nothing was tried and breakers were why: the candidate whose breaker opened first."""
+        if self.attempts or self.stopped or not self._open_skips:
+            return None
+        return min(self._open_skips, key=lambda skipped: skipped[0])[1]
+
+    def exhausted(self) -> RouterError:
+        return exhausted_error(self._summaries)
+
+    def skip(self, name: str, skip: Skip) -> None:
+        """Event a candidate that was not called."""
+        self._note(name, "skipped", _Failed(skip.reason, retry_after=skip.retry_after, skipped=True), 0.0)
+
+    def _note(self, name: str, outcome: Outcome, failure: _Failed, latency: float, *, summary: bool = True) -> None:
+        if summary:
+            self._summaries.append(
+                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped)
+            )
+        self.record.events.append(
+            AttemptEvent(
+                self.record.request_id,
+                len(self.record.events),
+                name,
+                outcome,
+                failure.reason,
+                failure.status,
+                latency,
+                failure.ttfb,
+                principal=self.record.principal,
+            )
+        )

@@ -21,27 +21,19 @@ How a reason counts:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from .breaker import ADMITTED, Admission, Verdict
 from .classify import Reason
 from .plan import Candidate
 from .settings import RouterSettings
+from .skip import Skip
 from .state import RouterState
 
 __all__ = ["Gate", "Lease", "Skip"]
 
 _PROVIDER_FAILURES: Final[frozenset[Reason]] = frozenset({"connect_error", "timeout"})
 _SUCCESSES: Final[frozenset[Reason]] = frozenset({"served", "client_error"})
-
-
-@dataclass(frozen=True, slots=True)
-class Skip:
-    """A candidate not tried: ``circuit_open`` (with when it opened) or ``saturated``."""
-
-    reason: Reason
-    opened_at: float | None = None
 
 
 class Lease:
@@ -105,11 +97,11 @@ class Gate:
             now = self._clock()
             provider_admission = self.state.admit(provider, self._policy, now, force=force)
             if not provider_admission.allowed:
-                return Skip("circuit_open", provider_admission.opened_at)
+                return Skip("circuit_open", opened_at=provider_admission.opened_at)
             admission = self.state.admit(key, self._policy, now, force=force)
             if not admission.allowed:
                 self._record(provider, "neutral", provider_admission.probe)
-                return Skip("circuit_open", admission.opened_at)
+                return Skip("circuit_open", opened_at=admission.opened_at)
         if not self.state.begin_attempt(provider, self._limits.get(provider)):
             self._record(provider, "neutral", provider_admission.probe)
             self._record(key, "neutral", admission.probe)

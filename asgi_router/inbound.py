@@ -1,22 +1,28 @@
 """Read and check the client's request before any upstream is chosen.
 
 The body is read with a hard cap (a declared ``Content-Length`` over the cap is refused before
-a byte is read; a chunked body is refused as soon as it crosses the cap), parsed once, and must
-be a JSON object with a string ``model``. Every refusal is a :class:`RouterError` with the
-right status; nothing here raises on bad input.
+a byte is read; a chunked body is refused as soon as it crosses the cap) and a deadline (a body
+still arriving after ``body_timeout`` seconds is a 408: a client trickling bytes must not hold a
+request open for ever). It is parsed once, with bounds (:mod:`.safejson`), and must be a JSON
+object with a string ``model`` and none of the fields that would redirect traffic or swap
+credentials (:mod:`.screen`). Every refusal is a :class:`RouterError` with the right status;
+nothing here raises on bad input.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio
 from starlette.types import Receive, Scope
 
 from .errors import RouterError
+from .safejson import JsonRefused, loads
+from .screen import forbidden_field
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -64,40 +70,40 @@ def _too_large(limit: int) -> RouterError:
     return RouterError(413, "request_too_large", f"request body is larger than {limit} bytes")
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | RouterError:
-    """The whole request body, or a 413 once it is known to exceed ``limit`` bytes."""
+async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: float = math.inf) -> bytes | RouterError:
+    """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
+    has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body."""
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk: bytes = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                return _too_large(limit)
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
+    with anyio.move_on_after(time_limit):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    return _too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return RouterError(408, "request_timeout", f"request body did not arrive within {time_limit:g} seconds")
 
 
 def parse_request(body: bytes) -> InboundRequest | RouterError:
     """Parse the body as a chat request: a JSON object with a string ``model``."""
-    try:
-        payload: Any = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return RouterError(400, "invalid_json", "request body is not valid JSON")
+    payload = loads(body)
+    if isinstance(payload, JsonRefused):
+        return RouterError(400, "invalid_json", payload.message)
     if not isinstance(payload, dict):
         return RouterError(400, "invalid_request", "request body must be a JSON object")
+    refused = forbidden_field(payload)
+    if refused is not None:
+        return refused
     if "model" not in payload:
         return RouterError(400, "missing_model", "request body has no 'model' field")
     if not isinstance(payload["model"], str):

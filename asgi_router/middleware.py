@@ -3,8 +3,13 @@
 Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
 the first lines of ``__call__``. ``lifespan`` also goes to the host app, with the router
 opening its one shared upstream client on startup and closing it after the app's shutdown.
-A chat request flows: read body → parse → resolve plan → attempt loop → respond or relay.
-Per-request state lives in an :class:`_Exchange`, never on the middleware.
+A chat request flows: inbound auth → screen headers → read body → parse → resolve plan
+(strategy, rules) → attempt loop (with hedging for groups that hedge) → respond or relay →
+count tokens and cost. Auth and the header screen run before a byte of the body is read, so a
+refused client cannot make the router buffer anything. When every candidate failed, a group
+with a canned reply answers with it (``degraded.py``). ``GET /v1/models`` is answered from
+configuration (``models_endpoint.py``). Per-request state lives in an :class:`_Exchange`,
+never on the middleware.
 
 From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
@@ -29,35 +34,58 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .attempts import AttemptLoop, Committed, Refused
+from .auth import Authorize, build_guard
+from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
+from .degraded import DegradedSettings, degraded_reply, should_degrade
 from .errors import RouterError
 from .events import AttemptEvent, Outcome, RequestRecord, logger
+from .facts import RequestFacts
 from .gate import Gate, Lease
 from .headers import request_headers_for_upstream, response_headers_for_client
 from .health import HealthProber
 from .inbound import ClientGone, parse_request, read_body, request_id_for
+from .models_endpoint import ModelsEndpoint
 from .plan import Plan, ResolveError, Resolver
+from .redact import register_secrets, secrets_of
 from .relay import relay_stream, send_whole
 from .retry import RetryPolicy
+from .screen import screen_headers
 from .settings import RouterSettings, load_settings
 from .sinks import EventBus, RecentRequests, Sink, default_sinks
 from .state import InMemoryState, RouterState
+from .stats import RoutingStats
 from .upstream import HttpxTransport, ProviderRuntime
+from .usage import Tail
 
 __all__ = ["ModelRouter"]
 
 
-def _router_headers(request_id: str, winner: str | None, attempts: int) -> list[tuple[bytes, bytes]]:
+def _router_headers(
+    request_id: str, winner: str | None, attempts: int, route: str | None = None
+) -> list[tuple[bytes, bytes]]:
     headers = [(b"x-request-id", request_id.encode()), (b"x-router-attempts", str(attempts).encode())]
     if winner is not None:
         headers.append((b"x-router-model", winner.encode()))
+    if route is not None:  # rule names and "default" are validated header-safe names
+        headers.append((b"x-router-route", route.encode()))
     return headers
 
 
 class _Exchange:
     """One chat request's state: what was sent, whether the client is still there."""
 
-    __slots__ = ("disconnected", "finished", "lease", "receive", "record", "response_started", "scope", "send")
+    __slots__ = (
+        "disconnected",
+        "finished",
+        "lease",
+        "receive",
+        "record",
+        "response_started",
+        "route",
+        "scope",
+        "send",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         self.scope = scope
@@ -69,6 +97,8 @@ class _Exchange:
         self.disconnected = False
         #: The committed stream's lease, finished when the relay ends (or the request does).
         self.lease: Lease | None = None
+        #: ``x-router-route`` once a plan was resolved.
+        self.route: str | None = None
 
     async def send_tracked(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -77,7 +107,8 @@ class _Exchange:
 
     async def send_error(self, error: RouterError, attempts: int = 0) -> None:
         headers = [(b"content-type", b"application/json")]
-        headers += _router_headers(self.record.request_id, None, attempts)
+        headers += _router_headers(self.record.request_id, None, attempts, self.route)
+        headers += error.headers
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
         self.record.status = error.status
@@ -97,12 +128,17 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
+    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize=`` a callable
+    ``(scope, headers) -> bool | principal``, or ``api_keys`` / ``allow_unauthenticated`` in
+    the settings; without one the constructor raises :class:`ConfigError`.
     ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``); it
     stays the caller's to close. ``clock`` (monotonic seconds) and ``random`` (uniform in
     [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
-    breakers, rotation counters and budgets (default: in memory, this process only).
-    ``sinks`` receive every finished request (see :mod:`asgi_router.sinks`), after the
-    built-in log line and the ring of :attr:`recent` requests.
+    breakers, rotation counters, budgets and routing statistics (default: in memory, this
+    process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
+    is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
+    (see :mod:`asgi_router.sinks`), after the built-in log line and the ring of :attr:`recent`
+    requests.
     """
 
     def __init__(
@@ -116,12 +152,24 @@ class ModelRouter:
         random: Callable[[], float] = random.random,
         state: RouterState | None = None,
         sinks: Sequence[Sink] = (),
+        stats: RoutingStats | None = None,
+        rng: random.Random | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.app = app
         self.settings = load_settings(settings, config)
-        self.state: RouterState = state if state is not None else InMemoryState()
+        self._guard = build_guard(self.settings, authorize)
+        register_secrets(secrets_of(self.settings))
+        if self.settings.allow_unauthenticated:
+            logger.warning(
+                "asgi_router: allow_unauthenticated=True: anyone who can reach %s spends the configured "
+                "providers' keys; use api_keys or authorize= outside local development",
+                ", ".join(self.settings.routes),
+            )
+        self.state: RouterState = state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
         self._routes = frozenset(self.settings.routes)
-        self._resolver = Resolver(self.settings, self.state)
+        self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
+        self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
         self._providers = {
             name: ProviderRuntime.build(name, provider, self.settings.routes)
             for name, provider in self.settings.providers.items()
@@ -133,11 +181,14 @@ class ModelRouter:
             self._providers,
             self.settings.max_response_bytes,
             clock,
+            bookkeeper=self._book,
             gate=self._gate,
             policy=RetryPolicy.from_settings(self.settings),
             random=random,
         )
         self._clock = clock
+        models_route = self.settings.models_route
+        self._models = ModelsEndpoint(self.settings, models_route) if models_route is not None else None
         #: The most recent finished requests, newest last.
         self.recent = RecentRequests(self.settings.events.recent)
         #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
@@ -149,6 +200,9 @@ class ModelRouter:
         if kind == "http":
             if scope["method"] == "POST" and scope["path"] in self._routes:
                 await self._serve(scope, receive, send)
+                return
+            if self._models is not None and scope["method"] in ("GET", "HEAD") and self._models.handles(scope["path"]):
+                await self._models(scope, receive, send)
                 return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
@@ -208,8 +262,17 @@ class ModelRouter:
 
     async def _exchange(self, exchange: _Exchange) -> None:
         scope, record = exchange.scope, exchange.record
+        admitted = await self._guard.check(scope)
+        if isinstance(admitted, RouterError):
+            await exchange.send_error(admitted)
+            return
+        record.principal = admitted.principal
+        unreadable = screen_headers(scope)
+        if unreadable is not None:
+            await exchange.send_error(unreadable)
+            return
         try:
-            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes)
+            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes, self.settings.body_timeout)
         except ClientGone:
             record.status = 499
             return
@@ -221,14 +284,17 @@ class ModelRouter:
             await exchange.send_error(request)
             return
         record.stream = request.stream
-        plan = self._resolver.resolve_string(request.payload["model"])
+        facts = RequestFacts(request.payload, scope["headers"])
+        plan = self._resolver.resolve_string(request.payload["model"], facts)
         if isinstance(plan, ResolveError):
             await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
             return
         record.ref = request.payload["model"]  # validated by the parser: safe to log
+        record.route = exchange.route = plan.route
+        record.plan = tuple(str(candidate) for candidate in plan.candidates)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
-            await self._respond(exchange, plan, request.payload, request.stream)
+            await self._respond(exchange, plan, request.payload, request.stream, facts)
             exchange.finished = True
             tasks.cancel_scope.cancel()
         if exchange.disconnected:
@@ -247,50 +313,86 @@ class ModelRouter:
                     "client_disconnected",
                     None,
                     self._clock() - since,
+                    principal=record.principal,
                 )
             )
             record.in_flight = None
 
-    async def _respond(self, exchange: _Exchange, plan: Plan, payload: dict[str, Any], stream: bool) -> None:
+    async def _respond(
+        self, exchange: _Exchange, plan: Plan, payload: dict[str, Any], stream: bool, facts: RequestFacts
+    ) -> None:
         record = exchange.record
         inbound = exchange.scope["headers"]
         request_id = record.request_id
 
         def headers_for(provider: ProviderRuntime) -> dict[str, str]:
-            return request_headers_for_upstream(inbound, provider.headers, request_id)
+            return request_headers_for_upstream(inbound, provider.headers, request_id, provider.forward)
 
-        result = await self._loop.run(plan, payload, stream, exchange.scope["path"], headers_for, record)
+        result = await self._loop.run(plan, payload, stream, exchange.scope["path"], headers_for, record, facts)
         if isinstance(result, Committed):
             exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):
             attempts = sum(1 for e in record.events if e.outcome != "skipped")
+            degraded = plan.policy.degraded if plan.policy is not None else None
+            if degraded is not None and should_degrade(result.status):
+                await self._send_degraded(exchange, degraded, stream, attempts)
+                return
             await exchange.send_error(result, attempts)
             return
         winner = str(result.candidate)
         upstream_headers = result.response.headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
-        headers += _router_headers(request_id, winner, result.attempts)
+        headers += _router_headers(request_id, winner, result.attempts, plan.route)
         if isinstance(result, Refused):
             record.status = result.status
             await send_whole(exchange.send_tracked, result.status, headers, result.body)
             return
         record.status = result.response.status
         record.winner = winner
-        if not stream:
-            await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
-            record.bytes_relayed = len(result.body)
-            self._note_served(record, result, "served")
-            return
-        exchange.response_started = True
-        record.in_flight = (winner, result.started)
-        outcome = await relay_stream(exchange.send, result, headers, self._clock)
-        record.in_flight = None
-        record.bytes_relayed = outcome.bytes_relayed
-        if outcome.reason == "client_disconnected":
-            exchange.disconnected = True
-        self._note_served(record, result, outcome.reason)
+        tail = Tail() if stream and self._book.wants_tokens(winner) else None
+        spend: Spend | None = None
+        try:
+            if not stream:
+                await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
+                record.bytes_relayed = len(result.body)
+                spend = self._finish(record, winner, facts, result.body, None)
+                self._note_served(record, result, "served", spend)
+                return
+            exchange.response_started = True
+            record.in_flight = (winner, result.started)
+            outcome = await relay_stream(exchange.send, result, headers, self._clock, tail)
+            record.in_flight = None
+            record.bytes_relayed = outcome.bytes_relayed
+            if outcome.reason == "client_disconnected":
+                exchange.disconnected = True
+            spend = self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
+            self._note_served(record, result, outcome.reason, spend)
+        finally:
+            if spend is None:  # cancelled (the client left): still release and count it
+                self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
 
-    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason) -> None:
+    def _finish(
+        self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
+    ) -> Spend:
+        """Release the winner's statistics and record what its response used."""
+        spend = self._book.finished(winner, facts, data, chunks)
+        if spend.tokens is not None:
+            record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
+        record.cost_usd = spend.cost_usd
+        return spend
+
+    async def _send_degraded(
+        self, exchange: _Exchange, degraded: DegradedSettings, stream: bool, attempts: int
+    ) -> None:
+        """Every candidate failed and the group has a canned reply: send it, marked as such."""
+        record = exchange.record
+        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream)
+        headers += _router_headers(record.request_id, None, attempts, exchange.route)
+        record.status = 200
+        record.degraded = True
+        await send_whole(exchange.send_tracked, 200, headers, body)
+
+    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
         if committed.lease is not None:
             committed.lease.finish(reason)  # a late failure counts against the candidate
         outcome: Outcome = (
@@ -306,5 +408,7 @@ class ModelRouter:
                 committed.response.status,
                 self._clock() - committed.started,
                 committed.ttfb,
+                spend.cost_usd,
+                principal=record.principal,
             )
         )

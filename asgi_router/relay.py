@@ -9,7 +9,9 @@ SDK raises ``APIError`` rather than returning a truncated answer as if it were w
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time.
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the
-error event needs a blank line first to start on an event boundary.
+error event needs a blank line first to start on an event boundary. A :class:`~asgi_router.usage.Tail`,
+when given, keeps references to the last chunks sent so that token usage can be read *after*
+the stream has ended.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .attempts import Committed
 from .classify import Reason, UnrecognisedFailure, classify_exception
 from .errors import stream_error_event
 from .events import logger
+from .usage import Tail
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
 
@@ -59,6 +62,7 @@ async def relay_stream(
     committed: Committed,
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
+    tail: Tail | None = None,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives."""
     response = committed.response
@@ -72,6 +76,8 @@ async def relay_stream(
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             await send({"type": "http.response.body", "body": last, "more_body": True})
             sent = len(last)
+            if tail is not None:
+                tail.add(last)
             while True:
                 try:
                     with anyio.fail_after(max(0.0, min(idle, deadline - clock()))):
@@ -100,6 +106,8 @@ async def relay_stream(
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     sent += len(chunk)
                     last = chunk
+                    if tail is not None:
+                        tail.add(chunk)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
             return RelayResult(sent, "client_disconnected")

@@ -1,4 +1,4 @@
-"""All mutable routing state behind one small interface: breakers, rotate counters, budgets.
+"""All mutable routing state behind one small interface: breakers, rotation, budgets, statistics.
 
 Nothing else in the router keeps or touches this state; it asks a :class:`RouterState`. The
 in-memory implementation serves one process. A shared store (a later issue: Redis, so that
@@ -10,18 +10,35 @@ across an await. A shared implementation answers from a local view and reconcile
 store in the background, as Envoy's outlier detection does per host; the semantics here
 (:mod:`asgi_router.breaker`) are what it reconciles to.
 
+The routing statistics that strategies read (:class:`~asgi_router.stats.RoutingStats`: TTFB
+averages, rpm/tpm usage, hedge credit, in-flight counts per candidate) are part of this
+interface: :class:`RouterState` extends that protocol and :class:`InMemoryState` is an
+:class:`~asgi_router.stats.InMemoryStats`, so one object holds every number a router keeps.
+In-flight attempts are one table, read with ``in_flight(key)``, with two kinds of key; each
+kind has exactly one owner, so no attempt is counted twice or released twice:
+
+* a *provider* (:meth:`RouterState.begin_attempt` / :meth:`~RouterState.end_attempt`): every
+  attempt, taken by the gate's lease at admission and given back when the lease is finished;
+  ``max_concurrent`` and the retry budget read it;
+* a *candidate* ``provider/model-id`` (:meth:`~asgi_router.stats.RoutingStats.acquire` /
+  ``release``): attempts to the models the configuration names, held by the bookkeeper from
+  send until the response was delivered; ``least_busy`` reads it.
+
 Keys are strings: a candidate ``provider/model-id``, a provider name (which never contains a
-``/``), or a group name for rotation.
+``/``), or a group name for rotation and hedge credit.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from .breaker import ADMITTED, Admission, BreakerView, CircuitBreaker, Verdict
 from .resilience_settings import BreakerSettings, RetryBudgetSettings
+from .stats import InMemoryStats, RoutingStats
 
 __all__ = ["MAX_BREAKERS", "InMemoryState", "RouterState"]
 
@@ -30,7 +47,7 @@ __all__ = ["MAX_BREAKERS", "InMemoryState", "RouterState"]
 MAX_BREAKERS: Final = 10_000
 
 
-class RouterState(Protocol):
+class RouterState(RoutingStats, Protocol):
     """The router's shared state; every method is cheap, synchronous and never raises."""
 
     def next_rotation(self, key: str) -> int:
@@ -74,7 +91,7 @@ class RouterState(Protocol):
         ...
 
 
-class InMemoryState:
+class InMemoryState(InMemoryStats):
     """:class:`RouterState` for one process and one event loop: plain dicts, no locks.
 
     Each method runs to completion without awaiting, so calls from concurrent requests in the
@@ -85,10 +102,10 @@ class InMemoryState:
     is therefore measured from the first failure on, never diluted by an older run of success.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, half_life: float = 60.0) -> None:
+        super().__init__(clock, half_life)
         self._counters: dict[str, itertools.count[int]] = {}
         self._breakers: OrderedDict[str, CircuitBreaker] = OrderedDict()
-        self._in_flight: dict[str, int] = {}
         self._retries: dict[str, int] = {}
 
     def next_rotation(self, key: str) -> int:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import httpx2
 
+from .headers import FORWARDED_REQUEST_HEADERS
 from .settings import PoolSettings, ProviderSettings, Timeouts
 
 __all__ = [
@@ -82,6 +83,8 @@ class ProviderRuntime:
     #: Headers every request to this provider carries (the key is in here: never log this).
     headers: dict[str, str] = field(repr=False)
     httpx_timeout: httpx2.Timeout = field(repr=False)
+    #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
+    forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
 
     @classmethod
     def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
@@ -103,6 +106,7 @@ class ProviderRuntime:
             # connect and pool waits are httpx's; first-byte, idle and total are enforced by
             # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
             httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
+            forward=FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers},
         )
 
 

@@ -4,7 +4,10 @@ One server serves every scenario, so a router config names it once (``mock/<scen
 each test picks behaviour per candidate. Scenarios (``model`` as the upstream receives it):
 
 =====================  ==================================================================
-``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks + DONE
+``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks, a
+                       final chunk with ``finish_reason`` and ``usage``, then DONE
+``usage-<n>``          like ``ok``, reporting ``prompt_tokens = n`` (and 3 completion tokens)
+``ctx-exceeded``       400 ``context_length_exceeded`` (OpenAI's wording and code)
 ``status-<code>``      that status with an OpenAI-shaped error body; options may follow, each
                        after a ``-``: ``ra<s>`` (``Retry-After: <s>``), ``in<s>`` ("try again
                        in <s>s." in the message), ``reset<s>`` (``x-ratelimit-reset-requests:
@@ -18,7 +21,8 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
 ``break-<n>``          streams n events, then drops the connection mid-body
 ``stall-<n>``          streams n events, then goes silent
 ``utf8``               one SSE event whose UTF-8 character is split across two writes
-``slow-<ms>``          like ``ok`` after ``ms`` milliseconds before the first byte
+``slow-<ms>``          like ``ok`` after ``ms`` milliseconds before the first byte (a client
+                       that leaves meanwhile is recorded as ``disconnected``)
 ``echo``               200 JSON: the headers and body the upstream received
 ``headers``            200 JSON with ``Set-Cookie``, ``Keep-Alive`` and ``x-upstream`` headers
 ``big-<kb>``           200 JSON body of about ``kb`` KiB
@@ -61,34 +65,40 @@ class Seen:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def completion(model: str, text: str) -> dict[str, Any]:
+def usage(prompt: int = 3, completion_tokens: int = 3) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+
+
+def completion(model: str, text: str, prompt_tokens: int = 3) -> dict[str, Any]:
     return {
         "id": "chatcmpl-mock",
         "object": "chat.completion",
         "created": 1700000000,
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        "usage": usage(prompt_tokens),
     }
 
 
-def chunk(model: str, content: str | None, finish: str | None = None) -> str:
+def chunk(model: str, content: str | None, finish: str | None = None, prompt_tokens: int | None = None) -> str:
+    """One SSE chunk; the final one (``prompt_tokens`` given) carries ``usage`` as OpenAI's does."""
     delta = {"content": content} if content is not None else {}
-    return json.dumps(
-        {
-            "id": "chatcmpl-mock",
-            "object": "chat.completion.chunk",
-            "created": 1700000000,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-    )
+    payload: dict[str, Any] = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if prompt_tokens is not None:
+        payload["usage"] = usage(prompt_tokens)
+    return json.dumps(payload)
 
 
-def sse_bytes(model: str, words: list[str]) -> list[bytes]:
+def sse_bytes(model: str, words: list[str], prompt_tokens: int = 3) -> list[bytes]:
     """The exact SSE frames a streaming ``ok`` sends (for byte-exact assertions)."""
     frames = [f"data: {chunk(model, word)}\n\n".encode() for word in words]
-    frames.append(f"data: {chunk(model, None, 'stop')}\n\n".encode())
+    frames.append(f"data: {chunk(model, None, 'stop', prompt_tokens)}\n\n".encode())
     frames.append(b"data: [DONE]\n\n")
     return frames
 
@@ -195,10 +205,24 @@ class MockUpstream:
             spec = rest.partition("-")[2]
             if self.hits[model] <= int(count):
                 return await self._status(spec)
+        if name == "ctx":
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                        "resulted in 9000 tokens. Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                status_code=400,
+            )
         if name == "hang":
             await self._wait_for_disconnect(request, seen)
         if name == "slow":
-            await asyncio.sleep(int(arg) / 1000)
+            await self._sleep_unless_disconnected(request, seen, int(arg) / 1000)
+        prompt_tokens = int(arg) if name == "usage" else 3
         if name == "echo":
             return JSONResponse({"headers": seen.headers, "body": seen.body})
         if name == "headers":
@@ -213,8 +237,17 @@ class MockUpstream:
         if name in ("silent", "break", "stall", "utf8", "trickle"):
             return StreamingResponse(self._raw(name, arg, model, request, seen), media_type="text/event-stream")
         if stream:
-            return EventSourceResponse(self._events(model, seen), sep="\n", ping=600)
-        return JSONResponse(completion(model, f"hello from {model}"))
+            return EventSourceResponse(self._events(model, seen, prompt_tokens), sep="\n", ping=600)
+        return JSONResponse(completion(model, f"hello from {model}", prompt_tokens))
+
+    async def _sleep_unless_disconnected(self, request: Request, seen: Seen, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                seen.disconnected = True
+                seen.done.set()
+                raise asyncio.CancelledError
+            await asyncio.sleep(0.01)
 
     async def _wait_for_disconnect(self, request: Request, seen: Seen) -> None:
         while not await request.is_disconnected():
@@ -223,11 +256,11 @@ class MockUpstream:
         seen.done.set()
         raise asyncio.CancelledError
 
-    async def _events(self, model: str, seen: Seen) -> AsyncIterator[dict[str, str]]:
+    async def _events(self, model: str, seen: Seen, prompt_tokens: int) -> AsyncIterator[dict[str, str]]:
         try:
             for word in ["Hello", " from", f" {model}"]:
                 yield {"data": chunk(model, word)}
-            yield {"data": chunk(model, None, "stop")}
+            yield {"data": chunk(model, None, "stop", prompt_tokens)}
             yield {"data": "[DONE]"}
             seen.completed = True
         except BaseException:

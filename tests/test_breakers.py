@@ -245,7 +245,13 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "query_string": b""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }
     with anyio.fail_after(5):
         await router(scope, receive, send)  # type: ignore[arg-type]
     await router._transport.aclose()

@@ -270,7 +270,13 @@ async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstrea
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "query_string": b""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }
     started = time.monotonic()
     with anyio.fail_after(4):
         await router(scope, receive, send)  # type: ignore[arg-type]

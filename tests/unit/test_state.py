@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from asgi_router.breaker import Phase
+from asgi_router.plan import Plan, Resolver
 from asgi_router.resilience_settings import BreakerSettings, RetryBudgetSettings
+from asgi_router.settings import RouterSettings
 from asgi_router.state import MAX_BREAKERS, InMemoryState, RouterState
+from asgi_router.stats import RoutingStats
 
 POLICY = BreakerSettings(consecutive_failures=1)
 
@@ -71,3 +74,33 @@ def test_retry_budget_grows_with_active_attempts() -> None:
         state.begin_attempt("p", None)
     granted = sum(state.begin_retry("p", budget) for _ in range(20))
     assert granted == 10  # 20 % of 50 in flight
+
+
+def test_rotate_groups_count_in_the_shared_state() -> None:
+    settings = RouterSettings(
+        providers={name: {"base_url": f"http://{name}.example/v1", "api_key": "k-0123456789"} for name in "abc"},
+        groups={"g": {"strategy": "rotate", "members": ["a/m", "b/m", "c/m"]}},
+        allow_unauthenticated=True,
+    )
+    state = InMemoryState()
+    resolver = Resolver(settings, state)
+
+    def first() -> str:
+        plan = resolver.resolve_string("group/g")
+        assert isinstance(plan, Plan)
+        return str(plan.candidates[0])
+
+    assert first() == "a/m"
+    assert state.next_rotation("g") == 1  # another worker sharing the state took a turn
+    assert [first(), first()] == ["c/m", "a/m"]
+
+
+def test_the_state_is_the_routing_statistics_and_keeps_provider_and_candidate_counts_apart() -> None:
+    state = InMemoryState()
+    stats: RoutingStats = state
+    assert state.begin_attempt("p", None)
+    stats.acquire("p/m")
+    assert (state.in_flight("p"), state.in_flight("p/m")) == (1, 1)
+    stats.release("p/m")
+    state.end_attempt("p")
+    assert (state.in_flight("p"), state.in_flight("p/m")) == (0, 0)
