@@ -13,111 +13,69 @@ Commit rules:
 
 A status whose reason the plan does not fail over on (by default only ``client_error``) stops
 the loop and is passed through untouched: the request itself is wrong, and the next model would
-hit the same wall. Every response that is not handed on is closed here, also on cancellation.
+hit the same wall. The one 400 that fails over is an upstream saying the prompt exceeded *its*
+context window (``classify.refine_client_error``): another model's window may be larger.
+Every response that is not handed on is closed here, also on cancellation. An attempt's time
+limits (first byte, ``idle``, ``total``) are kept by one cancel scope and its
+:class:`~asgi_router.watchdog.ReadWatchdog`, not a ``fail_after`` per read. What an attempt can
+end in (:class:`Committed`, :class:`Refused`, :class:`Failed`) is in ``outcomes.py``.
+
+Per request, a :class:`RequestAttempts` holds what the pass over the plan has done so far (wire
+body, summaries, attempt count, what is left of its budgets) and does each step the same way
+whoever drives it: the plain loop in :meth:`AttemptLoop.run`, or the hedging race
+(``hedging.py``) for groups that hedge. The steps:
+
+* :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
+  ``provider_not_configured``; ``budget_exhausted`` once ``max_attempts`` or the request
+  ``deadline`` is reached; the :class:`~asgi_router.bookkeeping.Bookkeeper`'s
+  ``context_window`` and ``over_budget``; then the :class:`~asgi_router.gate.Gate`'s
+  ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
+* :meth:`~RequestAttempts.attempt` calls it (the lease learns when the upstream answered).
+* :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
+  stream's lease is finished by the relay's end, so late failures count), events and accounts
+  for the result, and says whether the pass is decided.
+
+Resilience (docs/resilience.rst), in :meth:`AttemptLoop.run`: a candidate may be retried in
+place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint
+(``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
+and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
+skipped for an open breaker, the one that opened longest ago is tried anyway: a plan is never
+failed without a try because of breakers alone. A hedged group races instead of retrying in
+place (the race is its second chance); the budgets and the all-open rule apply to it too.
 """
 
 from __future__ import annotations
 
-import json
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
-from .classify import Reason, UnrecognisedFailure, classify_exception, classify_status, parse_retry_after
+from .bookkeeping import Bookkeeper
+from .classify import Reason, UnrecognisedFailure, classify_exception, classify_status, refine_client_error
 from .errors import AttemptSummary, RouterError, exhausted_error
-from .events import AttemptEvent, RequestRecord, logger
+from .events import AttemptEvent, Outcome, RequestRecord, logger
+from .facts import EMPTY_FACTS, RequestFacts
+from .gate import Gate, Lease
+from .hedging import race
+from .hints import retry_hint
+from .inbound import InboundRequest
+from .outcomes import Attempted, Committed, Failed, Ready, Refused
 from .plan import Candidate, Plan
+from .retry import RetryPolicy, retry_wait
+from .skip import Skip
 from .upstream import ProviderRuntime, Transport, UpstreamResponse
 from .watchdog import ReadWatchdog
-from .wire import SplicedBody
+from .wire import SplicedBody, WireBody
 
-__all__ = ["AttemptLoop", "Committed", "Refused", "WireBody", "wire_targets"]
+__all__ = ["AttemptLoop", "RequestAttempts", "read_to_end"]
 
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
-
-# Built once: ``json.dumps`` with keyword arguments builds a new encoder on every call.
-_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_COMPACT_ASCII: Final = json.JSONEncoder(separators=(",", ":"))
-
-
-class WireBody:
-    """The request body, serialised once per request, with ``model`` spliced in per candidate.
-
-    ``model`` is removed from the payload and the rest serialised a single time; each candidate
-    then costs one concatenation instead of one serialisation. ``model`` is always the first
-    member of the wire object, which is also what lets :func:`wire_targets` check it cheaply.
-    """
-
-    __slots__ = ("_rest",)
-
-    def __init__(self, payload: Mapping[str, Any]) -> None:
-        rest = {key: value for key, value in payload.items() if key != "model"}
-        try:
-            encoded = _COMPACT.encode(rest).encode()
-        except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
-            encoded = _COMPACT_ASCII.encode(rest).encode()
-        self._rest = encoded[1:]  # drop "{": either b"}" or b'"key":...}'
-
-    def for_model(self, model_id: str) -> bytes:
-        head = b'{"model":"' + model_id.encode() + b'"'
-        return head + (b"}" if self._rest == b"}" else b"," + self._rest)
-
-    def targets(self, wire: bytes, model_id: str) -> bool:
-        """Target guard (see :func:`wire_targets`)."""
-        return wire_targets(wire, model_id)
-
-
-def wire_targets(wire: bytes, model_id: str) -> bool:
-    """Target guard: does the wire body's ``model`` equal ``model_id``?
-
-    Model ids are restricted to characters that need no JSON escaping, so the first member
-    ``{"model":"<id>"`` can be compared as bytes; ``model`` appears once at top level.
-    """
-    expected = b'{"model":"' + model_id.encode() + b'"'
-    end = len(expected)
-    return wire.startswith(expected) and wire[end : end + 1] in (b",", b"}")
-
-
-@dataclass(slots=True)
-class Committed:
-    """A candidate that won: nothing has been sent to the client yet."""
-
-    candidate: Candidate
-    response: UpstreamResponse
-    #: The first chunk (streaming) or the whole body (non-streaming).
-    body: bytes
-    provider: ProviderRuntime
-    started: float
-    #: When the attempt's ``total`` budget runs out (monotonic seconds).
-    deadline: float
-    ttfb: float
-    attempts: int
-
-
-@dataclass(slots=True)
-class Refused:
-    """A candidate's fatal answer (e.g. 400), to be passed through untouched."""
-
-    candidate: Candidate
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    attempts: int
-    reason: Reason
-
-
-@dataclass(slots=True)
-class _Failed:
-    reason: Reason
-    status: int | None = None
-    retry_after: float | None = None
-    ttfb: float | None = None
-    #: An unrecognised failure: never retried (the loop stops with a 502).
-    fatal: bool = False
+# Failures whose response may say how long to wait (Retry-After on a 503 is standard too).
+_HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
 
 
 async def _first_chunk(chunks: AsyncIterator[bytes]) -> bytes:
@@ -162,96 +120,80 @@ class AttemptLoop:
         providers: Mapping[str, ProviderRuntime],
         max_response_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        bookkeeper: Bookkeeper,
+        gate: Gate,
+        policy: RetryPolicy,
+        random: Callable[[], float] = random.random,
     ) -> None:
         self._transport = transport
         self._providers = providers
         self._max_response_bytes = max_response_bytes
         self._clock = clock
+        self._book = bookkeeper
+        self._gate = gate
+        self._policy = policy
+        self._random = random
 
     async def run(
         self,
         plan: Plan,
-        payload: dict[str, Any],
-        stream: bool,
+        request: InboundRequest,
         route: str,
         headers_for: Callable[[ProviderRuntime], dict[str, str]],
         record: RequestRecord,
-        wire: WireBody | SplicedBody | None = None,
+        facts: RequestFacts = EMPTY_FACTS,
     ) -> Committed | Refused | RouterError:
-        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed.
+        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed."""
+        deadline = self._clock() + self._policy.deadline
+        attempts = RequestAttempts(self, plan, request, route, headers_for, record, facts, deadline)
+        policy = plan.policy
+        decided: Committed | Refused | RouterError | None = None
+        if policy is not None and policy.hedge_after is not None and len(plan.candidates) > 1:
+            decided = await race(attempts, policy, self._book.stats, self._clock)
+        else:
+            for candidate in plan.candidates:
+                decided = await self._candidate(attempts, candidate, plan.retries)
+                if decided is not None or attempts.stopped:
+                    break
+        if decided is None:
+            oldest = attempts.oldest_open()
+            if oldest is not None:
+                # Every candidate was skipped for an open breaker: failing untried would make the
+                # breakers the outage. Try the one that opened longest ago, as its probe.
+                decided = await self._candidate(attempts, oldest, 0, force=True)
+        return decided if decided is not None else attempts.exhausted()
 
-        ``wire`` builds each candidate's body: the client's bytes with the model spliced in
-        when the inbound parser could locate it, else ``payload`` serialised once.
-        """
-        if wire is None:
-            wire = WireBody(payload)
-        summaries: list[AttemptSummary] = []
-        attempts = 0
-        for candidate in plan.candidates:
-            provider = self._providers.get(candidate.provider)
-            if provider is None or not provider.configured:
-                self._note(record, candidate, "skipped", _Failed("provider_not_configured"), 0.0, summaries)
-                continue
-            body = wire.for_model(candidate.model_id)
-            if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
-                raise AssertionError(f"target guard: wire body does not name {candidate}")
-            attempts += 1
-            started = self._clock()
-            record.in_flight = (str(candidate), started)
-            result = await self._attempt(
-                candidate,
-                provider,
-                provider.urls[route],
-                headers_for(provider),
-                body,
-                stream,
-                plan.failover_on,
-                started,
-                attempts,
-            )
-            record.in_flight = None
-            if not isinstance(result, _Failed):
-                if isinstance(result, Refused):
-                    record.events.append(
-                        AttemptEvent(
-                            record.request_id,
-                            len(record.events),
-                            str(candidate),
-                            "failed",
-                            result.reason,
-                            result.status,
-                            self._clock() - started,
-                        )
-                    )
-                return result
-            self._note(record, candidate, "failed", result, self._clock() - started, summaries)
-            if result.fatal:
-                return RouterError(502, "router_error", "\n".join(s.line() for s in summaries), tuple(summaries))
-        return exhausted_error(summaries)
-
-    @staticmethod
-    def _note(
-        record: RequestRecord,
-        candidate: Candidate,
-        outcome: Any,
-        failure: _Failed,
-        latency: float,
-        summaries: list[AttemptSummary],
-    ) -> None:
-        name = str(candidate)
-        summaries.append(AttemptSummary(name, failure.reason, failure.status, failure.retry_after))
-        record.events.append(
-            AttemptEvent(
-                record.request_id,
-                len(record.events),
-                name,
-                outcome,
-                failure.reason,
-                failure.status,
-                latency,
-                failure.ttfb,
-            )
-        )
+    async def _candidate(
+        self, attempts: RequestAttempts, candidate: Candidate, retries: int, *, force: bool = False
+    ) -> Committed | Refused | RouterError | None:
+        """Attempt ``candidate`` and retry it in place up to ``retries`` times; ``None``: move on."""
+        ready = attempts.prepare(candidate, force=force)
+        retry = 0
+        token = False  # a retry token of the provider's budget, held until the retry has ended
+        try:
+            while ready is not None:
+                result = await attempts.attempt(ready)
+                if token:
+                    token = False
+                    self._gate.end_retry(candidate.provider)
+                decided = attempts.settle(ready, result)
+                if decided is not None or retry >= retries:
+                    return decided
+                wait = attempts.retry_wait(result, retry)
+                if wait is None:
+                    return None
+                if not self._gate.begin_retry(candidate.provider):
+                    attempts.skip(ready.key, Skip("budget_exhausted"))
+                    return None
+                token = True
+                retry += 1
+                await anyio.sleep(wait)  # cancelled at once if the client disconnects
+                ready = attempts.prepare(candidate, retry=True)
+            return None
+        finally:
+            if token:
+                self._gate.end_retry(candidate.provider)
 
     async def _attempt(
         self,
@@ -264,81 +206,326 @@ class AttemptLoop:
         failover_on: frozenset[Reason],
         started: float,
         attempts: int,
-    ) -> Committed | Refused | _Failed:
+        commit_by: float,
+        lease: Lease,
+    ) -> Attempted:
         timeouts = provider.timeouts
-        deadline = started + timeouts.total
-        # Until the first body byte, every read (including a failure's body) is bounded by this.
-        first_byte_deadline = started + min(timeouts.first_byte, timeouts.total)
         clock = self._clock
+        # Until commit, the request's deadline caps the attempt; the relay has the attempt's own.
+        relay_deadline = started + timeouts.total
+        deadline = min(relay_deadline, commit_by)
+        # Until the first body byte, every read (a failure's body included) must end by this.
+        first_byte_by = min(started + timeouts.first_byte, deadline)
         response: UpstreamResponse | None = None
         handed_off = False
         try:
-            # One scope per attempt; the watchdog cancels it when a read overruns (a timeout).
+            # One cancel scope per attempt, not one per read: its watchdog cancels it when a read
+            # overruns (see watchdog.py). The client leaving or a lost hedge race cancels an
+            # enclosing scope instead, which this one lets through.
             with anyio.CancelScope() as scope:
                 watchdog = ReadWatchdog(scope)
                 try:
-                    watchdog.arm(first_byte_deadline - started)
+                    watchdog.arm(first_byte_by - clock())
                     response = await self._transport.send(provider, url, headers, body)
+                    lease.responded()
                     status = response.status
                     reason = classify_status(status)
                     if reason != "served":
-                        if reason in failover_on:
-                            retry_after = None
-                            if reason == "rate_limited":
-                                retry_after = parse_retry_after(_header(response.headers, b"retry-after"))
-                            await read_to_end(
-                                response.chunks,
-                                [],
-                                _FAILURE_BODY_CAP,
-                                timeouts.idle,
-                                first_byte_deadline,
-                                clock,
-                                watchdog,
-                            )
-                            return _Failed(reason, status, retry_after)
-                        refusal = await read_to_end(
-                            response.chunks,
-                            [],
-                            self._max_response_bytes,
-                            timeouts.idle,
-                            first_byte_deadline,
-                            clock,
-                            watchdog,
+                        return await self._unserved(
+                            candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, watchdog
                         )
-                        if refusal is None:
-                            return _Failed("upstream_5xx", status)
-                        return Refused(candidate, status, response.headers, refusal, attempts, reason)
                     first = await _first_chunk(response.chunks)
                     ttfb = clock() - started
                     if not first:
-                        return _Failed("stream_interrupted", status, ttfb=ttfb)
+                        return Failed("stream_interrupted", status, ttfb=ttfb)
                     if not stream:
                         whole = await read_to_end(
                             response.chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
                         )
                         if whole is None:
-                            return _Failed("upstream_5xx", status, ttfb=ttfb)
+                            return Failed("upstream_5xx", status, ttfb=ttfb)
                         first = whole
                     handed_off = True
-                    return Committed(candidate, response, first, provider, started, deadline, ttfb, attempts)
+                    return Committed(candidate, response, first, provider, started, relay_deadline, ttfb, attempts)
                 finally:
                     watchdog.close()
             # Only reached when the watchdog cancelled the scope: a read overran its time.
-            return _Failed("timeout", response.status if response else None)
+            return Failed("timeout", response.status if response else None)
         except Exception as exc:
             try:
-                return _Failed(classify_exception(exc), response.status if response else None)
+                return Failed(classify_exception(exc), response.status if response else None)
             except UnrecognisedFailure:
                 logger.exception("asgi_router: unrecognised failure calling %s; not retried", candidate)
-                return _Failed("upstream_5xx", response.status if response else None, fatal=True)
+                return Failed("upstream_5xx", response.status if response else None, fatal=True)
         finally:
             if response is not None and (not handed_off or not stream):
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):  # closed even when cancelled: never leak it
                     await response.aclose()
 
+    async def _unserved(
+        self,
+        candidate: Candidate,
+        response: UpstreamResponse,
+        reason: Reason,
+        failover_on: frozenset[Reason],
+        attempts: int,
+        idle: float,
+        first_byte_by: float,
+        watchdog: ReadWatchdog,
+    ) -> Failed | Refused:
+        """A non-2xx answer: read its body (bounded, by the first-byte time) and fail over or refuse."""
+        clock, status = self._clock, response.status
+        if reason in failover_on:
+            failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, watchdog)
+            retry_after = None
+            if reason in _HINTED:
+                retry_after = retry_hint(response.headers, failure, rate_limited=reason == "rate_limited")
+            return Failed(reason, status, retry_after)
+        refusal = await read_to_end(response.chunks, [], self._max_response_bytes, idle, first_byte_by, clock, watchdog)
+        if refusal is None:
+            return Failed("upstream_5xx", status)
+        if reason == "client_error":
+            reason = refine_client_error(status, refusal)
+            if reason in failover_on:
+                return Failed(reason, status)
+        return Refused(candidate, status, response.headers, refusal, attempts, reason)
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
+
+class RequestAttempts:
+    """One request's pass over its plan: each step of trying one candidate, and what came of it.
+
+    Steps: :meth:`prepare` (skip or get :class:`Ready`), :meth:`attempt` (call it),
+    :meth:`settle` (finish its lease, event it; say whether the pass is decided), then for the
+    plain loop :meth:`retry_wait` (ask the same candidate again?). The hedging race adds
+    :meth:`discard` for attempts it gives up on.
+    """
+
+    __slots__ = (
+        "_headers_for",
+        "_loop",
+        "_open_skips",
+        "_route",
+        "_stream",
+        "_summaries",
+        "_wire",
+        "attempts",
+        "deadline",
+        "facts",
+        "plan",
+        "record",
+        "stopped",
+    )
+
+    def __init__(
+        self,
+        loop: AttemptLoop,
+        plan: Plan,
+        request: InboundRequest,
+        route: str,
+        headers_for: Callable[[ProviderRuntime], dict[str, str]],
+        record: RequestRecord,
+        facts: RequestFacts,
+        deadline: float,
+    ) -> None:
+        self._loop = loop
+        self.plan = plan
+        # Each candidate's body: the client's bytes with the model spliced in where the parse
+        # located it, else the payload serialised once (wire.py).
+        span = request.model_span
+        self._wire = SplicedBody(request.body, span) if span is not None else WireBody(request.payload)
+        self._stream = request.stream
+        self._route = route
+        self._headers_for = headers_for
+        self.record = record
+        self.facts = facts
+        #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
+        self.deadline = deadline
+        self._summaries: list[AttemptSummary] = []
+        #: Attempts started so far, retries included (skips are not attempts).
+        self.attempts = 0
+        #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
+        self.stopped = False
+        #: Candidates skipped for an open breaker, with when it opened.
+        self._open_skips: list[tuple[float, Candidate]] = []
+
+    def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
+        """The candidate ready to call, or ``None`` when it is skipped (the skip is evented).
+
+        ``force`` admits it through an open breaker (the all-open fallback); ``retry`` says it
+        is asked again in place.
+        """
+        if self.stopped:
+            return None
+        loop = self._loop
+        key = str(candidate)
+        provider = loop._providers.get(candidate.provider)
+        if provider is None or not provider.configured:
+            self.skip(key, Skip("provider_not_configured"))
+            return None
+        if self.attempts >= loop._policy.max_attempts or loop._clock() >= self.deadline:
+            self.skip(key, Skip("budget_exhausted"))
+            self.stopped = True
+            return None
+        body = self._wire.for_model(candidate.model_id)
+        if not self._wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
+            raise AssertionError(f"target guard: wire body does not name {candidate}")
+        admitted: Skip | Lease | None = loop._book.admit(key, self.plan.policy, self.facts)
+        if admitted is None:
+            admitted = loop._gate.enter(candidate, force=force)
+        if isinstance(admitted, Skip):
+            self.skip(key, admitted)
+            if admitted.opened_at is not None and not retry:
+                self._open_skips.append((admitted.opened_at, candidate))
+            return None
+        return Ready(candidate, key, provider, body, admitted)
+
+    async def attempt(self, ready: Ready) -> Attempted:
+        """Call ``ready``'s upstream; on cancellation, account for it and re-raise."""
+        loop = self._loop
+        self.attempts += 1
+        ready.started = loop._clock()
+        self.record.in_flight = (ready.key, ready.started)
+        loop._book.started(ready.key, self.facts)
+        try:
+            result = await loop._attempt(
+                ready.candidate,
+                ready.provider,
+                ready.provider.urls[self._route],
+                self._headers_for(ready.provider),
+                ready.body,
+                self._stream,
+                self.plan.failover_on,
+                ready.started,
+                self.attempts,
+                self.deadline,
+                ready.lease,
+            )
+        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
+            elapsed = loop._clock() - ready.started
+            ready.lease.finish(ready.cancel_reason)
+            loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
+            raise
+        if self.record.in_flight is not None and self.record.in_flight[0] == ready.key:
+            self.record.in_flight = None
+        return result
+
+    def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
+        """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
+        loop = self._loop
+        elapsed = loop._clock() - ready.started
+        if isinstance(result, Committed):
+            result.attempts = self.attempts
+            loop._book.committed(ready.key, result.ttfb)
+            if self._stream:
+                result.lease = ready.lease  # finished by the relay's end (ModelRouter._note_served)
+            else:
+                ready.lease.finish("served")
+            return result
+        ready.lease.finish(result.reason)
+        if isinstance(result, Refused):
+            result.attempts = self.attempts
+            loop._book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
+            self.record.events.append(
+                AttemptEvent(
+                    self.record.request_id,
+                    len(self.record.events),
+                    ready.key,
+                    "failed",
+                    result.reason,
+                    result.status,
+                    elapsed,
+                    principal=self.record.principal,
+                )
+            )
+            return result
+        loop._book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
+        self._note(ready.key, "failed", result, elapsed)
+        if result.fatal:
+            lines = "\n".join(summary.line() for summary in self._summaries)
+            return RouterError(502, "router_error", lines, tuple(self._summaries))
+        return None
+
+    def retry_wait(self, result: Attempted, retry: int) -> float | None:
+        """Seconds to wait before retry ``retry`` (0-based) of a failed attempt; ``None``: don't.
+
+        Only reasons in ``retry_on`` are retried; the upstream's hint replaces the backoff, a
+        hint over ``max_retry_wait`` is not waited, and no wait may outrun the deadline.
+        """
+        policy = self._loop._policy
+        if not isinstance(result, Failed) or result.fatal or result.reason not in policy.retry_on:
+            return None
+        return retry_wait(
+            result.retry_after,
+            retry,
+            backoff=policy.backoff,
+            max_retry_wait=policy.max_retry_wait,
+            remaining=self.deadline - self._loop._clock(),
+            random=self._loop._random,
+        )
+
+    async def discard(self, ready: Ready, result: Attempted | None, reason: Reason) -> None:
+        """Event an attempt the hedging race gave up on: it lost (``hedge_lost``) or the client left.
+
+        ``result`` is one that finished anyway after the race was decided (e.g. it committed a
+        moment after the winner): it is accounted here and a committed response released, as the
+        cancelled ones (``result`` None) were by :meth:`attempt`'s own clean-up. Either way its
+        lease is finished with ``reason``, which counts neither for nor against its breakers: a
+        lost race says nothing about the provider.
+        """
+        ready.lease.finish(reason)
+        elapsed = self._loop._clock() - ready.started
+        if result is not None:
+            self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
+            if isinstance(result, Committed):
+                with anyio.CancelScope(shield=True):
+                    await result.response.aclose()
+        self._note(ready.key, "aborted", Failed(reason), elapsed, summary=False)
+
+    async def abandon(self, decided: Committed | Refused | RouterError | None) -> None:
+        """Release a winner that will never be sent (the client left while the race wound down).
+
+        Its lease is finished, its statistics released and its response closed, as the relay
+        would have done; it is evented as ``aborted``.
+        """
+        if not isinstance(decided, Committed):
+            return
+        key = str(decided.candidate)
+        if decided.lease is not None:
+            decided.lease.finish("client_disconnected")
+        self._loop._book.finished(key, self.facts, None)
+        with anyio.CancelScope(shield=True):
+            await decided.response.aclose()
+        elapsed = self._loop._clock() - decided.started
+        self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
+
+    def oldest_open(self) -> Candidate | None:
+        """When nothing was tried and breakers were why: the candidate whose breaker opened first."""
+        if self.attempts or self.stopped or not self._open_skips:
+            return None
+        return min(self._open_skips, key=lambda skipped: skipped[0])[1]
+
+    def exhausted(self) -> RouterError:
+        return exhausted_error(self._summaries)
+
+    def skip(self, name: str, skip: Skip) -> None:
+        """Event a candidate that was not called."""
+        self._note(name, "skipped", Failed(skip.reason, retry_after=skip.retry_after, skipped=True), 0.0)
+
+    def _note(self, name: str, outcome: Outcome, failure: Failed, latency: float, *, summary: bool = True) -> None:
+        if summary:
+            self._summaries.append(
+                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped)
+            )
+        self.record.events.append(
+            AttemptEvent(
+                self.record.request_id,
+                len(self.record.events),
+                name,
+                outcome,
+                failure.reason,
+                failure.status,
+                latency,
+                failure.ttfb,
+                principal=self.record.principal,
+            )
+        )

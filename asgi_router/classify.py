@@ -20,10 +20,17 @@ body over the response cap)
 401 / 403                         ``auth_error``       next candidate
 402                               ``billing``          next candidate
 404                               ``model_not_found``  next candidate
+400 whose error says the context  ``context_window``   next candidate (the only 400 that
+window was exceeded                                    fails over: windows are per model)
 other 4xx                         ``client_error``     stop: relay status and body
 2xx                               ``served``           commit
 2xx that ends with no body        ``stream_interrupted``  next candidate
 ================================  ===================  ==============================
+
+Skips are not failures: a candidate is skipped before it is called when its provider has no key
+(``provider_not_configured``), its catalog context window cannot hold the request
+(``context_window``) or its rpm/tpm budget is spent (``over_budget``). ``hedge_lost`` marks the
+slower of two raced candidates, cancelled when the other committed.
 
 An exception this module does not recognise is *not* retried (Bifrost's rule): an unknown
 failure is more likely a bug here than a flaky upstream, and retrying it would only hide it.
@@ -31,6 +38,7 @@ failure is more likely a bug here than a flaky upstream, and retrying it would o
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -46,6 +54,7 @@ __all__ = [
     "classify_exception",
     "classify_status",
     "parse_retry_after",
+    "refine_client_error",
 ]
 
 Reason = Literal[
@@ -64,6 +73,9 @@ Reason = Literal[
     "circuit_open",
     "saturated",
     "budget_exhausted",
+    "over_budget",
+    "context_window",
+    "hedge_lost",
 ]
 
 #: Reasons that move on to the next candidate unless a group's ``failover_on`` says otherwise.
@@ -78,6 +90,7 @@ DEFAULT_FAILOVER: Final[frozenset[Reason]] = frozenset(
         "billing",
         "model_not_found",
         "stream_interrupted",
+        "context_window",
     }
 )
 
@@ -105,6 +118,17 @@ _EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
 )
 
 
+# A 400 whose body says the prompt did not fit this model's window. The error ``code`` is the
+# reliable signal (OpenAI, Groq, vLLM, OpenRouter); the message patterns cover servers that only
+# say it in words. Other 400s say the request itself is wrong and must not fail over.
+_CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "context_window_exceeded"})
+_CONTEXT_MESSAGE: Final = re.compile(
+    r"maximum context length|context length (?:is )?exceeded|context window|prompt is too long", re.IGNORECASE
+)
+# Only the start of an error body is looked at: error bodies are small, a huge one is not this.
+_CONTEXT_BODY_CAP: Final = 16 * 1024
+
+
 # RFC 9110 delay-seconds (we also accept a fraction, as some providers send "0.5").
 _DELTA_SECONDS: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
 
@@ -125,6 +149,26 @@ def classify_status(status: int) -> Reason:
     # 5xx, and 1xx/3xx that a chat endpoint has no business sending (a base_url that
     # redirects is a provider misconfiguration the next candidate may not share).
     return "upstream_5xx"
+
+
+def refine_client_error(status: int, body: bytes) -> Reason:
+    """Re-read a ``client_error`` with its body: a context-window 400 is ``context_window``."""
+    if status != 400 or len(body) > _CONTEXT_BODY_CAP:
+        return "client_error"
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return "client_error"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(error, dict):
+        return "client_error"
+    code = error.get("code")
+    if isinstance(code, str) and code in _CONTEXT_CODES:
+        return "context_window"
+    message = error.get("message")
+    if isinstance(message, str) and _CONTEXT_MESSAGE.search(message):
+        return "context_window"
+    return "client_error"
 
 
 def classify_exception(exc: BaseException) -> Reason:

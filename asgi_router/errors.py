@@ -22,6 +22,7 @@ from .classify import Reason
 __all__ = [
     "AttemptSummary",
     "ERROR_TYPES",
+    "SKIP_REASONS",
     "RouterError",
     "error_body",
     "exhausted_error",
@@ -31,6 +32,8 @@ __all__ = [
 #: OpenAI's ``error.type`` for each status the router itself produces.
 ERROR_TYPES: Final[dict[int, str]] = {
     400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
     404: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
@@ -38,8 +41,15 @@ ERROR_TYPES: Final[dict[int, str]] = {
     429: "rate_limit_error",
     500: "server_error",
     502: "upstream_error",
+    503: "server_error",
     504: "timeout_error",
 }
+
+
+#: Reasons for a candidate that was never contacted: they explain, but do not decide the status.
+SKIP_REASONS: Final[frozenset[Reason]] = frozenset(
+    {"provider_not_configured", "circuit_open", "saturated", "budget_exhausted"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,8 @@ class AttemptSummary:
     reason: Reason
     status: int | None = None
     retry_after: float | None = None
+    #: Never contacted (no key, context too small, over budget): does not decide the status.
+    skipped: bool = False
 
     def line(self) -> str:
         return f"{self.candidate}: {self.reason}" + (f" ({self.status})" if self.status else "")
@@ -67,6 +79,8 @@ class RouterError:
     message: str
     attempts: tuple[AttemptSummary, ...] | None = None
     retry_after: float | None = None
+    #: Extra response headers (e.g. ``WWW-Authenticate`` on a 401).
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def body(self) -> bytes:
         return error_body(self.status, self.code, self.message, self.attempts)
@@ -88,17 +102,24 @@ def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptS
 def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     """The error for a plan whose every candidate failed (DESIGN.md §4).
 
-    All rate-limited: 429 with the smallest Retry-After seen. All timed out: 504. Else 502.
-    Skipped candidates (never contacted) do not decide the status unless nothing was contacted.
+    All rate-limited (upstream 429 or the router's own rpm/tpm budgets): 429 with the smallest
+    Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400
+    ``context_length_exceeded`` (no model would take it). Else 502. Skipped candidates (never
+    contacted) do not decide the status unless nothing was contacted; then a plan whose every
+    candidate was at its concurrency cap is a 503 (local overload).
     """
-    contacted = [a for a in attempts if a.reason != "provider_not_configured"] or list(attempts)
+    contacted = [a for a in attempts if not a.skipped and a.reason not in SKIP_REASONS] or list(attempts)
     reasons = {a.reason for a in contacted}
     message = "\n".join(a.line() for a in attempts) or "the plan had no candidates"
-    if reasons == {"rate_limited"}:
-        waits = [a.retry_after for a in contacted if a.retry_after is not None]
+    if reasons == {"saturated"}:
+        return RouterError(503, "upstream_saturated", message, tuple(attempts))
+    if reasons and reasons <= {"rate_limited", "over_budget"}:
+        waits = [a.retry_after for a in attempts if a.retry_after is not None]
         return RouterError(429, "rate_limit_exceeded", message, tuple(attempts), min(waits) if waits else None)
     if reasons == {"timeout"}:
         return RouterError(504, "upstream_timeout", message, tuple(attempts))
+    if reasons == {"context_window"}:
+        return RouterError(400, "context_length_exceeded", message, tuple(attempts))
     return RouterError(502, "upstream_unavailable", message, tuple(attempts))
 
 

@@ -1,9 +1,14 @@
 """What happened to a request, as data: one :class:`AttemptEvent` per attempt.
 
 Events are built from candidates, reasons, statuses and timings only, so they cannot carry an
-API key. The stdlib ``logging`` sink writes one structured line per request on the
-``asgi_router`` logger; it is skipped entirely (no formatting) when that logger is not enabled
-for INFO, so it costs nothing on a quiet production logger.
+API key. Each also carries the request's ``principal`` (who inbound auth admitted: an
+``api_keys`` name or fingerprint, or whatever the host's ``authorize`` callable returned) so
+that a sink can account per key.
+
+The stdlib ``logging`` sink writes one structured line per request on the ``asgi_router``
+logger; it is skipped entirely (no formatting) when that logger is not enabled for INFO, so it
+costs nothing on a quiet production logger. The principal is not in the line (a host's
+principal object may hold anything); the record rides along as ``extra={"asgi_router": ...}``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ class AttemptEvent:
     latency: float = 0.0
     #: Seconds from sending to the first body byte, when one arrived.
     ttfb: float | None = None
+    #: USD this attempt cost (served attempts of models with catalog prices).
+    cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated).
+    principal: object = None
 
 
 @dataclass(slots=True)
@@ -53,6 +62,18 @@ class RequestRecord:
     events: list[AttemptEvent] = field(default_factory=list)
     #: The candidate being tried or relayed right now, and since when (for ``aborted`` events).
     in_flight: tuple[str, float] | None = None
+    #: The ``[[rules]]`` entry that chose the plan (``default`` when none did).
+    route: str = "default"
+    #: The plan's candidates in the order the strategy gave them.
+    plan: tuple[str, ...] = ()
+    #: Whether the group's canned reply was sent because every candidate failed.
+    degraded: bool = False
+    #: Tokens the served response used (from its ``usage``, else estimated) and their cost.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated or refused).
+    principal: object = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:
@@ -66,7 +87,8 @@ def log_request(record: RequestRecord) -> None:
         return
     ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
     logger.info(
-        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d",
+        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d"
+        " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s",
         record.request_id,
         record.ref,
         "true" if record.stream else "false",
@@ -76,5 +98,10 @@ def log_request(record: RequestRecord) -> None:
         record.latency * 1000,
         f"{ttfb * 1000:.1f}" if ttfb is not None else "-",
         record.bytes_relayed,
+        record.route,
+        " ".join(record.plan),
+        "true" if record.degraded else "false",
+        f"{record.prompt_tokens}+{record.completion_tokens}" if record.prompt_tokens is not None else "-",
+        f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
         extra={"asgi_router": record},
     )

@@ -1,20 +1,28 @@
 """Header hygiene in both directions, in two named helpers (as fastapi-proxy-lib does).
 
-Upstream, the router sends an *allowlist*: a client's ``Authorization``, ``Cookie``,
-``x-api-key`` or proxy headers must never reach a provider (the provider gets its own key),
-and hop-by-hop headers belong to one connection only. Back to the client, hop-by-hop headers,
-``Set-Cookie`` (an upstream has no business setting cookies on the host app's domain) and the
-headers the ASGI server or the router itself sets are dropped.
+Upstream, the router sends an *allowlist*: ``content-type``, ``accept``, ``user-agent``,
+``x-request-id``, plus what a provider's ``forward_headers`` names. A client's
+``Authorization``, ``Cookie``, ``x-api-key`` or proxy headers must never reach a provider (the
+provider gets its own key), and hop-by-hop headers belong to one connection only: that
+includes every header the inbound ``Connection`` names, even an allowlisted one. The denylist
+(:func:`never_forwarded`) is checked at config load *and* per request, so a forward list cannot
+smuggle a credential through. Back to the client, hop-by-hop headers, ``Set-Cookie`` (an
+upstream has no business setting cookies on the host app's domain), ``Alt-Svc`` (it would
+advertise the upstream's endpoints as the host app's) and the headers the ASGI server or the
+router itself sets are dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
     "HOP_BY_HOP",
+    "NEVER_FORWARDED",
+    "never_forwarded",
+    "never_sent",
     "request_headers_for_upstream",
     "response_headers_for_client",
 ]
@@ -35,14 +43,48 @@ HOP_BY_HOP: Final = frozenset(
     }
 )
 
-#: Inbound headers copied to the upstream request (everything else is dropped).
-FORWARDED_REQUEST_HEADERS: Final = frozenset({b"accept", b"user-agent"})
+#: Inbound headers copied to the upstream request (everything else is dropped unless a
+#: provider's ``forward_headers`` names it). ``content-type`` and ``x-request-id`` are listed
+#: for completeness: the provider's own ``content-type`` and the router's sanitised request id
+#: always win over the client's.
+FORWARDED_REQUEST_HEADERS: Final = frozenset({b"content-type", b"accept", b"user-agent", b"x-request-id"})
+
+# Headers that only the transport may set: framing, routing, and the connection's own.
+_TRANSPORT_OWNED: Final = HOP_BY_HOP | {b"host", b"content-length"}
+
+#: Inbound headers that never reach an upstream, whatever a config says: credentials (the
+#: client's, or ones that would swap the provider's account), cookies, and what the router
+#: itself decides (encoding, framing, routing).
+NEVER_FORWARDED: Final = _TRANSPORT_OWNED | {
+    b"authorization",
+    b"cookie",
+    b"x-api-key",
+    b"api-key",
+    b"x-goog-api-key",
+    b"openai-organization",
+    b"openai-project",
+    b"accept-encoding",
+    b"content-encoding",
+}
+
+
+def never_sent(name: bytes) -> bool:
+    """Whether a (lowercase) header name is the transport's alone: no config may set it."""
+    return name in _TRANSPORT_OWNED or name.startswith(b"proxy-")
+
+
+def never_forwarded(name: bytes) -> bool:
+    """Whether a (lowercase) inbound header name must never be copied upstream."""
+    return name in NEVER_FORWARDED or name.startswith(b"proxy-")
+
 
 # Upstream response headers never relayed: hop-by-hop, cookies, framing the ASGI server
 # recomputes, identity headers the server adds itself (duplicates confuse clients), and the
 # router's own headers (which it sets after this filter).
 _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
     b"set-cookie",
+    b"set-cookie2",
+    b"alt-svc",
     b"content-length",
     b"date",
     b"server",
@@ -62,19 +104,22 @@ def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[byte
 
 
 def request_headers_for_upstream(
-    inbound: Iterable[tuple[bytes, bytes]],
+    inbound: Sequence[tuple[bytes, bytes]],
     base: Mapping[str, str],
     request_id: str,
+    allowed: frozenset[bytes] = FORWARDED_REQUEST_HEADERS,
 ) -> dict[str, str]:
     """Headers for the upstream request: the provider's ``base`` plus the allowlisted inbound.
 
     ``base`` (built once per provider) carries the provider's own ``Authorization``,
     ``content-type``, ``accept-encoding: identity`` and configured extras; inbound headers never
-    override it.
+    override it. ``allowed`` is the provider's allowlist (the fixed one plus its
+    ``forward_headers``); the denylist and the inbound ``Connection`` tokens are applied on top.
     """
     headers = dict(base)
+    named = _connection_tokens(inbound)
     for name, value in inbound:
-        if name in FORWARDED_REQUEST_HEADERS:
+        if name in allowed and name not in named and not never_forwarded(name):
             key = name.decode("latin-1")
             if key not in headers:
                 headers[key] = value.decode("latin-1")

@@ -1,22 +1,29 @@
 """Read and check the client's request before any upstream is chosen.
 
 The body is read with a hard cap (a declared ``Content-Length`` over the cap is refused before
-a byte is read; a chunked body is refused as soon as it crosses the cap), parsed once, and must
-be a JSON object with a string ``model``. Every refusal is a :class:`RouterError` with the
-right status; nothing here raises on bad input.
+a byte is read; a chunked body is refused as soon as it crosses the cap) and a deadline (a body
+still arriving after ``body_timeout`` seconds is a 408: a client trickling bytes must not hold a
+request open for ever). It is parsed once, with bounds (:mod:`.safejson`); that parse also
+locates the ``model`` value's bytes, into which the attempt loop splices each candidate's id
+(:mod:`.wire`). It must be a JSON object with a string ``model`` and none of the fields that
+would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
+:class:`RouterError` with the right status; nothing here raises on bad input.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio
 from starlette.types import Receive, Scope
 
 from .errors import RouterError
-from .wire import parse_json_body
+from .safejson import JsonRefused, Span, loads_with_span
+from .screen import forbidden_field
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -29,13 +36,13 @@ class ClientGone(Exception):
 
 @dataclass(slots=True)
 class InboundRequest:
-    """A parsed chat request: the JSON object (mutated per candidate) and its stream flag."""
+    """A parsed chat request: the JSON object, its stream flag, and the body it came from."""
 
     payload: dict[str, Any]
     stream: bool
     #: The body as received, and the byte span of its ``model`` value when it can be spliced.
     body: bytes = b""
-    model_span: tuple[int, int] | None = None
+    model_span: Span | None = None
 
 
 def request_id_for(scope: Scope) -> str:
@@ -67,41 +74,44 @@ def _too_large(limit: int) -> RouterError:
     return RouterError(413, "request_too_large", f"request body is larger than {limit} bytes")
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | RouterError:
-    """The whole request body, or a 413 once it is known to exceed ``limit`` bytes."""
+async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: float = math.inf) -> bytes | RouterError:
+    """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
+    has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body."""
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk: bytes = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                return _too_large(limit)
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    with anyio.move_on_after(time_limit):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    return _too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return RouterError(408, "request_timeout", f"request body did not arrive within {time_limit:g} seconds")
 
 
 def parse_request(body: bytes) -> InboundRequest | RouterError:
     """Parse the body as a chat request: a JSON object with a string ``model``.
 
-    The request's one JSON parse; it also finds where the ``model`` value sits in the bytes,
-    so that the attempt loop can splice each candidate's id in without re-serialising
-    (:mod:`asgi_router.wire`).
+    The request's one JSON parse; it also finds where the ``model`` value sits in the bytes.
     """
-    try:
-        payload, model_span = parse_json_body(body)
-    except (ValueError, RecursionError):
-        return RouterError(400, "invalid_json", "request body is not valid JSON")
+    parsed = loads_with_span(body, "model")
+    if isinstance(parsed, JsonRefused):
+        return RouterError(400, "invalid_json", parsed.message)
+    payload, model_span = parsed
     if not isinstance(payload, dict):
         return RouterError(400, "invalid_request", "request body must be a JSON object")
+    refused = forbidden_field(payload)
+    if refused is not None:
+        return refused
     if "model" not in payload:
         return RouterError(400, "missing_model", "request body has no 'model' field")
     if not isinstance(payload["model"], str):

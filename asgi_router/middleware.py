@@ -3,15 +3,24 @@
 Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
 the first lines of ``__call__``. ``lifespan`` also goes to the host app, with the router
 opening its one shared upstream client on startup and closing it after the app's shutdown.
-A chat request flows: read body → parse → resolve plan → attempt loop → respond or relay.
-Per-request state lives in an :class:`_Exchange`, never on the middleware.
+A chat request flows: inbound auth → screen headers → read body → parse → resolve plan
+(strategy, rules) → attempt loop (with hedging for groups that hedge) → respond or relay →
+count tokens and cost. Auth and the header screen run before a byte of the body is read, so a
+refused client cannot make the router buffer anything. When every candidate failed, a group
+with a canned reply answers with it (``degraded.py``). ``GET /v1/models`` is answered from
+configuration (``models_endpoint.py``). Per-request state lives in an :class:`_Exchange`,
+never on the middleware.
 
 From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
 and releases its connection. On asyncio that watcher is a bare task cancelled at the end rather
-than an anyio task group (see ``_exchange``: the group cost more than the rest of the router).
+than an anyio task group (see ``_watched``: the group cost more than the rest of the router).
 Any unexpected error is logged and, if nothing has been sent yet, answered with an
 OpenAI-shaped 500: the router never takes the host app down with it.
+
+Between lifespan startup and shutdown the router also runs its background work: the event
+sink workers and the opt-in health probes. Each finished request is published to the sinks
+(the log line among them) without waiting for them.
 """
 
 from __future__ import annotations
@@ -19,40 +28,69 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .attempts import AttemptLoop, Committed, Refused
+from .attempts import AttemptLoop
+from .auth import Authorize, build_guard
+from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
+from .degraded import DegradedSettings, degraded_reply, should_degrade
 from .errors import RouterError
-from .events import AttemptEvent, Outcome, RequestRecord, log_request, logger
+from .events import AttemptEvent, Outcome, RequestRecord, logger
+from .facts import RequestFacts
+from .gate import Gate, Lease
 from .headers import request_headers_for_upstream, response_headers_for_client
+from .health import HealthProber
 from .inbound import ClientGone, InboundRequest, parse_request, read_body, request_id_for
+from .models_endpoint import ModelsEndpoint
+from .outcomes import Committed, Refused
 from .plan import Plan, ResolveError, Resolver
+from .redact import register_secrets, secrets_of
 from .relay import relay_stream, send_whole
+from .retry import RetryPolicy
+from .screen import screen_headers
 from .settings import RouterSettings, load_settings
+from .sinks import EventBus, RecentRequests, Sink, default_sinks
+from .state import InMemoryState, RouterState
+from .stats import RoutingStats
 from .upstream import ProviderRuntime, make_transport
-from .wire import SplicedBody
+from .usage import Tail
 
 __all__ = ["ModelRouter"]
 
 
-def _router_headers(request_id: str, winner: str | None, attempts: int) -> list[tuple[bytes, bytes]]:
+def _router_headers(
+    request_id: str, winner: str | None, attempts: int, route: str | None = None
+) -> list[tuple[bytes, bytes]]:
     headers = [(b"x-request-id", request_id.encode()), (b"x-router-attempts", str(attempts).encode())]
     if winner is not None:
         headers.append((b"x-router-model", winner.encode()))
+    if route is not None:  # rule names and "default" are validated header-safe names
+        headers.append((b"x-router-route", route.encode()))
     return headers
 
 
 class _Exchange:
     """One chat request's state: what was sent, whether the client is still there."""
 
-    __slots__ = ("disconnected", "finished", "receive", "record", "response_started", "scope", "send")
+    __slots__ = (
+        "disconnected",
+        "finished",
+        "lease",
+        "receive",
+        "record",
+        "response_started",
+        "route",
+        "scope",
+        "send",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         self.scope = scope
@@ -62,6 +100,10 @@ class _Exchange:
         self.response_started = False
         self.finished = False
         self.disconnected = False
+        #: The committed stream's lease, finished when the relay ends (or the request does).
+        self.lease: Lease | None = None
+        #: ``x-router-route`` once a plan was resolved.
+        self.route: str | None = None
 
     async def send_tracked(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -70,7 +112,8 @@ class _Exchange:
 
     async def send_error(self, error: RouterError, attempts: int = 0) -> None:
         headers = [(b"content-type", b"application/json")]
-        headers += _router_headers(self.record.request_id, None, attempts)
+        headers += _router_headers(self.record.request_id, None, attempts, self.route)
+        headers += error.headers
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
         self.record.status = error.status
@@ -95,9 +138,18 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
+    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize=`` a callable
+    ``(scope, headers) -> bool | principal``, or ``api_keys`` / ``allow_unauthenticated`` in
+    the settings; without one the constructor raises :class:`ConfigError`.
     ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
     selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to
-    close. ``clock`` is injectable for tests of timing logic.
+    close. ``clock`` (monotonic seconds) and ``random`` (uniform in
+    [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
+    breakers, rotation counters, budgets and routing statistics (default: in memory, this
+    process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
+    is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
+    (see :mod:`asgi_router.sinks`), after the built-in log line and the ring of :attr:`recent`
+    requests.
     """
 
     def __init__(
@@ -108,18 +160,51 @@ class ModelRouter:
         config: str | os.PathLike[str] | None = None,
         http_client: httpx2.AsyncClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        random: Callable[[], float] = random.random,
+        state: RouterState | None = None,
+        sinks: Sequence[Sink] = (),
+        stats: RoutingStats | None = None,
+        rng: random.Random | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.app = app
         self.settings = load_settings(settings, config)
+        self._guard = build_guard(self.settings, authorize)
+        register_secrets(secrets_of(self.settings))
+        if self.settings.allow_unauthenticated:
+            logger.warning(
+                "asgi_router: allow_unauthenticated=True: anyone who can reach %s spends the configured "
+                "providers' keys; use api_keys or authorize= outside local development",
+                ", ".join(self.settings.routes),
+            )
+        self.state: RouterState = state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
         self._routes = frozenset(self.settings.routes)
-        self._resolver = Resolver(self.settings)
+        self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
+        self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
         self._providers = {
             name: ProviderRuntime.build(name, provider, self.settings.routes)
             for name, provider in self.settings.providers.items()
         }
         self._transport = make_transport(self.settings.transport, self.settings.pool, http_client)
-        self._loop = AttemptLoop(self._transport, self._providers, self.settings.max_response_bytes, clock)
+        self._gate = Gate(self.settings, self.state, clock)
+        self._loop = AttemptLoop(
+            self._transport,
+            self._providers,
+            self.settings.max_response_bytes,
+            clock,
+            bookkeeper=self._book,
+            gate=self._gate,
+            policy=RetryPolicy.from_settings(self.settings),
+            random=random,
+        )
         self._clock = clock
+        models_route = self.settings.models_route
+        self._models = ModelsEndpoint(self.settings, models_route) if models_route is not None else None
+        #: The most recent finished requests, newest last.
+        self.recent = RecentRequests(self.settings.events.recent)
+        #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
+        self.events = EventBus(default_sinks(self.recent, sinks), self.settings.events.queue_size)
+        self._health = HealthProber(self.settings, self._providers, self._gate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -127,27 +212,52 @@ class ModelRouter:
             if scope["method"] == "POST" and scope["path"] in self._routes:
                 await self._serve(scope, receive, send)
                 return
+            if self._models is not None and scope["method"] in ("GET", "HEAD") and self._models.handles(scope["path"]):
+                await self._models(scope, receive, send)
+                return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stop = anyio.Event()
+
         async def receive_startup(*_: Any) -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self._transport.start()
+                background.start_soon(self._background, stop)
             return message
 
         async def send_shutdown(message: Message) -> None:
             if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.events.drain(self.settings.events.shutdown_grace)
+                stop.set()
                 await self._transport.aclose()
             elif message["type"] == "lifespan.startup.complete" and self.settings.gc_freeze:
                 gc.collect()
                 gc.freeze()  # the startup heap stays: stop re-scanning it on every full collection
             await send(message)
 
-        await self.app(scope, receive_startup, send_shutdown)
+        failure: Exception | None = None
+        async with anyio.create_task_group() as background:
+            try:
+                await self.app(scope, receive_startup, send_shutdown)
+            except Exception as exc:  # re-raised as itself, not wrapped in an ExceptionGroup
+                failure = exc
+            finally:
+                stop.set()
+        if failure is not None:
+            raise failure
+
+    async def _background(self, stop: anyio.Event) -> None:
+        """Event sink workers and health probes, from lifespan startup until ``stop``."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.events.run)
+            tasks.start_soon(self._health.run)
+            await stop.wait()
+            tasks.cancel_scope.cancel()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = self._clock()
@@ -159,13 +269,24 @@ class ModelRouter:
             if not exchange.response_started:
                 await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
         finally:
+            if exchange.lease is not None:  # the relay never reported: cancelled or crashed
+                exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
-            log_request(exchange.record)
+            self.events.publish(exchange.record)
 
     async def _exchange(self, exchange: _Exchange) -> None:
         scope, record = exchange.scope, exchange.record
+        admitted = await self._guard.check(scope)
+        if isinstance(admitted, RouterError):
+            await exchange.send_error(admitted)
+            return
+        record.principal = admitted.principal
+        unreadable = screen_headers(scope)
+        if unreadable is not None:
+            await exchange.send_error(unreadable)
+            return
         try:
-            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes)
+            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes, self.settings.body_timeout)
         except ClientGone:
             record.status = 499
             return
@@ -177,35 +298,42 @@ class ModelRouter:
             await exchange.send_error(request)
             return
         record.stream = request.stream
-        plan = self._resolver.resolve_string(request.payload["model"])
+        facts = RequestFacts(request.payload, scope["headers"])
+        plan = self._resolver.resolve_string(request.payload["model"], facts)
         if isinstance(plan, ResolveError):
             await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
             return
         record.ref = request.payload["model"]  # validated by the parser: safe to log
+        record.route = exchange.route = plan.route
+        record.plan = tuple(str(candidate) for candidate in plan.candidates)
+        await self._watched(exchange, plan, request, facts)
+        if exchange.disconnected:
+            record.status = 499
+            self._note_abort(record)
+
+    async def _watched(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
+        """:meth:`_respond`, cancelled at once if the client disconnects meanwhile."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is not None:
-            # asyncio: a bare task watches for the disconnect and is cancelled, not awaited, at
-            # the end. An anyio task group does the same at ~10x the cost (~45 µs a request on
-            # uvloop), because leaving it waits a loop turn or two for the watcher to finish.
-            with anyio.CancelScope() as cancel:
-                watcher = loop.create_task(exchange.watch_disconnect(cancel))
-                try:
-                    await self._respond(exchange, plan, request)
-                finally:
-                    exchange.finished = True
-                    watcher.cancel()
-        else:  # other anyio backends (trio): the structured spelling
+        if loop is None:  # other anyio backends (trio): the structured spelling
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
-                await self._respond(exchange, plan, request)
+                await self._respond(exchange, plan, request, facts)
                 exchange.finished = True
                 tasks.cancel_scope.cancel()
-        if exchange.disconnected:
-            record.status = 499
-            self._note_abort(record)
+            return
+        # asyncio: a bare task watches for the disconnect and is cancelled, not awaited, at the
+        # end. An anyio task group does the same at ~10x the cost (~45 µs a request on uvloop),
+        # because leaving it waits a loop turn or two for the watcher to finish.
+        with anyio.CancelScope() as cancel:
+            watcher = loop.create_task(exchange.watch_disconnect(cancel))
+            try:
+                await self._respond(exchange, plan, request, facts)
+            finally:
+                exchange.finished = True
+                watcher.cancel()
 
     def _note_abort(self, record: RequestRecord) -> None:
         if record.in_flight is not None:
@@ -219,50 +347,87 @@ class ModelRouter:
                     "client_disconnected",
                     None,
                     self._clock() - since,
+                    principal=record.principal,
                 )
             )
             record.in_flight = None
 
-    async def _respond(self, exchange: _Exchange, plan: Plan, request: InboundRequest) -> None:
+    async def _respond(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
         record = exchange.record
         stream = request.stream
-        wire = SplicedBody(request.body, request.model_span) if request.model_span is not None else None
         inbound = exchange.scope["headers"]
         request_id = record.request_id
 
         def headers_for(provider: ProviderRuntime) -> dict[str, str]:
-            return request_headers_for_upstream(inbound, provider.headers, request_id)
+            return request_headers_for_upstream(inbound, provider.headers, request_id, provider.forward)
 
-        result = await self._loop.run(plan, request.payload, stream, exchange.scope["path"], headers_for, record, wire)
+        result = await self._loop.run(plan, request, exchange.scope["path"], headers_for, record, facts)
+        if isinstance(result, Committed):
+            exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):
             attempts = sum(1 for e in record.events if e.outcome != "skipped")
+            degraded = plan.policy.degraded if plan.policy is not None else None
+            if degraded is not None and should_degrade(result.status):
+                await self._send_degraded(exchange, degraded, stream, attempts)
+                return
             await exchange.send_error(result, attempts)
             return
         winner = str(result.candidate)
         upstream_headers = result.response.headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
-        headers += _router_headers(request_id, winner, result.attempts)
+        headers += _router_headers(request_id, winner, result.attempts, plan.route)
         if isinstance(result, Refused):
             record.status = result.status
             await send_whole(exchange.send_tracked, result.status, headers, result.body)
             return
         record.status = result.response.status
         record.winner = winner
-        if not stream:
-            await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
-            record.bytes_relayed = len(result.body)
-            self._note_served(record, result, "served")
-            return
-        exchange.response_started = True
-        record.in_flight = (winner, result.started)
-        outcome = await relay_stream(exchange.send, result, headers, self._clock)
-        record.in_flight = None
-        record.bytes_relayed = outcome.bytes_relayed
-        if outcome.reason == "client_disconnected":
-            exchange.disconnected = True
-        self._note_served(record, result, outcome.reason)
+        tail = Tail() if stream and self._book.wants_tokens(winner) else None
+        spend: Spend | None = None
+        try:
+            if not stream:
+                await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
+                record.bytes_relayed = len(result.body)
+                spend = self._finish(record, winner, facts, result.body, None)
+                self._note_served(record, result, "served", spend)
+                return
+            exchange.response_started = True
+            record.in_flight = (winner, result.started)
+            outcome = await relay_stream(exchange.send, result, headers, self._clock, tail)
+            record.in_flight = None
+            record.bytes_relayed = outcome.bytes_relayed
+            if outcome.reason == "client_disconnected":
+                exchange.disconnected = True
+            spend = self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
+            self._note_served(record, result, outcome.reason, spend)
+        finally:
+            if spend is None:  # cancelled (the client left): still release and count it
+                self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
 
-    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason) -> None:
+    def _finish(
+        self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
+    ) -> Spend:
+        """Release the winner's statistics and record what its response used."""
+        spend = self._book.finished(winner, facts, data, chunks)
+        if spend.tokens is not None:
+            record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
+        record.cost_usd = spend.cost_usd
+        return spend
+
+    async def _send_degraded(
+        self, exchange: _Exchange, degraded: DegradedSettings, stream: bool, attempts: int
+    ) -> None:
+        """Every candidate failed and the group has a canned reply: send it, marked as such."""
+        record = exchange.record
+        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream)
+        headers += _router_headers(record.request_id, None, attempts, exchange.route)
+        record.status = 200
+        record.degraded = True
+        await send_whole(exchange.send_tracked, 200, headers, body)
+
+    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
+        if committed.lease is not None:
+            committed.lease.finish(reason)  # a late failure counts against the candidate
         outcome: Outcome = (
             "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
         )
@@ -276,5 +441,7 @@ class ModelRouter:
                 committed.response.status,
                 self._clock() - committed.started,
                 committed.ttfb,
+                spend.cost_usd,
+                principal=record.principal,
             )
         )

@@ -2,24 +2,40 @@
 
 Resolution sits on every request's path, so it does no I/O, takes no locks and, for ``order``
 groups, allocates nothing: plans are built once from the settings and handed out as they are.
-``rotate`` precomputes every rotation and picks one with a counter advanced once per request
-(``next()`` on ``itertools.count`` is atomic under the GIL and never awaits).
+``rotate`` precomputes every rotation and picks one with a counter advanced once per request;
+the counter lives in the router's :class:`~asgi_router.state.RouterState` (synchronous, never
+awaits), so that a shared store can later make rotation span workers.
 
-A strategy only *orders* candidates; later strategies plug into :data:`_STRATEGIES`.
+A plan also says how often each candidate may be retried in place (``retries``): a plan of one
+candidate gets ``RouterSettings.retries``, a longer one fails over instead unless its group
+sets ``retries``.
+
+A strategy only *orders* candidates; every strategy plugs into :data:`_STRATEGIES` as a factory
+from a group's table to a picker. ``weighted``, ``least_busy``, ``latency``, ``cost`` and
+``usage`` live in ``strategies.py`` and read :class:`~asgi_router.stats.RoutingStats`; a group with
+``rules = true`` first runs ``[[rules]]`` (``rules.py``), and the plan records which rule chose it.
 Resolution re-checks what config validation already refused (defence in depth): a ref that
 names something unknown yields a :class:`ResolveError`, never an exception from a dict lookup.
 """
 
 from __future__ import annotations
 
-import itertools
+import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Final
 
+from .catalog import Catalog
 from .classify import DEFAULT_FAILOVER, Reason
+from .facts import EMPTY_FACTS, RequestFacts
+from .policy import GroupPolicy
 from .refs import InvalidRef, ModelRef, RefKind, parse_model_ref
+from .rules import DEFAULT_ROUTE, RuleTable
 from .settings import GroupSettings, RouterSettings
+from .state import InMemoryState, RouterState
+from .stats import Limits, RoutingStats
+from .strategies import STRATEGIES, Member, Orderer, StrategyContext
 
 __all__ = ["Candidate", "Plan", "ResolveError", "Resolver"]
 
@@ -41,6 +57,12 @@ class Plan:
 
     candidates: tuple[Candidate, ...]
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
+    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent as ``x-router-route``).
+    route: str = DEFAULT_ROUTE
+    #: The group's hedging, degraded-answer and budget policies (``None`` for a direct ref).
+    policy: GroupPolicy | None = None
+    #: Same-candidate retries allowed per candidate (on top of its first attempt).
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,49 +74,146 @@ class ResolveError:
     message: str
 
 
-_PickPlan = Callable[[], Plan]
+_PickPlan = Callable[[RequestFacts], Plan]
+#: A group's counter in the router state: each call returns the next value.
+_Counter = Callable[[], int]
 
 
-def _order(plans: tuple[Plan, ...]) -> _PickPlan:
-    plan = plans[0]
-    return lambda: plan
+@dataclass(frozen=True, slots=True)
+class _GroupTable:
+    """What a strategy is built from: a group's flattened members, its base plan, shared stats."""
+
+    members: tuple[Member, ...]
+    #: The members in configured order, with the group's failover, policies and retries.
+    base: Plan
+    context: StrategyContext
+    #: The group's rotation counter (``state.next_rotation(group)``).
+    counter: _Counter
 
 
-def _rotate(plans: tuple[Plan, ...]) -> _PickPlan:
-    counter = itertools.count()
+def _order(group: _GroupTable) -> _PickPlan:
+    plan = group.base
+    return lambda facts: plan
+
+
+def _rotate(group: _GroupTable) -> _PickPlan:
+    candidates = group.base.candidates
+    plans = tuple(
+        replace(group.base, candidates=candidates[start:] + candidates[:start]) for start in range(len(candidates))
+    )
+    counter = group.counter
     size = len(plans)
-    return lambda: plans[next(counter) % size]
+    return lambda facts: plans[counter() % size]
 
 
-_STRATEGIES: Final[dict[str, Callable[[tuple[Plan, ...]], _PickPlan]]] = {
+def _ordering(strategy: Callable[[tuple[Member, ...], StrategyContext], Orderer]) -> Callable[[_GroupTable], _PickPlan]:
+    """Adapt a ``strategies.py`` orderer (facts -> candidates) into a plan picker."""
+
+    def factory(group: _GroupTable) -> _PickPlan:
+        order = strategy(group.members, group.context)
+        base = group.base
+        failover_on, policy, retries = base.failover_on, base.policy, base.retries
+        return lambda facts: Plan(order(facts), failover_on, DEFAULT_ROUTE, policy, retries)
+
+    return factory
+
+
+_STRATEGIES: Final[dict[str, Callable[[_GroupTable], _PickPlan]]] = {
     "order": _order,
     "rotate": _rotate,
+    **{name: _ordering(strategy) for name, strategy in STRATEGIES.items()},
 }
 
 
 class Resolver:
-    """Turns refs into plans using tables precomputed from :class:`RouterSettings`."""
+    """Turns refs into plans using tables precomputed from :class:`RouterSettings`.
 
-    def __init__(self, settings: RouterSettings) -> None:
+    ``state`` holds the rotation counters (:meth:`RouterState.next_rotation`); ``stats`` and
+    ``rng`` are what the stateful strategies read (injected in tests). By default one fresh
+    :class:`~asgi_router.state.InMemoryState` serves as both, and ``rng`` is an unseeded
+    ``random.Random``.
+    """
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        state: RouterState | None = None,
+        *,
+        stats: RoutingStats | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if state is None:
+            state = InMemoryState(half_life=settings.latency_half_life)
+        self.stats: RoutingStats = stats if stats is not None else state
+        rng = rng if rng is not None else random.Random()
+        catalog = Catalog(settings.catalog)
         self._providers = frozenset(settings.providers)
-        self._groups: dict[str, _PickPlan] = {
-            name: self._group_picker(group, settings.flat_members(name)) for name, group in settings.groups.items()
-        }
+        self._retries = settings.retries
+        self.policies: dict[str, GroupPolicy] = {}
+        self._groups: dict[str, _PickPlan] = {}
+        for name, group in settings.groups.items():
+            members = tuple(
+                Member(Candidate(*member.ref.split("/", 1)), member.ref, member.weight, Limits(member.rpm, member.tpm))
+                for member in settings.flat_member_settings(name)
+            )
+            policy = GroupPolicy(
+                name,
+                group.hedge_after,
+                group.hedge_budget,
+                group.degraded,
+                {member.key: member.limits for member in members if member.limits != Limits()},
+            )
+            self.policies[name] = policy
+            context = StrategyContext(self.stats, catalog, rng, group.explore)
+            counter = partial(state.next_rotation, name)
+            self._groups[name] = self._group_picker(group, members, policy, context, counter, settings.retries)
         self._aliases: dict[str, ModelRef] = {}
         for name, target in settings.aliases.items():
             ref = parse_model_ref(target)
             if isinstance(ref, ModelRef):
                 self._aliases[name] = ref
+        self._rules_groups = frozenset(name for name, group in settings.groups.items() if group.rules)
+        self._rules = RuleTable(settings.rules, sorted(self._rules_groups))
+        self._rule_targets: dict[str, ModelRef] = {}
+        for rule in settings.rules:
+            ref = parse_model_ref(rule.route)
+            if isinstance(ref, ModelRef):
+                self._rule_targets[rule.name] = ref
 
     @staticmethod
-    def _group_picker(group: GroupSettings, members: tuple[str, ...]) -> _PickPlan:
-        candidates = tuple(Candidate(*member.split("/", 1)) for member in members)
-        rotations = tuple(
-            Plan(candidates[start:] + candidates[:start], group.failover_on) for start in range(len(candidates))
-        )
-        return _STRATEGIES[group.strategy](rotations)
+    def _group_picker(
+        group: GroupSettings,
+        members: tuple[Member, ...],
+        policy: GroupPolicy,
+        context: StrategyContext,
+        counter: _Counter,
+        retries: int,
+    ) -> _PickPlan:
+        if group.retries is not None:
+            retries = group.retries
+        elif len(members) > 1:
+            retries = 0
+        base = Plan(tuple(member.candidate for member in members), group.failover_on, DEFAULT_ROUTE, policy, retries)
+        return _STRATEGIES[group.strategy](_GroupTable(members, base, context, counter))
 
-    def resolve(self, ref: ModelRef) -> Plan | ResolveError:
+    def _by_rule(self, group: str, facts: RequestFacts) -> Plan | ResolveError | None:
+        """The plan a matching ``[[rules]]`` entry routes ``group/<group>`` to, if one matches."""
+        rule = self._rules.pick(group, facts)
+        if rule is None:
+            return None
+        target = self._rule_targets.get(rule.name)
+        if target is None or (target.kind is RefKind.GROUP and target.name in self._rules_groups):
+            return ResolveError(404, "model_not_found", f"rule {rule.name!r} routes to nothing usable")
+        plan = self.resolve(target, facts)
+        if isinstance(plan, ResolveError):
+            return plan
+        # The target's policies apply; a target without a canned reply borrows the rules group's.
+        policy = plan.policy or self.policies[group]
+        if policy.degraded is None and self.policies[group].degraded is not None:
+            policy = replace(policy, degraded=self.policies[group].degraded)
+        return replace(plan, route=rule.name, policy=policy)
+
+    def resolve(self, ref: ModelRef, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """The plan for ``ref``; a group's strategy advances at most once per call."""
         if ref.kind is RefKind.ALIAS:
             target = self._aliases.get(ref.name)
@@ -110,14 +229,18 @@ class Resolver:
             pick = self._groups.get(ref.name)
             if pick is None:
                 return ResolveError(404, "model_not_found", f"unknown group {str(ref)!r}")
-            return pick()
+            if ref.name in self._rules_groups:
+                routed = self._by_rule(ref.name, facts)
+                if routed is not None:
+                    return routed
+            return pick(facts)
         if ref.name not in self._providers:
             return ResolveError(404, "model_not_found", f"unknown provider {ref.name!r} in {str(ref)!r}")
-        return Plan((Candidate(ref.name, ref.model_id),))
+        return Plan((Candidate(ref.name, ref.model_id),), retries=self._retries)
 
-    def resolve_string(self, value: object) -> Plan | ResolveError:
+    def resolve_string(self, value: object, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """Parse then resolve; the whole front half of the pipeline for one ``model`` value."""
         ref = parse_model_ref(value)
         if isinstance(ref, InvalidRef):
             return ResolveError(400, "invalid_model_reference", ref.message)
-        return self.resolve(ref)
+        return self.resolve(ref, facts)

@@ -8,10 +8,14 @@ SDK raises ``APIError`` rather than returning a truncated answer as if it were w
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits are enforced by one :class:`~asgi_router.watchdog.ReadWatchdog`
-per relay (not a cancel scope per chunk, which cost more than relaying the chunk).
-The only look at the bytes is at a break: the last chunk's final bytes decide whether the
-error event needs a blank line first to start on an event boundary.
+``idle`` and ``total`` limits are kept by one :class:`~asgi_router.watchdog.ReadWatchdog` per
+relay (a cancel scope per chunk cost more than relaying the chunk); time spent waiting on a
+slow *client* does not count as upstream idleness.
+
+The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
+event needs a blank line first to start on an event boundary. A
+:class:`~asgi_router.usage.Tail`, when given, keeps references to the last chunks sent so that
+token usage can be read *after* the stream has ended.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from dataclasses import dataclass
 import anyio
 from starlette.types import Send
 
-from .attempts import Committed
 from .classify import Reason, UnrecognisedFailure, classify_exception
 from .errors import stream_error_event
 from .events import logger
+from .outcomes import Committed
+from .usage import Tail
 from .watchdog import ReadWatchdog
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
@@ -62,6 +67,7 @@ async def relay_stream(
     committed: Committed,
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
+    tail: Tail | None = None,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives."""
     response = committed.response
@@ -75,6 +81,8 @@ async def relay_stream(
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             await send({"type": "http.response.body", "body": last, "more_body": True})
             sent = len(last)
+            if tail is not None:
+                tail.add(last)
             failure: Exception | None = None
             # One scope for the whole relay; the watchdog cancels it when a read overruns.
             with anyio.CancelScope() as scope:
@@ -94,6 +102,8 @@ async def relay_stream(
                             await send({"type": "http.response.body", "body": chunk, "more_body": True})
                             sent += len(chunk)
                             last = chunk
+                            if tail is not None:
+                                tail.add(chunk)
                 finally:
                     watchdog.close()
             if failure is not None or scope.cancelled_caught:

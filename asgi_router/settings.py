@@ -5,7 +5,13 @@ arguments, ``ASGI_ROUTER_...`` environment variables (nested with ``__``), the T
 Everything that can be checked without I/O is checked here, at load, so that a bad config fails
 the app's start-up with a message naming the key rather than failing a request at 3 a.m.:
 a provider named ``group``, a group member naming an unknown provider or group, an empty group,
-a nesting cycle (spelled out), nesting deeper than :data:`MAX_GROUP_DEPTH`, a dangling alias.
+a nesting cycle (spelled out), nesting deeper than :data:`MAX_GROUP_DEPTH`, a dangling alias,
+a catalog key or rule route that names nothing configured.
+
+Group members are written as plain ``"provider/model-id"`` strings or as tables carrying a
+``weight`` (``weighted``) and ``rpm``/``tpm`` limits (``usage``, and budget checks everywhere).
+Nested groups flatten at load, first occurrence kept; a nested group's weights are multiplied by
+the weight of the member that names it, so proportions inside the inner group survive.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
@@ -37,13 +45,27 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .catalog import ModelInfo
 from .classify import DEFAULT_FAILOVER, Reason
+from .degraded import DegradedSettings
+from .headers import never_forwarded, never_sent
 from .refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
+from .resilience_settings import (
+    DEFAULT_RETRY_ON,
+    BackoffSettings,
+    BreakerSettings,
+    EventSettings,
+    HealthSettings,
+    RetryBudgetSettings,
+)
+from .rules import RuleSettings
 
 __all__ = [
     "MAX_GROUP_DEPTH",
+    "MIN_INBOUND_KEY_LENGTH",
     "ConfigError",
     "GroupSettings",
+    "MemberSettings",
     "PoolSettings",
     "ProviderSettings",
     "RouterSettings",
@@ -53,6 +75,8 @@ __all__ = [
 
 #: How deep ``group/a -> group/b -> ...`` may nest before config is refused.
 MAX_GROUP_DEPTH: Final = 8
+#: Shortest inbound API key accepted: constant-time comparison does not help a guessable key.
+MIN_INBOUND_KEY_LENGTH: Final = 16
 
 _toml_path: ContextVar[Path | None] = ContextVar("asgi_router_toml_path", default=None)
 
@@ -93,6 +117,14 @@ class ProviderSettings(_Strict):
     timeouts: Timeouts = Timeouts()
     #: Extra headers sent upstream with every request (e.g. OpenRouter's ``HTTP-Referer``).
     headers: dict[str, str] = Field(default_factory=dict)
+    #: Attempts in flight to this provider at once; over it, candidates are skipped (``saturated``).
+    max_concurrent: PositiveInt | None = None
+    #: Opt-in active health probes (e.g. ``{interval = 5, path = "/models"}``).
+    health: HealthSettings | None = None
+    #: Inbound headers copied to this provider on top of the fixed allowlist (content-type,
+    #: accept, user-agent, x-request-id), e.g. ``["traceparent"]``. Credentials, cookies,
+    #: ``proxy-*`` and hop-by-hop headers can never be named here.
+    forward_headers: list[str] = Field(default_factory=list)
 
     @field_validator("base_url")
     @classmethod
@@ -128,7 +160,26 @@ class ProviderSettings(_Strict):
                 raise ValueError(f"header name {name!r} is not a valid HTTP token")
             if any(ord(ch) < 32 or ord(ch) == 127 for ch in header_value):
                 raise ValueError(f"header {name!r} has a control character in its value")
+            if never_sent(name.lower().encode()):
+                # A configured Transfer-Encoding or Connection would change the request's framing.
+                raise ValueError(f"header {name!r} is hop-by-hop or framing; the transport sets it")
         return {name.lower(): header_value for name, header_value in value.items()}
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _check_forward_headers(cls, value: list[str]) -> list[str]:
+        names: list[str] = []
+        for name in value:
+            if not name or any(not (33 <= ord(ch) < 127) or ch == ":" for ch in name):
+                raise ValueError(f"forward_headers: {name!r} is not a valid HTTP token")
+            lowered = name.lower()
+            if never_forwarded(lowered.encode()):
+                raise ValueError(
+                    f"forward_headers: {lowered!r} is never forwarded "
+                    "(credentials, cookies, proxy-* and hop-by-hop headers stay with the router)"
+                )
+            names.append(lowered)
+        return names
 
     def key(self) -> SecretStr | None:
         """The configured key: ``api_key`` if set, else the named environment variable."""
@@ -145,13 +196,44 @@ class ProviderSettings(_Strict):
         return self.api_key is not None or not self.api_key_env or bool(os.environ.get(self.api_key_env))
 
 
+Strategy = Literal["order", "rotate", "weighted", "least_busy", "latency", "cost", "usage"]
+
+
+class MemberSettings(_Strict):
+    """A group member in table form: ``{ref = "openai/gpt-4o", weight = 3, rpm = 500}``."""
+
+    ref: str
+    #: Share of first picks under ``weighted`` (relative to the other members' weights).
+    weight: PositiveFloat = 1.0
+    #: Requests per rolling minute this member may take (budget; ``usage`` orders by it).
+    rpm: PositiveInt | None = None
+    #: Tokens per rolling minute this member may take.
+    tpm: PositiveInt | None = None
+
+
 class GroupSettings(_Strict):
     """A routing group: ordered members and how to order them per request."""
 
-    strategy: Literal["order", "rotate"] = "order"
-    members: list[str] = Field(min_length=1)
+    strategy: Strategy = "order"
+    members: list[str | MemberSettings] = Field(min_length=1)
     #: Which failure reasons move on to the next member; the rest stop the loop.
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
+    #: Same-candidate retries per member; unset: ``retries`` for a one-member group, else 0.
+    retries: NonNegativeInt | None = None
+    #: Run ``[[rules]]`` first; the members are the plan when no rule matches.
+    rules: bool = False
+    #: ``latency``: share of requests that try a random other member first.
+    explore: float = Field(default=0.05, ge=0.0, le=1.0)
+    #: Seconds after which a second candidate is raced against an uncommitted first one.
+    hedge_after: PositiveFloat | None = None
+    #: Largest share of this group's requests that may add a hedged request.
+    hedge_budget: float = Field(default=0.1, ge=0.0, le=1.0)
+    #: A canned reply sent (marked ``x-router-degraded: 1``) when every candidate fails.
+    degraded: DegradedSettings | None = None
+
+    def member_settings(self) -> tuple[MemberSettings, ...]:
+        """Every member in table form (a plain string is a member with weight 1, no limits)."""
+        return tuple(MemberSettings(ref=m) if isinstance(m, str) else m for m in self.members)
 
 
 class PoolSettings(_Strict):
@@ -192,7 +274,41 @@ class RouterSettings(BaseSettings):
     #: on every full collection. Process-wide, hence off unless asked (docs/performance.rst).
     gc_freeze: bool = False
 
-    _flat: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+    # Resilience (docs/resilience.rst): retries, budgets, breakers, event sinks.
+    #: Same-candidate retries for a plan of one candidate.
+    retries: NonNegativeInt = 2
+    #: Failure reasons that may be retried on the same candidate.
+    retry_on: frozenset[Reason] = DEFAULT_RETRY_ON
+    backoff: BackoffSettings = BackoffSettings()
+    #: Longest rate-limit hint (Retry-After, ...) waited out; a longer one is not waited.
+    max_retry_wait: NonNegativeFloat = 10.0
+    #: Attempts per request, retries included.
+    max_attempts: PositiveInt = 10
+    #: Seconds from the start of the first attempt to commit, backoff included.
+    deadline: PositiveFloat = 300.0
+    retry_budget: RetryBudgetSettings = RetryBudgetSettings()
+    breaker: BreakerSettings = BreakerSettings()
+    events: EventSettings = EventSettings()
+    #: What the router knows per ``provider/model-id``: context window, output cap, prices.
+    catalog: dict[str, ModelInfo] = Field(default_factory=dict)
+    #: Evaluated in order for requests to groups with ``rules = true``.
+    rules: list[RuleSettings] = Field(default_factory=list)
+    #: Half-life (seconds) of the time-to-first-byte moving average the ``latency`` strategy reads.
+    latency_half_life: PositiveFloat = 60.0
+    #: ``GET`` path listing groups, aliases and models (OpenAI list shape); ``None`` or ``""`` leaves it to the app.
+    models_route: str | None = "/v1/models"
+    #: Seconds the whole request body may take to arrive (408 after): a client trickling a
+    #: body byte by byte must not hold a request open for ever.
+    body_timeout: PositiveFloat = 30.0
+    #: Inbound API keys a client must present (``Authorization: Bearer`` or ``x-api-key``).
+    #: A list, or a mapping ``name -> key`` whose names become the request's principal.
+    api_keys: list[SecretStr] | dict[str, SecretStr] | None = None
+    #: Serve anyone who can reach the router, spending the providers' keys. Development only:
+    #: the router logs a warning at start-up. One of this, ``api_keys`` or ModelRouter's
+    #: ``authorize=`` is required (the router refuses to start otherwise).
+    allow_unauthenticated: bool = False
+
+    _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -233,6 +349,44 @@ class RouterSettings(BaseSettings):
                 raise ValueError(f"route {route!r} must start with '/'")
         return value
 
+    @field_validator("models_route")
+    @classmethod
+    def _check_models_route(cls, value: str | None) -> str | None:
+        if value == "":  # TOML and environment variables cannot say None
+            return None
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"models_route {value!r} must start with '/'")
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(
+        cls, value: list[SecretStr] | dict[str, SecretStr] | None
+    ) -> list[SecretStr] | dict[str, SecretStr] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("api_keys is empty; list at least one key, or leave it out")
+        keys = list(value.values()) if isinstance(value, dict) else value
+        for name in value if isinstance(value, dict) else ():
+            if not is_valid_name(name):
+                raise ValueError(f"api_keys.{name}: names are letters, digits, '_', '.', '-'")
+        for index, key in enumerate(keys):
+            secret = key.get_secret_value()
+            if len(secret) < MIN_INBOUND_KEY_LENGTH:
+                raise ValueError(f"api_keys[{index}] is shorter than {MIN_INBOUND_KEY_LENGTH} characters")
+            if any(not (33 <= ord(ch) < 127) for ch in secret):
+                raise ValueError(f"api_keys[{index}] must be printable ASCII without spaces (it travels in a header)")
+        if len({key.get_secret_value() for key in keys}) != len(keys):
+            raise ValueError("api_keys lists the same key twice")
+        return value
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Self:
+        if self.allow_unauthenticated and self.api_keys is not None:
+            raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")
+        return self
+
     @model_validator(mode="after")
     def _check_references(self) -> Self:
         for name in self.providers:
@@ -243,14 +397,41 @@ class RouterSettings(BaseSettings):
         for name, group in self.groups.items():
             if not is_valid_name(name):
                 raise ValueError(f"groups.{name}: names are letters, digits, '_', '.', '-'")
-            for index, member in enumerate(group.members):
-                self._check_member(f"groups.{name}.members[{index}]", member)
+            for index, member in enumerate(group.member_settings()):
+                key = f"groups.{name}.members[{index}]"
+                self._check_member(key, member.ref)
+                if member.ref.startswith(f"{GROUP_NAMESPACE}/") and (member.rpm or member.tpm):
+                    raise ValueError(f"{key}: rpm/tpm belong on 'provider/model-id' members, not on a group")
         for name, target in self.aliases.items():
             if not is_valid_name(name):
                 raise ValueError(f"aliases.{name}: an alias is a bare name (no '/')")
             self._check_member(f"aliases.{name}", target)
+        for key in self.catalog:
+            ref = parse_model_ref(key)
+            if isinstance(ref, InvalidRef) or ref.kind is not RefKind.DIRECT:
+                raise ValueError(f"catalog.{key}: keys are 'provider/model-id'")
+            if ref.name not in self.providers:
+                raise ValueError(f"catalog.{key}: names unknown provider {ref.name!r}")
+        self._check_rules()
         self._flat = {name: self._flatten(name, (name,)) for name in self.groups}
         return self
+
+    def _check_rules(self) -> None:
+        seen: set[str] = set()
+        for index, rule in enumerate(self.rules):
+            key = f"rules[{index}]"
+            if rule.name in seen:
+                raise ValueError(f"{key}: rule name {rule.name!r} is used twice")
+            seen.add(rule.name)
+            self._check_member(f"{key}.route", rule.route)
+            target = parse_model_ref(rule.route)
+            if isinstance(target, InvalidRef):  # pragma: no cover - rejected by _check_member
+                raise ValueError(f"{key}.route: {target.message}")
+            if target.kind is RefKind.GROUP and self.groups[target.name].rules:
+                raise ValueError(f"{key}.route: {rule.route!r} has rules itself; rules apply once per request")
+            for group in rule.applies_to or ():
+                if group not in self.groups or not self.groups[group].rules:
+                    raise ValueError(f"{key}.applies_to: {group!r} is not a group with rules = true")
 
     def _check_member(self, key: str, member: str) -> None:
         ref = parse_model_ref(member)
@@ -263,28 +444,36 @@ class RouterSettings(BaseSettings):
         if ref.kind is RefKind.GROUP and ref.name not in self.groups:
             raise ValueError(f"{key}: {member!r} names unknown group {ref.name!r}")
 
-    def _flatten(self, name: str, path: tuple[str, ...]) -> tuple[str, ...]:
+    def _flatten(self, name: str, path: tuple[str, ...]) -> tuple[MemberSettings, ...]:
         """Members of group ``name`` with nested groups expanded in place, first occurrence kept."""
         if len(path) > MAX_GROUP_DEPTH:
             chain = " -> ".join(f"group/{step}" for step in path)
             raise ValueError(f"groups.{path[0]}: nesting deeper than {MAX_GROUP_DEPTH} ({chain})")
-        flat: list[str] = []
-        for member in self.groups[name].members:
-            ref = parse_model_ref(member)
+        flat: dict[str, MemberSettings] = {}
+        for member in self.groups[name].member_settings():
+            ref = parse_model_ref(member.ref)
             if isinstance(ref, InvalidRef):  # pragma: no cover - rejected by _check_member
-                raise ValueError(f"groups.{name}: {member!r}: {ref.message}")
+                raise ValueError(f"groups.{name}: {member.ref!r}: {ref.message}")
             if ref.kind is RefKind.GROUP:
                 if ref.name in path:
                     chain = " -> ".join(f"group/{step}" for step in (*path, ref.name))
                     raise ValueError(f"groups.{path[0]}: nesting cycle {chain}")
-                nested = self._flatten(ref.name, (*path, ref.name))
+                nested: tuple[MemberSettings, ...] = tuple(
+                    inner.model_copy(update={"weight": inner.weight * member.weight})
+                    for inner in self._flatten(ref.name, (*path, ref.name))
+                )
             else:
                 nested = (member,)
-            flat.extend(item for item in nested if item not in flat)
-        return tuple(flat)
+            for item in nested:
+                flat.setdefault(item.ref, item)
+        return tuple(flat.values())
 
     def flat_members(self, group: str) -> tuple[str, ...]:
         """The group's concrete ``provider/model-id`` members, nested groups expanded."""
+        return tuple(member.ref for member in self._flat[group])
+
+    def flat_member_settings(self, group: str) -> tuple[MemberSettings, ...]:
+        """Like :meth:`flat_members`, with each member's weight (multiplied through nesting) and limits."""
         return self._flat[group]
 
 

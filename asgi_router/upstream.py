@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx2
 
+from .headers import FORWARDED_REQUEST_HEADERS
 from .settings import PoolSettings, ProviderSettings, Timeouts
 
 __all__ = [
@@ -71,6 +72,9 @@ class Transport(Protocol):
     def is_quiet(self) -> bool:
         """No request holds an upstream connection and none is mid-response (leak checks)."""
 
+    def connections(self) -> int:
+        """Upstream connections the pool holds, idle or in use (leak checks, health pages)."""
+
 
 def make_transport(
     kind: Literal["aiohttp", "httpx"], pool: PoolSettings, http_client: httpx2.AsyncClient | None = None
@@ -104,6 +108,8 @@ class ProviderRuntime:
     #: Headers every request to this provider carries (the key is in here: never log this).
     headers: dict[str, str] = field(repr=False)
     httpx_timeout: httpx2.Timeout = field(repr=False)
+    #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
+    forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
 
     @classmethod
     def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
@@ -125,6 +131,7 @@ class ProviderRuntime:
             # connect and pool waits are httpx's; first-byte, idle and total are enforced by
             # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
             httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
+            forward=FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers},
         )
 
 
@@ -184,15 +191,20 @@ class HttpxTransport:
     def is_open(self) -> bool:
         return self._client is not None and not self._client.is_closed
 
+    def _pool_of_client(self) -> Any:
+        """httpcore2's pool, or ``None`` (not opened, or an injected client over another transport,
+        e.g. ``MockTransport``, which holds no sockets). httpcore2 has no public view of it."""
+        return getattr(getattr(self._client, "_transport", None), "_pool", None)
+
     def is_quiet(self) -> bool:
-        if self._client is None:
-            return True
-        # httpcore2 has no public "in use" view: its pool's queued requests and connections are it.
-        # An injected client over another transport (e.g. ``MockTransport``) holds no sockets.
-        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        pool = self._pool_of_client()
         if pool is None:
             return True
         return not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)
+
+    def connections(self) -> int:
+        pool = self._pool_of_client()
+        return 0 if pool is None else sum(1 for conn in pool.connections if not conn.is_closed())
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
         client = self.client

@@ -8,8 +8,11 @@ connections and polling every pooled socket for expiry on each request). See
 
 What is tuned, and why:
 
-* one ``ClientSession`` and one ``TCPConnector`` per router, opened on lifespan startup;
-  the connector's ``limit`` is the pool size from :class:`~asgi_router.settings.PoolSettings`;
+* one ``ClientSession`` and one ``TCPConnector`` per router, opened on lifespan startup, sized
+  by :class:`~asgi_router.settings.PoolSettings` as httpx's pool is: ``max_connections`` is the
+  connector's ``limit``, ``keepalive_expiry`` its ``keepalive_timeout``, and
+  ``max_keepalive_connections`` caps the idle connections kept (:class:`_PoolConnector`: aiohttp
+  itself keeps every released connection until it expires);
 * ``auto_decompress=False``: bytes are relayed exactly as the upstream sent them (the request
   asks for ``accept-encoding: identity`` anyway); chunked framing is still undone, as by httpx;
 * ``DummyCookieJar`` and ``trust_env=False``: an upstream may not set cookies on us, and an
@@ -25,14 +28,36 @@ aiohttp's exceptions are classified in :mod:`asgi_router.classify` next to httpx
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from .settings import PoolSettings
 from .upstream import ProviderRuntime
 
 __all__ = ["AiohttpResponse", "AiohttpTransport"]
+
+
+class _PoolConnector(aiohttp.TCPConnector):
+    """A ``TCPConnector`` that keeps at most ``max_idle`` idle connections (httpx's
+    ``max_keepalive_connections``): one released beyond that is closed rather than pooled."""
+
+    def __init__(self, max_idle: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._max_idle = max_idle
+
+    def idle(self) -> int:
+        return sum(len(conns) for conns in self._conns.values())
+
+    def in_use(self) -> int:
+        return len(self._acquired)
+
+    def _release(
+        self, key: aiohttp.client_reqrep.ConnectionKey, protocol: ResponseHandler, *, should_close: bool = False
+    ) -> None:
+        super()._release(key, protocol, should_close=should_close or self.idle() >= self._max_idle)
 
 
 class AiohttpResponse:
@@ -62,6 +87,7 @@ class AiohttpTransport:
     def __init__(self, pool: PoolSettings) -> None:
         self._pool = pool
         self._session: aiohttp.ClientSession | None = None
+        self._connector: _PoolConnector | None = None
         self._urls: dict[str, URL] = {}
         self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
 
@@ -69,12 +95,14 @@ class AiohttpTransport:
     def session(self) -> aiohttp.ClientSession:
         session = self._session
         if session is None or session.closed:
-            connector = aiohttp.TCPConnector(
+            connector = _PoolConnector(
+                self._pool.max_keepalive_connections,
                 limit=self._pool.max_connections,
                 limit_per_host=0,
                 keepalive_timeout=self._pool.keepalive_expiry,
                 ttl_dns_cache=300,
             )
+            self._connector = connector
             session = self._session = aiohttp.ClientSession(
                 connector=connector,
                 auto_decompress=False,
@@ -94,12 +122,11 @@ class AiohttpTransport:
 
     def is_quiet(self) -> bool:
         """No upstream connection is checked out of the pool (every response was released)."""
-        session = self._session
-        if session is None or session.closed:
-            return True
-        connector = session.connector
-        # aiohttp has no public count of connections in use; ``_acquired`` is that set.
-        return connector is None or not connector._acquired
+        return not self.is_open or self._connector is None or self._connector.in_use() == 0
+
+    def connections(self) -> int:
+        connector = self._connector
+        return 0 if not self.is_open or connector is None else connector.idle() + connector.in_use()
 
     def _target(self, provider: ProviderRuntime, url: str) -> tuple[URL, aiohttp.ClientTimeout]:
         target = self._urls.get(url)

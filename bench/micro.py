@@ -26,13 +26,12 @@ from typing import Any
 import aiohttp
 
 from asgi_router import ModelRouter
-from asgi_router.attempts import WireBody
 from asgi_router.classify import classify_exception, classify_status
 from asgi_router.headers import request_headers_for_upstream
 from asgi_router.inbound import InboundRequest, parse_request
 from asgi_router.plan import Resolver
 from asgi_router.upstream import ProviderRuntime
-from asgi_router.wire import SplicedBody
+from asgi_router.wire import SplicedBody, WireBody
 
 from .host import settings_for
 from .upstream import COMPLETION, sse_events
@@ -123,6 +122,9 @@ class _MemoryTransport:
 
     def is_quiet(self) -> bool:
         return True
+
+    def connections(self) -> int:
+        return 0
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Canned:
         return _Canned(self._parts, self._type)

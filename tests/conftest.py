@@ -11,12 +11,37 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI, WebSocket
 
 from asgi_router import ModelRouter, RouterSettings
+from asgi_router.sinks import EventBus
 
 from .mock_upstream import MockUpstream
+from .redaction import LeakTap
 from .servers import ServerThread
 
 API_KEY = "sk-test-upstream-SECRET-0123456789"
 """The key configured for the mock provider: it must never show up in a response or log."""
+
+CLIENT_KEY = "rk-client-7c1e9f0a2b3d4e5f60718293"
+"""An inbound key (``RouterSettings(api_keys=...)``) for auth tests: it must not leak either."""
+
+SECRETS = (API_KEY, CLIENT_KEY)
+
+
+@pytest.fixture(scope="session")
+def leak_tap() -> Iterator[LeakTap]:
+    """The redaction tap (tests/redaction.py), listening for the whole session."""
+    tap = LeakTap(SECRETS)
+    with pytest.MonkeyPatch.context() as patch, tap.listening():
+        patch.setattr(ModelRouter, "__call__", tap.wrap(ModelRouter.__call__))
+        patch.setattr(EventBus, "publish", tap.wrap_publish(EventBus.publish))
+        yield tap
+
+
+@pytest.fixture(autouse=True)
+def no_secret_leaks(leak_tap: LeakTap) -> Iterator[None]:
+    """Fail the test during which a configured key, or a prefix of it, was logged or sent."""
+    yield
+    leaks = leak_tap.take()
+    assert not leaks, "secret leaked:\n" + "\n".join(leaks)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +85,13 @@ def refused_url() -> str:
 
 
 def make_settings(upstream_url: str, refused_url: str | None = None, **overrides: Any) -> RouterSettings:
-    """Providers ``mock`` (the fake upstream) and ``down`` (refuses connections), fast timeouts."""
+    """Providers ``mock`` (the fake upstream) and ``down`` (refuses connections), fast timeouts.
+
+    Inbound auth is off (``allow_unauthenticated=True``) unless an override configures it:
+    most tests are not about auth, and the router refuses to start without a choice.
+    """
+    if "api_keys" not in overrides:
+        overrides.setdefault("allow_unauthenticated", True)
     timeouts = overrides.pop("timeouts", {"connect": 1, "first_byte": 1, "idle": 1, "total": 10})
     providers: dict[str, Any] = {
         "mock": {"base_url": f"{upstream_url}/v1", "api_key": API_KEY, "timeouts": timeouts},

@@ -4,16 +4,25 @@ One server serves every scenario, so a router config names it once (``mock/<scen
 each test picks behaviour per candidate. Scenarios (``model`` as the upstream receives it):
 
 =====================  ==================================================================
-``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks + DONE
-``status-<code>``      that status with an OpenAI-shaped error body
-``status-429-ra<s>``   429 with ``Retry-After: <s>``
+``ok``                 200; JSON completion, or SSE (sse-starlette) of 3 content chunks, a
+                       final chunk with ``finish_reason`` and ``usage``, then DONE
+``usage-<n>``          like ``ok``, reporting ``prompt_tokens = n`` (and 3 completion tokens)
+``ctx-exceeded``       400 ``context_length_exceeded`` (OpenAI's wording and code)
+``status-<code>``      that status with an OpenAI-shaped error body; options may follow, each
+                       after a ``-``: ``ra<s>`` (``Retry-After: <s>``), ``in<s>`` ("try again
+                       in <s>s." in the message), ``reset<s>`` (``x-ratelimit-reset-requests:
+                       <s>s`` with ``x-ratelimit-remaining-requests: 0``), ``d<ms>`` (answer
+                       after ``ms`` milliseconds); anything else is ignored (a unique tag)
+``fail-<n>-<tag>-<st>``  the first ``n`` requests for this exact model id answer as
+                       ``status-<st>`` would, every later one as ``ok`` (stateful, per id)
 ``hang``               never sends headers (until the client goes away)
 ``silent``             200 headers, then no body byte ever
 ``empty``              200 with an empty body
 ``break-<n>``          streams n events, then drops the connection mid-body
 ``stall-<n>``          streams n events, then goes silent
 ``utf8``               one SSE event whose UTF-8 character is split across two writes
-``slow-<ms>``          like ``ok`` after ``ms`` milliseconds before the first byte
+``slow-<ms>``          like ``ok`` after ``ms`` milliseconds before the first byte (a client
+                       that leaves meanwhile is recorded as ``disconnected``)
 ``echo``               200 JSON: the headers and body the upstream received
 ``headers``            200 JSON with ``Set-Cookie``, ``Keep-Alive`` and ``x-upstream`` headers
 ``big-<kb>``           200 JSON body of about ``kb`` KiB
@@ -22,6 +31,9 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
 
 Every request is recorded under its ``x-request-id``: what arrived, and whether the upstream
 finished or saw the client disconnect. Records are read from the test thread.
+
+``GET /v1/health/<tag>`` answers with ``health_status[tag]`` (default 200) and counts its hits
+in ``health_hits``: a health-probe target whose answer a test can change.
 """
 
 from __future__ import annotations
@@ -53,34 +65,40 @@ class Seen:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def completion(model: str, text: str) -> dict[str, Any]:
+def usage(prompt: int = 3, completion_tokens: int = 3) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+
+
+def completion(model: str, text: str, prompt_tokens: int = 3) -> dict[str, Any]:
     return {
         "id": "chatcmpl-mock",
         "object": "chat.completion",
         "created": 1700000000,
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        "usage": usage(prompt_tokens),
     }
 
 
-def chunk(model: str, content: str | None, finish: str | None = None) -> str:
+def chunk(model: str, content: str | None, finish: str | None = None, prompt_tokens: int | None = None) -> str:
+    """One SSE chunk; the final one (``prompt_tokens`` given) carries ``usage`` as OpenAI's does."""
     delta = {"content": content} if content is not None else {}
-    return json.dumps(
-        {
-            "id": "chatcmpl-mock",
-            "object": "chat.completion.chunk",
-            "created": 1700000000,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-    )
+    payload: dict[str, Any] = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if prompt_tokens is not None:
+        payload["usage"] = usage(prompt_tokens)
+    return json.dumps(payload)
 
 
-def sse_bytes(model: str, words: list[str]) -> list[bytes]:
+def sse_bytes(model: str, words: list[str], prompt_tokens: int = 3) -> list[bytes]:
     """The exact SSE frames a streaming ``ok`` sends (for byte-exact assertions)."""
     frames = [f"data: {chunk(model, word)}\n\n".encode() for word in words]
-    frames.append(f"data: {chunk(model, None, 'stop')}\n\n".encode())
+    frames.append(f"data: {chunk(model, None, 'stop', prompt_tokens)}\n\n".encode())
     frames.append(b"data: [DONE]\n\n")
     return frames
 
@@ -99,11 +117,14 @@ class MockUpstream:
         self.seen: dict[str, Seen] = {}
         self.all_seen: dict[str, list[Seen]] = {}
         self.hits: dict[str, int] = {}
+        self.health_status: dict[str, int] = {}
+        self.health_hits: dict[str, int] = {}
         self._lock = threading.Lock()
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/health/{tag}", self.health, methods=["GET"]),
             ]
         )
 
@@ -126,6 +147,13 @@ class MockUpstream:
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "ok", "object": "model", "owned_by": "mock"}]})
 
+    async def health(self, request: Request) -> Response:
+        tag = request.path_params["tag"]
+        with self._lock:
+            self.health_hits[tag] = self.health_hits.get(tag, 0) + 1
+        status = self.health_status.get(tag, 200)
+        return JSONResponse({"status": status}, status_code=status)
+
     async def chat(self, request: Request) -> Response:
         body = await request.json()
         model = str(body.get("model"))
@@ -147,20 +175,54 @@ class MockUpstream:
             seen.done.set()
         return response
 
+    @staticmethod
+    async def _status(spec: str) -> Response:
+        code, *options = spec.split("-")
+        headers: dict[str, str] = {}
+        message = f"mock says {code}"
+        for option in options:
+            if option.startswith("ra"):
+                headers["retry-after"] = option[2:]
+            elif option.startswith("reset"):
+                headers["x-ratelimit-reset-requests"] = f"{option[5:]}s"
+                headers["x-ratelimit-remaining-requests"] = "0"
+            elif option.startswith("in"):
+                message += f"; please try again in {option[2:]}s."
+            elif option.startswith("d") and option[1:].isdigit():
+                await asyncio.sleep(int(option[1:]) / 1000)
+        return JSONResponse(
+            {"error": {"message": message, "type": "mock_error", "code": code}},
+            status_code=int(code),
+            headers=headers,
+        )
+
     async def _scenario(self, request: Request, model: str, stream: bool, seen: Seen) -> Response:
         name, _, arg = model.partition("-")
         if name == "status":
-            code, _, extra = arg.partition("-")
-            headers = {"retry-after": extra[2:]} if extra.startswith("ra") else {}
+            return await self._status(arg)
+        if name == "fail":
+            count, _, rest = arg.partition("-")
+            spec = rest.partition("-")[2]
+            if self.hits[model] <= int(count):
+                return await self._status(spec)
+        if name == "ctx":
             return JSONResponse(
-                {"error": {"message": f"mock says {code}", "type": "mock_error", "code": code}},
-                status_code=int(code),
-                headers=headers,
+                {
+                    "error": {
+                        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                        "resulted in 9000 tokens. Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                status_code=400,
             )
         if name == "hang":
             await self._wait_for_disconnect(request, seen)
         if name == "slow":
-            await asyncio.sleep(int(arg) / 1000)
+            await self._sleep_unless_disconnected(request, seen, int(arg) / 1000)
+        prompt_tokens = int(arg) if name == "usage" else 3
         if name == "echo":
             return JSONResponse({"headers": seen.headers, "body": seen.body})
         if name == "headers":
@@ -175,8 +237,17 @@ class MockUpstream:
         if name in ("silent", "break", "stall", "utf8", "trickle"):
             return StreamingResponse(self._raw(name, arg, model, request, seen), media_type="text/event-stream")
         if stream:
-            return EventSourceResponse(self._events(model, seen), sep="\n", ping=600)
-        return JSONResponse(completion(model, f"hello from {model}"))
+            return EventSourceResponse(self._events(model, seen, prompt_tokens), sep="\n", ping=600)
+        return JSONResponse(completion(model, f"hello from {model}", prompt_tokens))
+
+    async def _sleep_unless_disconnected(self, request: Request, seen: Seen, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                seen.disconnected = True
+                seen.done.set()
+                raise asyncio.CancelledError
+            await asyncio.sleep(0.01)
 
     async def _wait_for_disconnect(self, request: Request, seen: Seen) -> None:
         while not await request.is_disconnected():
@@ -185,11 +256,11 @@ class MockUpstream:
         seen.done.set()
         raise asyncio.CancelledError
 
-    async def _events(self, model: str, seen: Seen) -> AsyncIterator[dict[str, str]]:
+    async def _events(self, model: str, seen: Seen, prompt_tokens: int) -> AsyncIterator[dict[str, str]]:
         try:
             for word in ["Hello", " from", f" {model}"]:
                 yield {"data": chunk(model, word)}
-            yield {"data": chunk(model, None, "stop")}
+            yield {"data": chunk(model, None, "stop", prompt_tokens)}
             yield {"data": "[DONE]"}
             seen.completed = True
         except BaseException:

@@ -119,7 +119,9 @@ async def test_body_over_the_limit_is_413_by_content_length_and_by_stream(
                     yield b"x" * 256
                 yield b'"}'
 
-            streamed = await client.post("/v1/chat/completions", content=chunked())
+            streamed = await client.post(
+                "/v1/chat/completions", content=chunked(), headers={"content-type": "application/json"}
+            )
     for response in (declared, streamed):
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "request_too_large"
@@ -141,7 +143,9 @@ async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(se
     grouped = settings.model_copy(deep=True)
     router = ModelRouter(
         host_app(),
-        settings=RouterSettings(providers=grouped.providers, groups={"g": {"members": ["mock/ok", "mock2/ok"]}}),
+        settings=RouterSettings(
+            providers=grouped.providers, groups={"g": {"members": ["mock/ok", "mock2/ok"]}}, allow_unauthenticated=True
+        ),
     )
     router._loop._transport = Exploding()  # type: ignore[assignment]
     async with (
@@ -163,6 +167,7 @@ async def test_no_api_key_in_any_log_line_or_response(
     grouped = RouterSettings(
         providers=settings.providers,
         groups={"g": {"members": ["down/x", "mock/status-401", "mock/break-1", "mock2/ok"]}},
+        allow_unauthenticated=True,
     )
     bodies: list[str] = []
     with ServerThread(ModelRouter(host_app(), settings=grouped)) as server:

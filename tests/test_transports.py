@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import httpx2
 import pytest
 from asgi_lifespan import LifespanManager
@@ -12,7 +13,8 @@ from asgi_router import ModelRouter, RouterSettings
 from asgi_router.upstream import HttpxTransport
 from asgi_router.upstream_aiohttp import AiohttpTransport
 
-from .conftest import host_app
+from .conftest import host_app, make_settings
+from .mock_upstream import MockUpstream
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +61,35 @@ async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: Rout
             assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+async def test_pool_settings_bound_connections_on_both_transports(upstream: MockUpstream, refused_url: str) -> None:
+    # Six requests held 200 ms each by the upstream, through a pool of 3 that keeps 1 idle.
+    settings = make_settings(upstream.url, refused_url, pool={"max_connections": 3, "max_keepalive_connections": 1})  # type: ignore[attr-defined]
+    router = ModelRouter(host_app(), settings=settings)
+    statuses: list[int] = []
+    peak = 0
+
+    async with (
+        LifespanManager(router),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r", timeout=10) as client,
+    ):
+
+        async def one() -> None:
+            response = await client.post("/v1/chat/completions", json={"model": "mock/slow-200", "messages": []})
+            statuses.append(response.status_code)
+
+        async def sample() -> None:
+            nonlocal peak
+            while len(statuses) < 6:
+                peak = max(peak, router._transport.connections())
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(sample)
+            for _ in range(6):
+                tasks.start_soon(one)
+        assert statuses == [200] * 6
+        assert peak == 3  # all three in use at once, never a fourth
+        assert router._transport.is_quiet()
+        assert router._transport.connections() == 1  # released beyond max_keepalive_connections: closed

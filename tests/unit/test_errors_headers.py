@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from asgi_router.attempts import WireBody, wire_targets
 from asgi_router.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
 from asgi_router.headers import request_headers_for_upstream, response_headers_for_client
 from asgi_router.inbound import InboundRequest, parse_request, request_id_for
+from asgi_router.wire import WireBody, wire_targets
 
 # --- exhausted_error ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""wire.py: one parse that also finds the model's bytes, and the splice per candidate."""
+"""wire.py and safejson's span: one parse that also finds the model's bytes, and the splice per candidate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from asgi_router.attempts import WireBody
-from asgi_router.wire import SplicedBody, parse_json_body
+from asgi_router.safejson import MAX_JSON_DEPTH, JsonRefused, loads, loads_with_span
+from asgi_router.wire import SplicedBody, WireBody
 
 VALID = [
     b'{"model":"group/a","messages":[]}',
@@ -20,15 +20,23 @@ VALID = [
 ]
 
 
+def _parsed(body: bytes) -> tuple[object, tuple[int, int] | None]:
+    parsed = loads_with_span(body, "model")
+    assert not isinstance(parsed, JsonRefused), parsed
+    return parsed
+
+
 @pytest.mark.parametrize("body", VALID)
 def test_parse_matches_json_loads(body: bytes) -> None:
-    payload, _ = parse_json_body(body)
+    payload, _ = _parsed(body)
     assert payload == json.loads(body)
+    assert payload == loads(body)
 
 
 @pytest.mark.parametrize("body", [b for b in VALID if b'"model"' in b])
 def test_splice_replaces_only_the_top_level_model_and_keeps_every_other_byte(body: bytes) -> None:
-    payload, span = parse_json_body(body)
+    payload, span = _parsed(body)
+    assert isinstance(payload, dict)
     assert span is not None
     spliced = SplicedBody(body, span)
     wire = spliced.for_model("qwen2.5-coder:7b")
@@ -44,13 +52,14 @@ def test_splice_replaces_only_the_top_level_model_and_keeps_every_other_byte(bod
     "body",
     [
         b'{"model":"a/b","model":"c/d"}',  # duplicate: an upstream might read the other one
+        b'{"model":"a/b","stream":false,"stream":true}',  # any duplicate: the router read the last
         b'{"messages":[]}',  # no model at all
         '{"model":"a/b"}'.encode("utf-16"),  # not UTF-8
         b"[1, 2]",  # not an object
     ],
 )
 def test_no_span_where_a_splice_would_be_unsafe(body: bytes) -> None:
-    payload, span = parse_json_body(body)
+    payload, span = _parsed(body)
     assert payload == json.loads(body)
     assert span is None
 
@@ -59,9 +68,24 @@ def test_no_span_where_a_splice_would_be_unsafe(body: bytes) -> None:
     "body",
     [b"{not json", b'{"model": NaN}', b'{"a":1,}', b'{"a":1} x', b'{"a" 1}', b"\xff\xfe", b"", b'{"a":[1,]}'],
 )
-def test_invalid_json_raises_value_error_like_json_loads(body: bytes) -> None:
-    with pytest.raises(ValueError):
-        parse_json_body(body)
+def test_invalid_json_is_refused_like_loads(body: bytes) -> None:
+    refused = loads_with_span(body, "model")
+    assert isinstance(refused, JsonRefused)
+    assert refused == loads(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"p/m","n":' + b"9" * 100 + b"}",  # an unbounded integer
+        b'{"model":"p/m","t":1e999}',  # not a finite float
+        b'{"model":"p/m","m":' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}",  # too deep
+    ],
+)
+def test_the_span_walk_keeps_safejsons_bounds(body: bytes) -> None:
+    refused = loads_with_span(body, "model")
+    assert isinstance(refused, JsonRefused)
+    assert refused == loads(body)
 
 
 def test_wire_body_fallback_has_the_same_guard_interface() -> None:

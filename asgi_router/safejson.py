@@ -1,0 +1,199 @@
+"""Parse a client's JSON body with bounds, so that no body can cost more than its size.
+
+``json.loads`` alone accepts three things a gateway must not:
+
+* **huge integers**: parsing and re-serialising a number is quadratic in its digits. Python's
+  own limit (4,300 digits) still lets a 10 MB body of such numbers block the event loop for
+  about half a second, and a host app may lift it (``sys.set_int_max_str_digits(0)``). Integer
+  literals longer than :data:`MAX_NUMBER_CHARS` are refused here, independently of that setting.
+* **non-finite floats**: ``1e999`` parses to ``inf``, which ``json.dumps`` then writes as
+  ``Infinity``: not JSON, so the upstream would get a body it cannot parse.
+  ``NaN``/``Infinity`` literals are refused too.
+* **deep nesting**: anything deeper than :data:`MAX_JSON_DEPTH` is refused. The C parser's
+  recursion guard stops pathological depth before Python's stack is at risk; an iterative
+  walk then enforces the cap (about a microsecond for an ordinary chat request).
+
+Every refusal is a :class:`JsonRefused` carrying a client-safe message; nothing here raises.
+
+:func:`loads_with_span` is the same parse that also says where one top-level member's value
+sits in the bytes, so that the router can splice each candidate's model id into the client's
+body instead of re-serialising it (:mod:`asgi_router.wire`). It walks the top-level object
+member by member with the standard library's C scanner, bound to the same bounded decoder:
+the same work as ``json.loads``, the same refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from json.decoder import scanstring  # type: ignore[attr-defined]
+from json.scanner import make_scanner
+from typing import Any, Final, cast
+
+__all__ = ["MAX_JSON_DEPTH", "MAX_NUMBER_CHARS", "JsonRefused", "Span", "loads", "loads_with_span"]
+
+#: Deepest nesting accepted (the top-level object is depth 1). Chat requests nest about 6 deep;
+#: tool JSON schemas add two levels per nested object, and providers cap those at 5 to 10.
+MAX_JSON_DEPTH: Final = 64
+#: Longest integer literal accepted, sign included (a 64-bit integer has at most 20 characters).
+MAX_NUMBER_CHARS: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class JsonRefused:
+    """Why a body was not accepted as JSON; ``message`` is safe to show the client."""
+
+    message: str
+
+
+class _Refusal(ValueError):
+    """Raised inside the parser's hooks to stop parsing; turned into :class:`JsonRefused`."""
+
+
+def _reject_constant(name: str) -> None:
+    raise _Refusal("NaN and Infinity are not JSON")
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise _Refusal(f"an integer is longer than {MAX_NUMBER_CHARS} digits")
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _Refusal("a number is too large to be a finite float")
+    return value
+
+
+def _too_deep(root: Any, cap: int) -> bool:
+    """Whether ``root`` nests deeper than ``cap``: level by level, so it cannot itself recurse.
+
+    Its cost is one ``isinstance`` per value, cheaper for text-heavy chat bodies than even
+    counting their brackets.
+    """
+    level: list[Any] = [root]
+    depth = 1
+    while level:
+        if depth > cap:
+            return True
+        below: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
+        depth += 1
+    return False
+
+
+# One decoder for every request: ``json.loads`` with hooks would build a new one per call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float)
+# The C scanner ``json.loads`` itself uses, bound to that decoder's hooks (typeshed types it oddly).
+_SCAN: Final = cast(Callable[[str, int], tuple[Any, int]], make_scanner(_DECODER))  # type: ignore[arg-type]
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+
+#: A ``(start, end)`` byte range of a body.
+Span = tuple[int, int]
+
+
+class _NotSpannable(ValueError):
+    """The walk cannot vouch for a span (not an object, or a syntax error): decode it plainly."""
+
+
+def _ws(text: str, index: int) -> int:
+    """The index of the first non-whitespace character at or after ``index``."""
+    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]  # always matches
+
+
+def _object_with_span(text: str, key: str) -> tuple[dict[str, Any], Span | None]:
+    """Parse a top-level JSON object; also the character span of ``key``'s value.
+
+    ``None`` for the span when ``key`` is absent or when *any* member name repeats: an upstream
+    might read the first of two where the router read the last, so such a body is re-serialised
+    from what the router read. Hook refusals (:class:`_Refusal`) propagate as they are.
+    """
+    end = _ws(text, 0)
+    if text[end : end + 1] != "{":
+        raise _NotSpannable("not an object")
+    end = _ws(text, end + 1)
+    payload: dict[str, Any] = {}
+    span: Span | None = None
+    members = 0
+    if text[end : end + 1] == "}":
+        end += 1
+    else:
+        while True:
+            if text[end : end + 1] != '"':
+                raise _NotSpannable("expected a member name")
+            name, end = scanstring(text, end + 1, True)
+            end = _ws(text, end)
+            if text[end : end + 1] != ":":
+                raise _NotSpannable("expected ':'")
+            start = end = _ws(text, end + 1)
+            try:
+                value, end = _SCAN(text, start)
+            except StopIteration:
+                raise _NotSpannable("expected a value") from None
+            if name == key:
+                span = (start, end)
+            payload[name] = value
+            members += 1
+            end = _ws(text, end)
+            separator = text[end : end + 1]
+            end += 1
+            if separator == "}":
+                break
+            if separator != ",":
+                raise _NotSpannable("expected ',' or '}'")
+            end = _ws(text, end)
+    if _ws(text, end) != len(text):
+        raise _NotSpannable("extra data after the object")
+    return payload, (span if members == len(payload) else None)
+
+
+def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefused:
+    try:
+        # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes.
+        encoding = json.detect_encoding(body)
+        text = body.decode(encoding, "surrogatepass")
+        value: Any
+        span: Span | None = None
+        if key is None or encoding != "utf-8":
+            value = _DECODER.decode(text)
+        else:
+            try:
+                value, span = _object_with_span(text, key)
+            except _NotSpannable:  # not an object, or invalid: the decoder says which
+                value = _DECODER.decode(text)
+    except _Refusal as exc:
+        return JsonRefused(f"request body is not acceptable JSON: {exc}")
+    except RecursionError:
+        return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, int digit limits
+        return JsonRefused("request body is not valid JSON")
+    if isinstance(value, (dict, list)) and _too_deep(value, MAX_JSON_DEPTH):
+        return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    if span is not None and not text.isascii():  # character offsets are not byte offsets
+        start = len(text[: span[0]].encode("utf-8", "surrogatepass"))
+        span = (start, start + len(text[span[0] : span[1]].encode("utf-8", "surrogatepass")))
+    return value, span
+
+
+def loads(body: bytes) -> Any | JsonRefused:
+    """The parsed body, or why it was refused (invalid, unbounded, or nested too deep)."""
+    parsed = _parse(body, None)
+    return parsed if isinstance(parsed, JsonRefused) else parsed[0]
+
+
+def loads_with_span(body: bytes, key: str) -> tuple[Any, Span | None] | JsonRefused:
+    """:func:`loads`, and for a UTF-8 object the byte span of its member ``key``'s value.
+
+    The span is ``None`` when there is no such member, the body is not UTF-8, or any top-level
+    member name is repeated.
+    """
+    return _parse(body, key)

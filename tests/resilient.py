@@ -1,0 +1,98 @@
+"""Helpers for the resilience tests: a router with injected clock/random/sinks, and tags."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from asgi_lifespan import LifespanManager
+
+from asgi_router import ModelRouter
+from asgi_router.events import RequestRecord
+from asgi_router.sinks import Sink
+
+from .conftest import host_app, make_settings
+from .mock_upstream import MockUpstream
+
+#: Fast, jitter-free-enough backoff for tests that only count retries.
+FAST_BACKOFF = {"base": 0.005, "cap": 0.01}
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Collect:
+    """A sink that keeps every record it receives."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    async def __call__(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+
+def tag() -> str:
+    """A unique tag for a mock model id, so stateful scenarios and hit counts never collide."""
+    return "x" + uuid.uuid4().hex[:10]
+
+
+async def chat(client: httpx2.AsyncClient, model: str, **body: Any) -> httpx2.Response:
+    return await client.post(
+        "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}], **body}
+    )
+
+
+@asynccontextmanager
+async def routed_router(
+    upstream: MockUpstream,
+    refused_url: str | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    random: Callable[[], float] | None = None,
+    sinks: Sequence[Sink] = (),
+    **overrides: Any,
+) -> AsyncIterator[tuple[httpx2.AsyncClient, ModelRouter]]:
+    """An in-process client and its router (lifespan running), built on ``overrides`` settings."""
+    kwargs: dict[str, Any] = {"sinks": sinks}
+    if clock is not None:
+        kwargs["clock"] = clock
+    if random is not None:
+        kwargs["random"] = random
+    overrides.setdefault("backoff", FAST_BACKOFF)
+    router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url, **overrides), **kwargs)  # type: ignore[attr-defined]
+    async with (
+        LifespanManager(router) as manager,
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=manager.app), base_url="http://router", timeout=30
+        ) as client,
+    ):
+        yield client, router
+
+
+async def record_of(response: httpx2.Response, router: ModelRouter) -> RequestRecord:
+    """The finished request's record, from the router's ring of recent requests."""
+    assert await router.events.drain(5), "event sinks did not catch up"
+    request_id = response.headers["x-request-id"]
+    for record in router.recent.snapshot():
+        if record.request_id == request_id:
+            return record
+    raise AssertionError(f"request {request_id} is not among the recent requests")
+
+
+async def events_of(response: httpx2.Response, router: ModelRouter) -> list[tuple[str, str, str]]:
+    """(candidate, outcome, reason) of every attempt event of ``response``'s request."""
+    record = await record_of(response, router)
+    return [(e.candidate, e.outcome, e.reason) for e in record.events]

@@ -1,0 +1,246 @@
+"""Inbound auth through the whole router: fails closed, refuses before any upstream or body read."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from asgi_lifespan import LifespanManager, LifespanNotSupported
+from starlette.datastructures import Headers
+
+from asgi_router import ConfigError, ModelRouter, RequestRecord, RouterSettings
+
+from .conftest import CLIENT_KEY, host_app, make_settings
+from .mock_upstream import MockUpstream
+from .servers import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+CHAT = {"model": "mock/ok", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@asynccontextmanager
+async def routed(router: ModelRouter) -> AsyncIterator[httpx2.AsyncClient]:
+    async with (
+        LifespanManager(router) as manager,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=manager.app), base_url="http://router") as client,
+    ):
+        yield client
+
+
+def keyed(upstream: MockUpstream, **overrides: Any) -> RouterSettings:
+    return make_settings(upstream.url, api_keys={"alice": CLIENT_KEY}, **overrides)  # type: ignore[attr-defined]
+
+
+def records_of(caplog: pytest.LogCaptureFixture) -> list[RequestRecord]:
+    return [r.asgi_router for r in caplog.records if hasattr(r, "asgi_router")]
+
+
+# --- refusing to start ------------------------------------------------------------------------
+
+
+def test_router_without_any_auth_option_refuses_to_start_naming_the_three(upstream: MockUpstream) -> None:
+    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as caught:
+        ModelRouter(host_app(), settings=settings)
+    message = str(caught.value)
+    for option in ("authorize=", "api_keys", "allow_unauthenticated=True"):
+        assert option in message
+
+
+async def test_add_middleware_without_auth_fails_the_apps_startup(upstream: MockUpstream) -> None:
+    app = host_app()
+    app.add_middleware(ModelRouter, settings=make_settings(upstream.url, allow_unauthenticated=False))  # type: ignore[attr-defined]
+    with pytest.raises(LifespanNotSupported) as caught:  # asgi-lifespan's word for "startup crashed"
+        async with LifespanManager(app):
+            pass  # pragma: no cover - startup must fail
+    assert isinstance(caught.value.__cause__, ConfigError)
+    assert "refuses to start" in str(caught.value.__cause__)
+
+
+def test_router_from_a_toml_file_without_auth_refuses_to_start(tmp_path: Any) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text('[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
+    with pytest.raises(ConfigError, match="allow_unauthenticated"):
+        ModelRouter(host_app(), config=config)
+    config.write_text('allow_unauthenticated = true\n[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
+    assert ModelRouter(host_app(), config=config).settings.allow_unauthenticated
+
+
+def test_allow_unauthenticated_logs_a_warning_at_start_up(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="asgi_router")
+    ModelRouter(host_app(), settings=make_settings(upstream.url))  # type: ignore[attr-defined]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "asgi_router"]
+    assert len(warnings) == 1
+    assert "allow_unauthenticated=True" in warnings[0].getMessage()
+
+
+def test_api_keys_start_without_a_warning(upstream: MockUpstream, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="asgi_router")
+    ModelRouter(host_app(), settings=keyed(upstream))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# --- api_keys through the router -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "unauthenticated"),
+        ({"authorization": "Bearer not-the-key-0123456789"}, 403, "permission_denied"),
+        ({"x-api-key": "not-the-key-0123456789"}, 403, "permission_denied"),
+    ],
+    ids=["no-credentials", "wrong-bearer", "wrong-x-api-key"],
+)
+async def test_refused_request_is_openai_shaped_and_no_upstream_is_contacted(
+    upstream: MockUpstream, headers: dict[str, str], status: int, code: str
+) -> None:
+    hits = dict(upstream.hits)
+    async with routed(ModelRouter(host_app(), settings=keyed(upstream))) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert error["type"] == ("authentication_error" if status == 401 else "permission_error")
+    assert error["param"] is None and error["message"]
+    assert ("www-authenticate" in response.headers) == (status == 401)
+    assert "x-router-model" not in response.headers
+    assert upstream.hits == hits
+
+
+@pytest.mark.parametrize(
+    "headers", [{"authorization": f"Bearer {CLIENT_KEY}"}, {"x-api-key": CLIENT_KEY}], ids=["bearer", "x-api-key"]
+)
+async def test_configured_key_is_served_and_never_forwarded_upstream(
+    upstream: MockUpstream, headers: dict[str, str]
+) -> None:
+    async with routed(ModelRouter(host_app(), settings=keyed(upstream))) as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "model": "mock/echo"}, headers=headers)
+    assert response.status_code == 200
+    assert CLIENT_KEY not in json.dumps(response.json()["headers"])
+
+
+async def test_refusal_happens_before_the_request_body_is_read(upstream: MockUpstream) -> None:
+    router = ModelRouter(host_app(), settings=keyed(upstream))
+    received: list[str] = []
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        received.append("receive")
+        return {"type": "http.request", "body": json.dumps(CHAT).encode(), "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }
+    await router(scope, receive, send)  # type: ignore[arg-type]
+    assert sent[0]["status"] == 401
+    assert received == []
+
+
+async def test_principal_reaches_the_request_record_and_every_attempt_event(
+    upstream: MockUpstream, refused_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_router")
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        api_keys={"alice": CLIENT_KEY},
+        groups={"g": {"members": ["down/x", "mock/ok"]}},
+    )
+    async with routed(ModelRouter(host_app(), settings=settings)) as client:
+        response = await client.post(
+            "/v1/chat/completions", json={**CHAT, "model": "group/g"}, headers={"x-api-key": CLIENT_KEY}
+        )
+    assert response.status_code == 200
+    [record] = records_of(caplog)
+    assert record.principal == "alice"
+    assert [(e.outcome, e.principal) for e in record.events] == [("failed", "alice"), ("served", "alice")]
+
+
+# --- authorize= through the router ---------------------------------------------------------
+
+
+async def test_async_authorize_callable_guards_the_router_and_names_the_principal(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_router")
+    calls: list[str | None] = []
+
+    async def authorize(scope: Any, headers: Headers) -> object:
+        calls.append(headers.get("x-session"))
+        return {"user": "u-1"} if headers.get("x-session") == "valid" else False
+
+    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
+    async with routed(ModelRouter(host_app(), settings=settings, authorize=authorize)) as client:
+        refused = await client.post("/v1/chat/completions", json=CHAT)
+        served = await client.post("/v1/chat/completions", json=CHAT, headers={"x-session": "valid"})
+        host = await client.get("/hello")
+    assert refused.status_code == 401
+    assert served.status_code == 200
+    assert host.status_code == 200  # the host app's own routes are not the router's to guard
+    assert calls == [None, "valid"]
+    assert [r.principal for r in records_of(caplog)] == [None, {"user": "u-1"}]
+
+
+async def test_add_middleware_passes_authorize_through(upstream: MockUpstream) -> None:
+    app = host_app()
+    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
+    app.add_middleware(ModelRouter, settings=settings, authorize=lambda scope, headers: False)
+    async with routed(app) as client:  # type: ignore[arg-type]
+        response = await client.post("/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer x"})
+    assert response.status_code == 403
+
+
+async def test_authorize_that_raises_fails_closed_with_a_500_and_no_traceback(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    def authorize(scope: Any, headers: Headers) -> bool:
+        raise RuntimeError("session store is down")
+
+    caplog.set_level(logging.ERROR, logger="asgi_router")
+    hits = dict(upstream.hits)
+    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
+    async with routed(ModelRouter(host_app(), settings=settings, authorize=authorize)) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "router_error"
+    assert "session store" not in response.text and "Traceback" not in response.text
+    logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert [type(exc) for exc in logged] == [RuntimeError]  # the operator sees why, the client does not
+    assert upstream.hits == hits
+
+
+# --- the official SDK sees the right exception ------------------------------------------------
+
+
+async def test_openai_sdk_raises_authentication_and_permission_errors(upstream: MockUpstream) -> None:
+    with ServerThread(ModelRouter(host_app(), settings=keyed(upstream))) as server:
+        base = f"{server.url}/v1"
+        messages: Any = CHAT["messages"]
+        async with openai.AsyncOpenAI(base_url=base, api_key="sk-wrong-0123456789", max_retries=0) as wrong:
+            with pytest.raises(openai.PermissionDeniedError):
+                await wrong.chat.completions.create(model="mock/ok", messages=messages)
+        async with openai.AsyncOpenAI(base_url=base, api_key=CLIENT_KEY, max_retries=0) as right:
+            completion = await right.chat.completions.create(model="mock/ok", messages=messages)
+        async with openai.AsyncOpenAI(
+            base_url=base, api_key="unused", max_retries=0, default_headers={"authorization": ""}
+        ) as anonymous:
+            with pytest.raises(openai.AuthenticationError):
+                await anonymous.chat.completions.create(model="mock/ok", messages=messages)
+    assert completion.choices[0].message.content == "hello from ok"

@@ -1,0 +1,116 @@
+"""Attempt events and sinks, through the router: off the request path, bounded, key-free."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+import anyio
+import pytest
+
+from asgi_router.events import AttemptEvent, RequestRecord
+
+from .conftest import API_KEY
+from .mock_upstream import MockUpstream
+from .resilient import Collect, chat, record_of, routed_router, tag
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_raising_and_blocking_sinks_never_delay_or_fail_a_request(upstream: MockUpstream) -> None:
+    release = threading.Event()
+
+    def raising(record: RequestRecord) -> None:
+        raise RuntimeError("sink bug")
+
+    async def raising_async(record: RequestRecord) -> None:
+        raise RuntimeError("async sink bug")
+
+    def blocking(record: RequestRecord) -> None:
+        release.wait(10)
+
+    async def blocking_async(record: RequestRecord) -> None:
+        await anyio.sleep_forever()
+
+    collect = Collect()
+    sinks = [raising, raising_async, blocking, blocking_async, collect]
+    events = {"queue_size": 4, "shutdown_grace": 0.2}
+    try:
+        async with routed_router(upstream, sinks=sinks, events=events) as (client, router):
+            started = time.monotonic()
+            statuses = [(await chat(client, "mock/ok")).status_code for _ in range(20)]
+            elapsed = time.monotonic() - started
+            with anyio.fail_after(5):
+                while len(collect.records) < 20:
+                    await anyio.sleep(0.01)
+            closing = time.monotonic()
+        shutdown = time.monotonic() - closing
+    finally:
+        release.set()
+    assert statuses == [200] * 20
+    assert elapsed < 5.0  # twenty requests, none waited for a sink
+    assert len(collect.records) == 20  # the well-behaved sink got everything
+    assert router.events.failures == 40  # both raising sinks were called for every request
+    # each blocked sink holds at most one batch and a full queue (4 + 4): the rest is dropped
+    assert router.events.dropped >= 2 * (20 - 8)
+    assert shutdown < 1.5  # the stuck sinks get shutdown_grace (0.2 s), not forever
+
+
+async def test_events_and_records_never_carry_the_api_key(upstream: MockUpstream, refused_url: str) -> None:
+    collect = Collect()
+    flaky = f"fail-1-{tag()}-503"
+    groups = {"g": {"members": ["down/x", "mock/status-401", "mock/break-1", "mock2/ok"]}}
+    async with routed_router(upstream, refused_url, sinks=[collect], groups=groups) as (client, router):
+        for model, stream in [("group/g", False), ("group/g", True), (f"mock/{flaky}", False), ("x/y", False)]:
+            await chat(client, model, stream=stream)
+        assert await router.events.drain(5)
+    assert len(collect.records) == 4
+    reasons = {event.reason for record in collect.records for event in record.events}
+    assert {"connect_error", "auth_error", "stream_interrupted", "upstream_5xx", "served"} <= reasons
+    for record in collect.records:
+        texts = [repr(record), str(dataclasses.asdict(record))] + [repr(event) for event in record.events]
+        for text in texts:
+            assert API_KEY not in text
+            assert API_KEY[3:12] not in text
+
+
+async def test_every_attempt_is_one_frozen_event_with_index_timing_and_status(upstream: MockUpstream) -> None:
+    model = f"fail-1-{tag()}-503"
+    async with routed_router(upstream) as (client, router):
+        response = await chat(client, f"mock/{model}", stream=True)
+        record = await record_of(response, router)
+    first, second = record.events
+    assert (first.index, second.index) == (0, 1)
+    assert (first.outcome, first.reason, first.status) == ("failed", "upstream_5xx", 503)
+    assert (second.outcome, second.reason, second.status) == ("served", "served", 200)
+    assert second.ttfb is not None and 0 <= second.ttfb <= second.latency
+    assert record.status == 200 and record.winner == f"mock/{model}" and record.stream
+    assert record.bytes_relayed == len(response.content)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.reason = "served"  # type: ignore[misc]
+    assert isinstance(first, AttemptEvent)
+
+
+async def test_the_log_line_lists_every_attempt_including_retries(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_router")
+    model = f"fail-1-{tag()}-503"
+    async with routed_router(upstream) as (client, router):
+        response = await chat(client, f"mock/{model}")
+        assert await router.events.drain(5)
+    request_id = response.headers["x-request-id"]
+    lines = [r.getMessage() for r in caplog.records if f"request_id={request_id}" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"attempts=[mock/{model}:failed:upstream_5xx(503) mock/{model}:served:served(200)]" in lines[0]
+    assert "status=200" in lines[0]
+
+
+async def test_recent_requests_keeps_the_newest_few(upstream: MockUpstream) -> None:
+    async with routed_router(upstream, events={"recent": 3}) as (client, router):
+        ids = [(await chat(client, "mock/ok")).headers["x-request-id"] for _ in range(5)]
+        assert await router.events.drain(5)
+        kept = [record.request_id for record in router.recent.snapshot()]
+    assert kept == ids[-3:]

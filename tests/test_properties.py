@@ -1,0 +1,301 @@
+"""Property tests (hypothesis): parsing is total, config validation is total, the relay is exact.
+
+Each property runs a bounded number of examples (``_FAST``) so that the suite stays quick on a
+small CI machine; ``deadline=None`` because a shared core makes single examples slow at random.
+The router-level properties drive ``ModelRouter`` with hand-written ``receive``/``send`` and a
+scripted transport (no sockets), so one router serves every example.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import string
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from asgi_router import InvalidRef, ModelRef, ModelRouter, Plan, RouterSettings, parse_model_ref
+from asgi_router.plan import Resolver
+from asgi_router.refs import MAX_MODEL_ID_LENGTH
+from asgi_router.screen import FORBIDDEN_FIELDS
+from asgi_router.upstream import ProviderRuntime
+
+from .conftest import host_app, make_settings
+
+_FAST = settings(
+    max_examples=150,
+    deadline=None,
+    # The suite's autouse leak check is function-scoped: running it once around all examples is intended.
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# --- ModelRef parsing ------------------------------------------------------------------------
+
+_REF_ALPHABET = string.ascii_letters + string.digits + "._:@+~/-" + " \t\r\n\x00\x1b\x7f\u00e9\u202e\uff4f%?#"
+_SAFE = frozenset(string.ascii_letters + string.digits + "._:@+~/-")
+
+model_strings = st.one_of(
+    st.text(max_size=400),
+    st.text(alphabet=_REF_ALPHABET, max_size=40),
+    st.builds(
+        lambda head, tail: f"{head}/{tail}",
+        st.sampled_from(["openai", "group", "openrouter", "", "a b", "x" * 65]),
+        st.text(alphabet=_REF_ALPHABET, max_size=MAX_MODEL_ID_LENGTH + 2),
+    ),
+)
+
+
+@_FAST
+@given(value=st.one_of(model_strings, st.none(), st.integers(), st.floats(), st.lists(st.text(max_size=3))))
+def test_model_ref_parsing_is_total_and_whatever_it_accepts_is_header_safe(value: object) -> None:
+    ref = parse_model_ref(value)
+    assert isinstance(ref, (ModelRef, InvalidRef))
+    if isinstance(ref, ModelRef):
+        assert str(ref) == value  # the ref says exactly what the client wrote...
+        assert set(str(ref)) <= _SAFE  # ...and that is safe in a header or a log line
+        assert len(str(ref)) <= MAX_MODEL_ID_LENGTH + 65
+    else:
+        assert ref.message.isascii() and ref.message.isprintable()
+
+
+# --- config validation -------------------------------------------------------------------------
+
+SECRET_MARK = "sk-hypothesis-SECRET-0123456789"
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+names = st.sampled_from(["openai", "local", "g1", "g2", "group", "bad name", "", "a/b", "x" * 70])
+refs = st.sampled_from(["openai/gpt-4o", "local/q:7b", "group/g1", "group/g2", "group/zz", "nobody/x", "bare", ""])
+providers = st.fixed_dictionaries(
+    {
+        "base_url": st.sampled_from(
+            ["https://api.openai.com/v1", "http://127.0.0.1:11434/v1", "ftp://x", "http://", "http://h:99999", "x"]
+        )
+    },
+    optional={
+        "api_key": st.sampled_from([SECRET_MARK, "", " "]),
+        "api_key_env": st.sampled_from(["OPENAI_API_KEY", ""]),
+        "timeouts": st.dictionaries(st.sampled_from(["connect", "first_byte", "idle", "total", "x"]), json_values),
+        "headers": st.dictionaries(st.sampled_from(["HTTP-Referer", "connection", "bad name", "x"]), json_values),
+        "forward_headers": st.lists(st.sampled_from(["traceparent", "authorization", "proxy-x", "", "a b"])),
+    },
+)
+groups = st.fixed_dictionaries(
+    {"members": st.lists(refs, max_size=4)},
+    optional={
+        "strategy": st.sampled_from(["order", "rotate", "random"]),
+        "failover_on": st.lists(st.sampled_from(["timeout", "client_error", "nonsense"])),
+    },
+)
+
+
+@st.composite
+def plausible_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """Configs that are often valid, so that cycles, depth and dangling refs get exercised too."""
+    provider_names = draw(
+        st.lists(st.sampled_from(["openai", "local", "or", "openrouter", "group"]), min_size=1, max_size=3, unique=True)
+    )
+    group_names = draw(st.lists(st.sampled_from(["g1", "g2", "g3", "g4"]), max_size=4, unique=True))
+    good = [f"{name}/m-{index}" for name in provider_names for index in range(2)]
+    member = st.sampled_from(good + [f"group/{name}" for name in group_names])
+
+    def members() -> list[str]:
+        chosen = draw(st.lists(member, min_size=1, max_size=3))
+        if draw(st.integers(0, 9)) == 0:  # now and then, one bad reference
+            chosen.append(draw(refs))
+        return chosen
+
+    return {
+        "providers": {name: {"base_url": "https://x.example/v1", "api_key": SECRET_MARK} for name in provider_names},
+        "groups": {
+            name: {"members": members(), "strategy": draw(st.sampled_from(["order", "rotate"]))} for name in group_names
+        },
+        "aliases": draw(st.dictionaries(st.sampled_from(["fast", "cheap"]), member, max_size=2)),
+    }
+
+
+configs = st.one_of(
+    plausible_configs(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "providers": st.dictionaries(names, providers | json_values, max_size=3),
+            "groups": st.dictionaries(names, groups | json_values, max_size=3),
+            "aliases": st.dictionaries(names, refs | json_values, max_size=2),
+            "routes": st.lists(st.sampled_from(["/v1/chat/completions", "v1/x", ""]), max_size=2) | json_values,
+            "max_body_bytes": json_values,
+            "body_timeout": json_values,
+            "api_keys": st.lists(st.sampled_from([SECRET_MARK, "short", ""]), max_size=2) | json_values,
+            "allow_unauthenticated": json_values,
+            "pool": st.dictionaries(st.sampled_from(["max_connections", "keepalive_expiry", "x"]), json_values),
+        },
+    ),
+    st.dictionaries(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=10), json_values, max_size=4),
+)
+
+
+@_FAST
+@given(config=configs)
+def test_any_config_dict_gives_settings_or_a_validation_error_that_hides_secrets(config: dict[str, Any]) -> None:
+    try:
+        built = RouterSettings(**config)
+    except ValidationError as exc:
+        assert SECRET_MARK[:5] not in str(exc)
+        return
+    # Whatever validation let through resolves without surprises (defence in depth holds).
+    resolver = Resolver(built)
+    for name in built.groups:
+        plan = resolver.resolve_string(f"group/{name}")
+        assert isinstance(plan, Plan) and plan.candidates
+        assert {candidate.provider for candidate in plan.candidates} <= set(built.providers)
+    for alias in built.aliases:
+        assert isinstance(resolver.resolve_string(alias), Plan)
+
+
+# --- the router, driven by hand ----------------------------------------------------------------
+
+
+class _Scripted:
+    """An upstream response that yields exactly the given chunks."""
+
+    def __init__(self, status: int, content_type: bytes, chunks: list[bytes]) -> None:
+        self.status = status
+        self.headers = [(b"content-type", content_type)]
+        self.chunks = self._chunks(chunks)
+        self.closed = False
+
+    @staticmethod
+    async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            await anyio.lowlevel.checkpoint()  # a real await between chunks, as from a socket
+            yield chunk
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _ScriptedTransport:
+    def __init__(self, response: _Scripted) -> None:
+        self.response = response
+        self.sent: list[bytes] = []
+
+    def start(self) -> None:
+        pass
+
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Scripted:
+        self.sent.append(body)
+        return self.response
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def router() -> ModelRouter:
+    """One router for every example; each example swaps in its own scripted transport."""
+    return ModelRouter(host_app(), settings=make_settings("http://127.0.0.1:9"))
+
+
+async def _drive(router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    """One request through ``router``; the messages it sent."""
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers, "query_string": b""}
+    with anyio.fail_after(10):
+        await router(scope, receive, send)  # type: ignore[arg-type]
+    return sent
+
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+def _sse(texts: list[str]) -> bytes:
+    events = [
+        "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": t}}]}, ensure_ascii=False) + "\n\n"
+        for t in texts
+    ]
+    return "".join(events).encode() + b"data: [DONE]\n\n"
+
+
+@st.composite
+def split_streams(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
+    """A random SSE stream (multi-byte UTF-8 included) and a random split of it into chunks."""
+    stream = _sse(draw(st.lists(st.text(max_size=20), max_size=8)))
+    cuts = sorted(draw(st.sets(st.integers(1, len(stream) - 1), max_size=min(30, len(stream) - 1))))
+    bounds = [0, *cuts, len(stream)]
+    return stream, [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@_FAST
+@given(case=split_streams())
+def test_relay_sends_any_split_of_any_sse_stream_byte_exact_and_unregrouped(
+    router: ModelRouter, case: tuple[bytes, list[bytes]]
+) -> None:
+    stream, chunks = case
+    transport = _ScriptedTransport(_Scripted(200, b"text/event-stream", chunks))
+    router._loop._transport = transport
+    request = json.dumps({"model": "mock/x", "stream": True, "messages": []}).encode()
+    sent = anyio.run(_drive, router, request, _JSON)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = [message for message in sent[1:] if message["type"] == "http.response.body"]
+    assert [message["body"] for message in bodies[:-1]] == chunks  # one message per upstream chunk
+    assert b"".join(message["body"] for message in bodies) == stream
+    assert bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    assert transport.response.closed
+
+
+chat_like = st.tuples(
+    st.fixed_dictionaries(
+        {"model": st.sampled_from(["mock/ok", "group/none", "bare", "mock/\r\n", "", "x" * 400]) | json_values},
+        optional={"stream": json_values, "messages": json_values},
+    ),
+    st.dictionaries(st.sampled_from([*FORBIDDEN_FIELDS, "temperature", "user", "API-Base"]), json_values, max_size=2),
+).map(lambda parts: json.dumps({**parts[0], **parts[1]}).encode())
+request_bodies = st.one_of(
+    st.binary(max_size=300),
+    json_values.map(lambda value: json.dumps(value).encode()),
+    chat_like,
+)
+content_types = st.sampled_from(
+    [[(b"content-type", b"application/json")], [(b"content-type", b"text/plain")], [], [(b"content-encoding", b"gzip")]]
+)
+
+
+@_FAST
+@given(body=request_bodies, headers=content_types)
+def test_any_request_gets_an_openai_shaped_answer_never_a_500_or_a_traceback(
+    router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    completion = json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode()
+    router._loop._transport = _ScriptedTransport(_Scripted(200, b"application/json", [completion]))
+    sent = anyio.run(_drive, router, body, headers)
+    status = sent[0]["status"]
+    payload = b"".join(message.get("body", b"") for message in sent[1:])
+    assert status in (200, 400, 404, 415), payload
+    assert b"Traceback" not in payload
+    if status != 200:
+        error = json.loads(payload)["error"]
+        assert set(error) == {"message", "type", "code", "param"}
+        assert isinstance(error["message"], str) and error["message"].isprintable()

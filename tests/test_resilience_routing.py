@@ -1,0 +1,170 @@
+"""Resilience meets routing: leases in hedge races, one state for breakers and statistics, budgets on retries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from asgi_router.upstream import ProviderRuntime
+
+from .conftest import pool_is_quiet
+from .mock_upstream import MockUpstream
+from .resilient import FakeClock, chat, events_of, routed_router, tag
+
+pytestmark = pytest.mark.anyio
+
+
+async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+async def test_a_lost_hedge_frees_its_slot_and_leaves_the_losers_breakers_alone(upstream: MockUpstream) -> None:
+    groups = {"h": {"members": ["mock/slow-600", "mock2/ok"], "hedge_after": 0.05}}
+    breaker = {"consecutive_failures": 1}  # any failure recorded against the loser would open it
+    async with routed_router(upstream, groups=groups, breaker=breaker) as (client, router):
+        response = await chat(client, "group/h")
+        events = await events_of(response, router)
+        await eventually(lambda: pool_is_quiet(router))
+        state: Any = router.state
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert sorted(events) == [("mock/slow-600", "aborted", "hedge_lost"), ("mock2/ok", "served", "served")]
+    assert router.state.breaker("mock/slow-600") is None and router.state.breaker("mock") is None
+    assert state._in_flight == {"mock": 0, "mock2": 0}  # both leases and both statistics released
+
+
+async def test_a_hedged_group_whose_members_are_all_open_still_tries_the_oldest(upstream: MockUpstream) -> None:
+    clock = FakeClock()
+    first, second = f"status-503-{tag()}", f"status-503-{tag()}"
+    groups = {"h": {"members": [f"mock/{first}", f"mock2/{second}"], "hedge_after": 0.05}}
+    breaker = {"consecutive_failures": 1}
+    async with routed_router(upstream, clock=clock, groups=groups, breaker=breaker, retries=0) as (client, router):
+        await chat(client, f"mock2/{second}")  # opens at t0
+        clock.advance(5)
+        await chat(client, f"mock/{first}")  # opens at t0 + 5
+        response = await chat(client, "group/h")
+        events = await events_of(response, router)
+    assert events == [
+        (f"mock/{first}", "skipped", "circuit_open"),
+        (f"mock2/{second}", "skipped", "circuit_open"),
+        (f"mock2/{second}", "failed", "upstream_5xx"),
+    ]
+    assert response.status_code == 502
+
+
+async def test_the_router_state_holds_the_statistics_strategies_read(upstream: MockUpstream) -> None:
+    groups = {"lb": {"strategy": "least_busy", "members": ["mock/slow-300", "mock2/ok"]}}
+    async with routed_router(upstream, groups=groups) as (client, router):
+        state = router.state
+        assert router._book.stats is state and router._resolver.stats is state
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(chat, client, "group/lb")
+            # one table, two kinds of key: the candidate (bookkeeper) and its provider (gate lease)
+            await eventually(lambda: (state.in_flight("mock/slow-300"), state.in_flight("mock")) == (1, 1))
+            busy = await chat(client, "group/lb")
+        assert busy.headers["x-router-model"] == "mock2/ok"  # least_busy read the shared state
+        assert (state.in_flight("mock/slow-300"), state.in_flight("mock")) == (0, 0)
+        assert state.latency("mock/slow-300") is not None
+
+
+async def test_same_candidate_retries_spend_the_members_rpm_budget(upstream: MockUpstream) -> None:
+    model = f"fail-5-{tag()}-503"
+    groups = {"one": {"members": [{"ref": f"mock/{model}", "rpm": 2}]}}  # one member: retries = 2
+    async with routed_router(upstream, groups=groups) as (client, router):
+        response = await chat(client, "group/one")
+        events = await events_of(response, router)
+    assert events == [
+        (f"mock/{model}", "failed", "upstream_5xx"),
+        (f"mock/{model}", "failed", "upstream_5xx"),
+        (f"mock/{model}", "skipped", "over_budget"),  # a retry is a request like any other
+    ]
+    assert upstream.hits[model] == 2
+    assert response.status_code == 502  # decided by the contacted attempts, not the skip
+    assert response.headers["x-router-attempts"] == "2"
+
+
+class _Scripted:
+    """A streamed 200 whose first chunk waits for ``go``; its close waits for ``closable``."""
+
+    def __init__(self, go: anyio.Event, closable: anyio.Event | None = None) -> None:
+        self.status = 200
+        self.headers = [(b"content-type", b"text/event-stream")]
+        self.closed = False
+        self._go = go
+        self._closable = closable
+        self.chunks = self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        await self._go.wait()
+        yield b"data: {}\n\n"
+
+    async def aclose(self) -> None:
+        if self._closable is not None:
+            await self._closable.wait()
+        self.closed = True
+
+
+async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpstream) -> None:
+    """The client leaves while the race waits for its loser to close: the winner is let go too."""
+    go_first, loser_closable, never = anyio.Event(), anyio.Event(), anyio.Event()
+    responses: list[_Scripted] = []
+
+    class Transport:
+        def start(self) -> None: ...
+
+        async def aclose(self) -> None: ...
+
+        async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Scripted:
+            first = not responses
+            responses.append(_Scripted(go_first, None) if first else _Scripted(never, loser_closable))
+            return responses[-1]
+
+    groups = {"h": {"members": ["mock/a", "mock2/b"], "hedge_after": 0.05}}
+    async with routed_router(upstream, groups=groups) as (_, router):
+        router._loop._transport = Transport()  # type: ignore[assignment]
+        body = json.dumps({"model": "group/h", "stream": True, "messages": []}).encode()
+        leave = anyio.Event()
+        sent: list[dict[str, Any]] = []
+        delivered = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"never-received")],
+            "query_string": b"",
+        }
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(router, scope, receive, send)
+            await eventually(lambda: len(responses) == 2)  # the hedge has started
+            go_first.set()  # the first commits; the loser is cancelled and starts closing ...
+            await anyio.sleep(0.05)
+            leave.set()  # ... when the client leaves
+            await anyio.sleep(0.05)
+            loser_closable.set()
+        assert await router.events.drain(5)
+        [record] = [r for r in router.recent.snapshot() if r.request_id == "never-received"]
+        state: Any = router.state
+    assert [r.closed for r in responses] == [True, True]
+    assert sent == []  # nothing reached the client
+    assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
+        ("mock/a", "aborted", "client_disconnected"),
+        ("mock2/b", "aborted", "client_disconnected"),
+    ]
+    assert state._in_flight == {"mock": 0, "mock2": 0}  # both leases and both statistics released

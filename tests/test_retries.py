@@ -1,0 +1,290 @@
+"""Same-candidate retries, rate-limit hints, deadline, max_attempts and the retry budget.
+
+Fault injection on the real loopback upstream: ``fail-<n>-<tag>-<status>`` fails its first n
+requests then answers, and upstream hit counts show exactly how often a candidate was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from asgi_router import ModelRouter
+
+from .conftest import host_app, make_settings
+from .mock_upstream import MockUpstream
+from .resilient import chat, events_of, routed_router, tag
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_single_candidate_retries_a_5xx_then_succeeds(upstream: MockUpstream) -> None:
+    model = f"fail-2-{tag()}-503"
+    async with routed_router(upstream) as (client, router):
+        response = await chat(client, f"mock/{model}")
+        events = await events_of(response, router)
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == f"mock/{model}"
+    assert response.headers["x-router-attempts"] == "3"  # retries count as attempts
+    assert upstream.hits[model] == 3
+    assert events == [
+        (f"mock/{model}", "failed", "upstream_5xx"),
+        (f"mock/{model}", "failed", "upstream_5xx"),
+        (f"mock/{model}", "served", "served"),
+    ]
+
+
+async def test_retries_stop_at_the_configured_count(upstream: MockUpstream) -> None:
+    model = f"fail-5-{tag()}-500"
+    async with routed_router(upstream, retries=1) as (client, _):
+        response = await chat(client, f"mock/{model}")
+    assert response.status_code == 502
+    assert response.headers["x-router-attempts"] == "2"
+    assert upstream.hits[model] == 2
+    assert [a["reason"] for a in response.json()["error"]["attempts"]] == ["upstream_5xx", "upstream_5xx"]
+
+
+async def test_a_streamed_request_is_retried_before_commit(upstream: MockUpstream) -> None:
+    model = f"fail-1-{tag()}-502"
+    async with routed_router(upstream) as (client, _):
+        response = await chat(client, f"mock/{model}", stream=True)
+    assert response.status_code == 200
+    assert response.headers["x-router-attempts"] == "2"
+    assert response.text.endswith("data: [DONE]\n\n")
+    assert upstream.hits[model] == 2
+
+
+async def test_a_stream_that_breaks_after_commit_is_never_retried(upstream: MockUpstream) -> None:
+    async with routed_router(upstream, retries=2) as (client, _):
+        response = await chat(client, "mock/break-2", stream=True)
+    assert response.status_code == 200  # committed: the status line had gone out
+    assert '"code":"stream_interrupted"' in response.text
+    assert response.headers["x-router-attempts"] == "1"
+    assert upstream.attempts(response.headers["x-request-id"]) == ["break-2"]
+
+
+async def test_the_same_break_before_commit_is_retried(upstream: MockUpstream) -> None:
+    async with routed_router(upstream, retries=2) as (client, _):
+        response = await chat(client, "mock/break-2", stream=False)  # the body is read before commit
+    assert response.status_code == 502
+    assert upstream.attempts(response.headers["x-request-id"]) == ["break-2"] * 3
+
+
+@pytest.mark.parametrize("status", [401, 402, 404])
+async def test_reasons_the_same_candidate_would_repeat_are_not_retried(upstream: MockUpstream, status: int) -> None:
+    model = f"status-{status}-{tag()}"
+    async with routed_router(upstream) as (client, _):
+        response = await chat(client, f"mock/{model}")
+    assert response.status_code == 502
+    assert upstream.hits[model] == 1
+
+
+async def test_a_multi_candidate_plan_fails_over_instead_of_retrying(upstream: MockUpstream) -> None:
+    model = f"fail-1-{tag()}-503"
+    async with routed_router(upstream, groups={"g": {"members": [f"mock/{model}", "mock2/ok"]}}) as (client, _):
+        response = await chat(client, "group/g")
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert upstream.hits[model] == 1
+
+
+async def test_a_group_can_ask_for_same_candidate_retries(upstream: MockUpstream) -> None:
+    model = f"fail-1-{tag()}-503"
+    groups = {"g": {"members": [f"mock/{model}", "mock2/ok"], "retries": 1}}
+    async with routed_router(upstream, groups=groups) as (client, _):
+        response = await chat(client, "group/g")
+    assert response.headers["x-router-model"] == f"mock/{model}"
+    assert response.headers["x-router-attempts"] == "2"
+
+
+async def test_backoff_uses_the_injected_randomness(upstream: MockUpstream) -> None:
+    """Full jitter with random() = 0.99: retry waits ~0.99 * 0.1 then ~0.99 * 0.2 seconds."""
+    model = f"fail-2-{tag()}-503"
+    async with routed_router(upstream, random=lambda: 0.99, backoff={"base": 0.1, "cap": 4}) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, f"mock/{model}")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert 0.29 <= elapsed < 2.0
+
+
+async def test_no_jitter_draw_means_no_wait(upstream: MockUpstream) -> None:
+    model = f"fail-2-{tag()}-503"
+    async with routed_router(upstream, random=lambda: 0.0, backoff={"base": 3, "cap": 4}) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, f"mock/{model}")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert elapsed < 1.5  # a 3 s base backoff with a zero draw waits nothing
+
+
+# --- rate-limit hints -------------------------------------------------------------------------
+
+HINTED = [("429-ra0.25", "Retry-After"), ("429-in0.25", "try again in"), ("429-reset0.25", "x-ratelimit-reset")]
+
+
+@pytest.mark.parametrize(("spec", "source"), HINTED, ids=[source for _, source in HINTED])
+async def test_rate_limit_hint_is_waited_out_then_the_retry_succeeds(
+    upstream: MockUpstream, spec: str, source: str
+) -> None:
+    model = f"fail-1-{tag()}-{spec}"
+    async with routed_router(upstream, random=lambda: 0.0) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, f"mock/{model}")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert response.headers["x-router-attempts"] == "2"
+    assert 0.25 <= elapsed < 2.0  # the hint, not the (zero) backoff draw, set the wait
+
+
+async def test_a_hint_longer_than_max_retry_wait_is_not_waited_and_returned_as_429(upstream: MockUpstream) -> None:
+    model = f"status-429-ra30-{tag()}"
+    async with routed_router(upstream, max_retry_wait=10) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, f"mock/{model}")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "30"
+    assert response.headers["x-router-attempts"] == "1"
+    assert upstream.hits[model] == 1
+    assert elapsed < 1.5
+
+
+async def test_a_hint_longer_than_max_retry_wait_fails_over_at_once(upstream: MockUpstream) -> None:
+    model = f"status-429-ra30-{tag()}"
+    groups = {"g": {"members": [f"mock/{model}", "mock2/ok"], "retries": 2}}
+    async with routed_router(upstream, groups=groups) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, "group/g")
+        elapsed = time.monotonic() - started
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert upstream.hits[model] == 1
+    assert elapsed < 1.5
+
+
+# --- deadline and max_attempts ----------------------------------------------------------------
+
+
+async def test_deadline_cuts_a_hanging_attempt_and_answers_504(upstream: MockUpstream) -> None:
+    timeouts = {"connect": 1, "first_byte": 5, "idle": 5, "total": 10}
+    async with routed_router(upstream, timeouts=timeouts, deadline=0.3) as (client, router):
+        started = time.monotonic()
+        response = await chat(client, "mock/hang")
+        elapsed = time.monotonic() - started
+        events = await events_of(response, router)
+    assert response.status_code == 504
+    assert 0.28 <= elapsed < 2.0  # the 0.3 s deadline, not the 5 s first-byte timeout
+    assert events == [("mock/hang", "failed", "timeout")]  # no time left for a retry
+
+
+async def test_deadline_covers_backoff_and_stops_retrying_in_time(upstream: MockUpstream) -> None:
+    model = f"status-503-{tag()}"
+    backoff = {"base": 0.2, "cap": 0.2}
+    async with routed_router(upstream, retries=10, backoff=backoff, random=lambda: 0.99, deadline=0.7) as (client, _):
+        started = time.monotonic()
+        response = await chat(client, f"mock/{model}")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 502
+    assert elapsed < 0.7 + 0.5
+    # waits of ~0.2 s fit about three times into 0.7 s: more than one try, far fewer than 11
+    assert 2 <= upstream.hits[model] <= 4
+    assert response.headers["x-router-attempts"] == str(upstream.hits[model])
+
+
+async def test_max_attempts_caps_the_walk_through_a_long_plan(upstream: MockUpstream, refused_url: str) -> None:
+    members = [f"down/m{index}" for index in range(4)] + ["mock/ok"]
+    groups = {"g": {"members": members}}
+    async with routed_router(upstream, refused_url, groups=groups, max_attempts=2) as (client, router):
+        response = await chat(client, "group/g")
+        events = await events_of(response, router)
+    assert response.status_code == 502
+    assert response.headers["x-router-attempts"] == "2"
+    assert [reason for _, _, reason in events] == ["connect_error", "connect_error", "budget_exhausted"]
+
+
+# --- retry budget -----------------------------------------------------------------------------
+
+
+async def test_retry_budget_holds_under_100_concurrent_failing_requests(upstream: MockUpstream) -> None:
+    """Unbudgeted, 100 requests with 2 retries each would hit the upstream 300 times."""
+    model = f"status-503-d50-{tag()}"
+    statuses: list[int] = []
+    async with routed_router(upstream, retries=2, breaker={"enabled": False}) as (client, router):
+
+        async def one() -> None:
+            statuses.append((await chat(client, f"mock/{model}")).status_code)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                for _ in range(100):
+                    tasks.start_soon(one)
+        state: Any = router.state
+    assert statuses == [502] * 100
+    hits = upstream.hits[model]
+    assert 100 < hits <= 150, hits  # some retries (the budget is not zero), at most half of them
+    assert set(state._in_flight.values()) == {0}  # every slot and token was given back
+    assert set(state._retries.values()) == {0}
+
+
+async def test_a_lone_failing_request_gets_all_its_retries_from_min_concurrent(upstream: MockUpstream) -> None:
+    model = f"status-503-{tag()}"
+    async with routed_router(upstream, retries=2, retry_budget={"ratio": 0.2, "min_concurrent": 3}) as (client, _):
+        await chat(client, f"mock/{model}")
+    assert upstream.hits[model] == 3
+
+
+async def test_an_empty_retry_budget_skips_the_retry_with_budget_exhausted(upstream: MockUpstream) -> None:
+    model = f"status-503-{tag()}"
+    budget = {"ratio": 0.01, "min_concurrent": 0}
+    async with routed_router(upstream, retries=2, retry_budget=budget) as (client, router):
+        response = await chat(client, f"mock/{model}")
+        events = await events_of(response, router)
+    assert upstream.hits[model] == 1
+    assert events == [(f"mock/{model}", "failed", "upstream_5xx"), (f"mock/{model}", "skipped", "budget_exhausted")]
+    assert response.status_code == 502
+    assert response.headers["x-router-attempts"] == "1"
+
+
+# --- disconnect during backoff ----------------------------------------------------------------
+
+
+async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstream) -> None:
+    model = f"status-503-{tag()}"
+    settings = make_settings(upstream.url, backoff={"base": 5, "cap": 5})  # type: ignore[attr-defined]
+    router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99)
+    request = json.dumps({"model": f"mock/{model}", "messages": []}).encode()
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        await anyio.sleep(0.2)  # the client leaves while the router backs off for ~5 s
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }
+    started = time.monotonic()
+    with anyio.fail_after(4):
+        await router(scope, receive, send)  # type: ignore[arg-type]
+    elapsed = time.monotonic() - started
+    await router._transport.aclose()
+    state: Any = router.state
+    assert elapsed < 1.5
+    assert sent == []  # nothing was sent to a client that is gone
+    assert upstream.hits[model] == 1
+    assert set(state._retries.values()) == {0}
+    assert set(state._in_flight.values()) == {0}

@@ -1,0 +1,153 @@
+"""Resilience settings: the documented defaults, TOML and environment spellings, validation."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from asgi_router.plan import Plan, Resolver
+from asgi_router.settings import RouterSettings
+
+_PROVIDERS: dict[str, Any] = {"openai": {"base_url": "https://api.openai.com/v1"}}
+
+
+@pytest.fixture(autouse=True)
+def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("ASGI_ROUTER_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    settings = RouterSettings(providers=_PROVIDERS)
+    assert settings.retries == 2
+    assert (settings.backoff.base, settings.backoff.cap) == (0.25, 4.0)
+    assert settings.max_retry_wait == 10.0
+    assert settings.max_attempts == 10
+    assert settings.deadline == 300.0
+    assert (settings.retry_budget.ratio, settings.retry_budget.min_concurrent) == (0.2, 3)
+    breaker = settings.breaker
+    assert breaker.enabled
+    assert (breaker.consecutive_failures, breaker.failure_rate, breaker.min_requests) == (5, 0.5, 20)
+    assert (breaker.window, breaker.open_for, breaker.max_open_for) == (60.0, 30.0, 300.0)
+    assert (breaker.half_open_probes, breaker.probe_timeout) == (1, 30.0)
+    assert breaker.failure_reasons == {"connect_error", "timeout", "upstream_5xx", "stream_interrupted"}
+    assert settings.retry_on == {"connect_error", "timeout", "rate_limited", "upstream_5xx", "stream_interrupted"}
+    assert (settings.events.queue_size, settings.events.recent, settings.events.shutdown_grace) == (1024, 100, 2.0)
+    provider = settings.providers["openai"]
+    assert provider.max_concurrent is None
+    assert provider.health is None
+
+
+def test_toml_spells_every_resilience_key(tmp_path: Path) -> None:
+    path = tmp_path / "router.toml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            retries = 3
+            max_retry_wait = 5
+            deadline = 60
+            max_attempts = 4
+            retry_on = ["timeout", "upstream_5xx"]
+            backoff = {base = 0.1, cap = 2}
+            retry_budget = {ratio = 0.5, min_concurrent = 1}
+
+            [breaker]
+            consecutive_failures = 3
+            open_for = 10
+            failure_reasons = ["upstream_5xx"]
+
+            [events]
+            queue_size = 16
+            recent = 5
+
+            [providers.openai]
+            base_url = "https://api.openai.com/v1"
+            max_concurrent = 8
+            health = {interval = 5, path = "/models"}
+
+            [groups.g]
+            members = ["openai/a", "openai/b"]
+            retries = 1
+            """
+        ),
+        encoding="utf-8",
+    )
+    settings = RouterSettings.from_toml(path)
+    assert settings.retries == 3
+    assert settings.max_retry_wait == 5
+    assert settings.deadline == 60
+    assert settings.max_attempts == 4
+    assert settings.retry_on == {"timeout", "upstream_5xx"}
+    assert settings.backoff.base == 0.1
+    assert settings.retry_budget.ratio == 0.5
+    assert settings.breaker.consecutive_failures == 3
+    assert settings.breaker.open_for == 10
+    assert settings.breaker.failure_reasons == {"upstream_5xx"}
+    assert settings.events.queue_size == 16
+    provider = settings.providers["openai"]
+    assert provider.max_concurrent == 8
+    assert provider.health is not None
+    assert (provider.health.interval, provider.health.path) == (5, "/models")
+    assert settings.groups["g"].retries == 1
+
+
+def test_environment_sets_nested_breaker_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASGI_ROUTER_BREAKER__OPEN_FOR", "12")
+    monkeypatch.setenv("ASGI_ROUTER_RETRIES", "0")
+    settings = RouterSettings(providers=_PROVIDERS)
+    assert settings.breaker.open_for == 12
+    assert settings.retries == 0
+
+
+INVALID: list[tuple[dict[str, Any], str]] = [
+    ({"retries": -1}, "retries"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"deadline": 0}, "deadline"),
+    ({"retry_on": ["bogus"]}, "retry_on"),
+    ({"backoff": {"base": 1, "cap": 0.5}}, "cap"),
+    ({"retry_budget": {"ratio": 1.5}}, "ratio"),
+    ({"breaker": {"failure_rate": 0}}, "failure_rate"),
+    ({"breaker": {"open_for": 60, "max_open_for": 30}}, "max_open_for"),
+    ({"breaker": {"surprise": 1}}, "surprise"),
+    ({"providers": {"openai": {**_PROVIDERS["openai"], "max_concurrent": 0}}}, "max_concurrent"),
+    ({"providers": {"openai": {**_PROVIDERS["openai"], "health": {"path": "models"}}}}, "health.path"),
+    ({"providers": {"openai": {**_PROVIDERS["openai"], "health": {"interval": 0}}}}, "interval"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "named"), INVALID, ids=[named for _, named in INVALID])
+def test_invalid_resilience_settings_are_refused_naming_the_key(overrides: dict[str, Any], named: str) -> None:
+    kwargs: dict[str, Any] = {"providers": _PROVIDERS, **overrides}
+    with pytest.raises(ValidationError) as info:
+        RouterSettings(**kwargs)
+    assert named in str(info.value)
+
+
+def _plan(settings: RouterSettings, ref: str) -> Plan:
+    plan = Resolver(settings).resolve_string(ref)
+    assert isinstance(plan, Plan)
+    return plan
+
+
+def test_plan_retries_one_candidate_fails_over_several_unless_the_group_says() -> None:
+    settings = RouterSettings(
+        providers=_PROVIDERS,
+        retries=3,
+        groups={
+            "one": {"members": ["openai/a"]},
+            "two": {"members": ["openai/a", "openai/b"]},
+            "two_retrying": {"members": ["openai/a", "openai/b"], "retries": 1},
+            "one_never": {"members": ["openai/a"], "retries": 0},
+        },
+    )
+    assert _plan(settings, "openai/gpt-4o").retries == 3
+    assert _plan(settings, "group/one").retries == 3
+    assert _plan(settings, "group/two").retries == 0
+    assert _plan(settings, "group/two_retrying").retries == 1
+    assert _plan(settings, "group/one_never").retries == 0

@@ -1,0 +1,219 @@
+"""Token counts read after a response (usage.py), the catalog, and the context-window decisions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from asgi_router.bookkeeping import Bookkeeper, Skip
+from asgi_router.catalog import Catalog, ModelInfo
+from asgi_router.classify import DEFAULT_FAILOVER, refine_client_error
+from asgi_router.errors import AttemptSummary, exhausted_error
+from asgi_router.facts import RequestFacts
+from asgi_router.policy import GroupPolicy
+from asgi_router.stats import InMemoryStats, Limits
+from asgi_router.usage import TAIL_BYTES, Tail, count_tokens, find_usage
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+# --- usage --------------------------------------------------------------------------------------
+
+
+def test_find_usage_reads_a_non_streaming_body() -> None:
+    body = json.dumps({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}})
+    assert find_usage(body.encode()) == (12, 7)
+
+
+def test_find_usage_takes_the_final_sse_chunk_and_skips_null_usage() -> None:
+    stream = (
+        _sse({"choices": [{"delta": {"content": "hi"}}], "usage": None})
+        + _sse({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 2}})
+        + b"data: [DONE]\n\n"
+    )
+    assert find_usage(stream) == (30, 2)
+    only_null = _sse({"choices": [], "usage": None})
+    assert find_usage(only_null) is None
+
+
+def test_find_usage_is_not_fooled_by_the_word_usage_in_content() -> None:
+    content = 'the "usage" is {"prompt_tokens": 999, "completion_tokens": 999}'
+    body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
+    assert find_usage(body) is None
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b'"usage"', b'"usage": {broken', b'"usage": {"prompt_tokens": -1, "completion_tokens": 2}']
+)
+def test_find_usage_of_junk_is_none(data: bytes) -> None:
+    assert find_usage(data) is None
+
+
+def test_tail_keeps_at_most_the_last_limit_bytes_and_counts_every_chunk() -> None:
+    tail = Tail(limit=10)
+    for index in range(20):
+        tail.add(f"{index:02d}.".encode())
+    assert tail.bytes() == b"6.17.18.19."[-10:]
+    assert tail.chunks == 20
+    assert sum(len(chunk) for chunk in tail._chunks) < 10 + 3  # only what the last 10 bytes need
+
+
+def test_tail_default_limit_is_64_kib_even_for_one_huge_chunk() -> None:
+    tail = Tail()
+    tail.add(b"x" * (TAIL_BYTES * 3))
+    tail.add(b"end")
+    assert len(tail.bytes()) == TAIL_BYTES
+    assert tail.bytes().endswith(b"end")
+
+
+def test_count_tokens_prefers_measured_usage_and_else_estimates() -> None:
+    measured = count_tokens(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 6}}', prompt_estimate=100)
+    assert (measured.prompt, measured.completion, measured.measured, measured.total) == (5, 6, True, 11)
+    streamed = count_tokens(b"data: [DONE]\n\n", prompt_estimate=40, chunks=25)
+    assert (streamed.prompt, streamed.completion, streamed.measured) == (40, 25, False)
+    whole = count_tokens(b"x" * 700, prompt_estimate=40)
+    assert (whole.prompt, whole.completion) == (40, 100)
+
+
+# --- catalog ------------------------------------------------------------------------------------
+
+_CATALOG = Catalog(
+    {
+        "a/small": ModelInfo(context_window=1000, max_output_tokens=200, input_price=1.0, output_price=2.0),
+        "a/window": ModelInfo(context_window=1000),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "prompt", "max_tokens", "fits"),
+    [
+        ("a/small", 800, 200, True),
+        ("a/small", 801, 200, False),
+        ("a/small", 10, 201, False),  # over the output cap
+        ("a/small", 999, None, True),
+        ("a/small", 1001, None, False),
+        ("a/window", 10, 990, True),
+        ("not/listed", 10**9, 10**9, True),
+    ],
+)
+def test_catalog_fits_prompt_plus_max_tokens_in_the_window(
+    key: str, prompt: int, max_tokens: int | None, fits: bool
+) -> None:
+    assert _CATALOG.fits(key, prompt, max_tokens) is fits
+
+
+def test_catalog_cost_is_per_million_tokens_and_none_when_unpriced() -> None:
+    assert _CATALOG.cost("a/small", 1_000_000, 500_000) == pytest.approx(2.0)
+    assert _CATALOG.cost("a/window", 1, 1) is None
+    assert _CATALOG.is_priced("a/small") and not _CATALOG.is_priced("a/window")
+
+
+# --- admission (bookkeeping) --------------------------------------------------------------------
+
+
+def _book(stats: InMemoryStats | None = None) -> Bookkeeper:
+    return Bookkeeper(stats or InMemoryStats(), _CATALOG, ["a/small", "a/other"], ["a/other"])
+
+
+def test_admit_skips_a_candidate_whose_window_cannot_hold_the_request() -> None:
+    facts = RequestFacts({"messages": [{"role": "user", "content": "x" * 4000}]})  # ~1004 tokens
+    assert _book().admit("a/small", None, facts) == Skip("context_window")
+    assert _book().admit("a/unlisted", None, facts) is None
+
+
+def test_admit_skips_an_over_budget_member_with_a_retry_after() -> None:
+    stats = InMemoryStats()
+    policy = GroupPolicy("g", limits={"a/other": Limits(rpm=1)})
+    book = _book(stats)
+    assert book.admit("a/other", policy, RequestFacts({})) is None
+    book.started("a/other", RequestFacts({}))
+    skip = book.admit("a/other", policy, RequestFacts({}))
+    assert skip is not None and skip.reason == "over_budget"
+    assert skip.retry_after is not None and 0 < skip.retry_after <= 60
+    assert book.admit("a/other", None, RequestFacts({})) is None  # limits belong to a group's plan
+
+
+def test_failed_attempt_counts_the_request_but_gives_back_its_token_estimate() -> None:
+    stats = InMemoryStats()
+    book = _book(stats)
+    facts = RequestFacts({"messages": [{"role": "user", "content": "x" * 400}]})
+    book.started("a/other", facts)
+    assert stats.usage("a/other").tokens == facts.prompt_tokens
+    book.failed("a/other", facts, "upstream_5xx", 0.1, 30.0)
+    assert (stats.usage("a/other").requests, stats.usage("a/other").tokens) == (1, 0)
+    assert stats.in_flight("a/other") == 0
+
+
+def test_failure_counts_as_the_first_byte_timeout_but_a_refusal_does_not() -> None:
+    stats = InMemoryStats()
+    book = _book(stats)
+    book.started("a/small", RequestFacts({}))
+    book.failed("a/small", RequestFacts({}), "client_error", 0.1, 30.0)
+    assert stats.latency("a/small") is None
+    book.started("a/small", RequestFacts({}))
+    book.failed("a/small", RequestFacts({}), "connect_error", 0.01, 30.0)
+    assert stats.latency("a/small") == 30.0
+
+
+def test_untracked_keys_leave_no_trace_in_the_statistics() -> None:
+    stats = InMemoryStats()
+    book = _book(stats)
+    book.started("x/client-chosen", RequestFacts({}))
+    book.committed("x/client-chosen", 0.2)
+    book.finished("x/client-chosen", RequestFacts({}), b"{}")
+    assert stats._in_flight == {} and stats._ema == {} and stats._usage == {}
+
+
+# --- classification and the exhausted status -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "reason"),
+    [
+        (400, {"code": "context_length_exceeded", "message": "too long"}, "context_window"),
+        (400, {"code": None, "message": "This model's maximum context length is 8192 tokens"}, "context_window"),
+        (400, {"message": "prompt is too long: 210000 tokens > 200000 maximum"}, "context_window"),
+        (400, {"code": "invalid_value", "message": "temperature must be <= 2"}, "client_error"),
+        (422, {"code": "context_length_exceeded"}, "client_error"),  # only a 400 is refined
+        (400, "context_length_exceeded", "client_error"),
+    ],
+)
+def test_refine_client_error_finds_context_exceeded_400s_only(status: int, error: object, reason: str) -> None:
+    assert refine_client_error(status, json.dumps({"error": error}).encode()) == reason
+
+
+def test_refine_client_error_of_a_non_json_body_is_client_error() -> None:
+    assert refine_client_error(400, b"<html>bad request</html>") == "client_error"
+
+
+def test_context_window_fails_over_by_default() -> None:
+    assert "context_window" in DEFAULT_FAILOVER
+    assert "client_error" not in DEFAULT_FAILOVER
+
+
+def test_exhausted_with_every_candidate_over_budget_is_a_429_with_retry_after() -> None:
+    error = exhausted_error(
+        [
+            AttemptSummary("a/m", "over_budget", retry_after=12.0, skipped=True),
+            AttemptSummary("b/m", "over_budget", retry_after=3.5, skipped=True),
+        ]
+    )
+    assert (error.status, error.code, error.retry_after) == (429, "rate_limit_exceeded", 3.5)
+
+
+def test_exhausted_with_no_window_large_enough_is_a_400_context_length_exceeded() -> None:
+    error = exhausted_error(
+        [AttemptSummary("a/m", "context_window", skipped=True), AttemptSummary("b/m", "context_window", 400)]
+    )
+    assert (error.status, error.code) == (400, "context_length_exceeded")
+    assert error.message.splitlines() == ["a/m: context_window", "b/m: context_window (400)"]
+
+
+def test_exhausted_status_is_decided_by_contacted_candidates_not_skips() -> None:
+    error = exhausted_error([AttemptSummary("a/m", "context_window", skipped=True), AttemptSummary("b/m", "timeout")])
+    assert error.status == 504
