@@ -1,23 +1,119 @@
-"""Every configuration example in docs/routing.rst loads: the documentation cannot drift from the code."""
+"""Every configuration example in README.rst loads: the documentation cannot drift from the code.
+
+The README states how its examples fit together, and this module holds it to that:
+
+* a TOML example without ``[providers.*]`` is a fragment: it loads on top of the nearest
+  providers block above it (Routing's "the examples below assume these providers");
+* Python examples run in order in one namespace (``PROVIDERS`` is defined once), with
+  ``router.toml`` (the Quick start file) in the working directory and ``app`` a fresh host app;
+  examples that only talk to a running server (the ``openai`` client) are compiled, not run;
+* inbound auth is required (issue 5), so every example must also *mount*: each TOML example and
+  each ``settings`` builds a ``ModelRouter``, and each ``app`` gets its middleware stack built.
+  The fragments of Routing and Resilience, and examples that say so, take inbound auth from
+  ``ASGI_ROUTER_API_KEYS`` (README, "Quick start"); every other example must start without it.
+  ``os.environ["..."]`` names the examples read are set to made-up keys;
+* the ``sh`` blocks of ``export ASGI_ROUTER_...`` lines configure a working router on their own.
+
+On top of the examples, the reference must name what the code has: every settings field, every
+``Reason``, every ``ModelRouter`` keyword, every error the router produces, every strategy (with
+a TOML example).
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import re
+import shlex
 import textwrap
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from starlette.applications import Starlette
 
-from asgi_router import RouterSettings
+import asgi_router
+from asgi_router import ModelRouter, Reason, RouterSettings
 
-_DOC = Path(__file__).resolve().parents[2] / "docs" / "routing.rst"
-_BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n\n((?:(?:   .*)?\n)+)", re.MULTILINE)
+_ROOT = Path(__file__).resolve().parents[2]
+_README = _ROOT / "README.rst"
+_DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: (?P<language>\S+)\s*$")
+_ENV_READ = re.compile(r"""os\.environ\["([A-Za-z_][A-Za-z0-9_]*)"\]""")
+# Inbound auth from the environment is given only where the README says so: to the fragments of
+# these sections, and to examples that name the variable. Every other example must start on its own.
+_ENV_AUTH_SECTIONS = frozenset({"Routing", "Resilience"})
+_ENV_AUTH = "ASGI_ROUTER_API_KEYS"
+_INBOUND_KEYS = '["docs-example-inbound-key-0123456789"]'
 
 
-def _blocks(language: str) -> list[str]:
-    text = _DOC.read_text(encoding="utf-8")
-    return [textwrap.dedent(body) for lang, body in _BLOCK.findall(text) if lang == language]
+@dataclass(frozen=True)
+class Block:
+    language: str
+    text: str
+    line: int
+    #: The top-level README section the block is in.
+    section: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.language}@README.rst:{self.line}"
+
+
+def _read_blocks() -> list[Block]:
+    """Every ``.. code-block::`` of the README, dedented, at any indentation."""
+    lines = _README.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    section = ""
+    for number, line in enumerate(lines):
+        underline = lines[number + 1] if number + 1 < len(lines) else ""
+        if line.strip() and underline == "-" * len(line):
+            section = line
+        found = _DIRECTIVE.match(line)
+        if found is None:
+            continue
+        indent = len(found["indent"])
+        body: list[str] = []
+        for following in lines[number + 1 :]:
+            if following.strip() and len(following) - len(following.lstrip(" ")) <= indent:
+                break
+            body.append(following)
+        text = textwrap.dedent("\n".join(body)).strip("\n") + "\n"
+        blocks.append(Block(found["language"], text, number + 1, section))
+    return blocks
+
+
+_BLOCKS = _read_blocks()
+
+
+def _blocks(language: str) -> list[Block]:
+    return [block for block in _BLOCKS if block.language == language]
+
+
+def _toml_with_providers(block: Block) -> str:
+    """The block itself, or a fragment followed by the nearest providers block above it."""
+    if "[providers." in block.text:
+        return block.text
+    above = [b for b in _blocks("toml") if b.line < block.line and "[providers." in b.text]
+    assert above, f"{block.id}: a TOML fragment with no providers block above it"
+    # the providers go after the fragment: its top-level keys must come before any [table]
+    return block.text + "\n" + above[-1].text
+
+
+def _quick_start_file() -> Block:
+    [block] = [b for b in _blocks("toml") if b.text.startswith("# router.toml")]
+    return block
+
+
+def _is_env_block(block: Block) -> bool:
+    lines = [line for line in block.text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return bool(lines) and all(line.startswith("export ASGI_ROUTER_") for line in lines)
+
+
+def _host_app() -> Starlette:
+    return Starlette()
 
 
 @pytest.fixture(autouse=True)
@@ -25,33 +121,140 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.upper().startswith("ASGI_ROUTER_"):
             monkeypatch.delenv(name)
+    # what the examples read with os.environ["..."]: made-up keys, distinct and long enough
+    for index, name in enumerate(sorted(set(_ENV_READ.findall(_README.read_text(encoding="utf-8"))))):
+        monkeypatch.setenv(name, f"docs-example-key-{index:02d}-0123456789")
 
 
-def test_the_document_has_examples_in_both_spellings() -> None:
-    assert len(_blocks("toml")) >= 10
-    assert len(_blocks("python")) >= 8
+def _inbound_auth_for(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    if block.section in _ENV_AUTH_SECTIONS or _ENV_AUTH in block.text:
+        monkeypatch.setenv(_ENV_AUTH, _INBOUND_KEYS)
+    else:
+        monkeypatch.delenv(_ENV_AUTH, raising=False)
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("toml"))))
-def test_toml_example_loads_with_the_documented_providers(index: int, tmp_path: Path) -> None:
-    providers, *_ = _blocks("toml")
-    example = _blocks("toml")[index]
+# --- the examples ---------------------------------------------------------------------------
+
+
+def test_the_readme_has_examples_in_every_spelling() -> None:
+    assert len(_blocks("toml")) >= 15
+    assert len(_blocks("python")) >= 15
+    assert any(_is_env_block(block) for block in _blocks("sh"))
+
+
+@pytest.mark.parametrize("block", _blocks("toml"), ids=lambda block: block.id)
+def test_toml_example_loads_and_mounts(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "router.toml"
-    # the providers go after the example: its top-level keys must come before any [table]
-    path.write_text(example if "[providers." in example else example + "\n" + providers, encoding="utf-8")
+    path.write_text(_toml_with_providers(block), encoding="utf-8")
+    _inbound_auth_for(block, monkeypatch)
     settings = RouterSettings.from_toml(path)
-    assert set(settings.providers) == {"openai", "groq", "local"}
+    assert settings.providers
+    router = ModelRouter(_host_app(), config=path)  # ConfigError if it could not start
+    assert router.settings == settings
 
 
-def test_python_examples_run_and_build_settings() -> None:
+def test_python_examples_run_build_settings_and_mount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "router.toml").write_text(_quick_start_file().text, encoding="utf-8")
     namespace: dict[str, object] = {}
-    built = 0
+    ran = settings_built = apps_built = 0
     for block in _blocks("python"):
-        if "import openai" in block:  # the client example talks to a running server
-            continue
-        namespace.pop("settings", None)
-        exec(compile(block, str(_DOC), "exec"), namespace)
-        if "settings" in namespace:
-            assert isinstance(namespace["settings"], RouterSettings)
-            built += 1
-    assert built >= 6
+        code = compile(block.text, block.id, "exec")
+        if re.search(r"^(?:import openai|from openai import)", block.text, re.MULTILINE):
+            continue  # a client of a running server: compiled above, not run
+        _inbound_auth_for(block, monkeypatch)
+        for name in ("settings", "router"):
+            namespace.pop(name, None)
+        namespace["app"] = _host_app()
+        exec(code, namespace)
+        ran += 1
+        settings = namespace.get("settings")
+        if settings is not None:
+            assert isinstance(settings, RouterSettings), block.id
+            ModelRouter(_host_app(), settings=settings)
+            settings_built += 1
+        app = namespace["app"]
+        assert isinstance(app, Starlette), block.id
+        if app.user_middleware:
+            app.build_middleware_stack()  # constructs the ModelRouter(s) the example mounted
+            apps_built += 1
+        if "router" in namespace:
+            assert isinstance(namespace["router"], ModelRouter), block.id
+    assert ran >= 12
+    assert settings_built >= 9
+    assert apps_built >= 4
+
+
+@pytest.mark.parametrize("block", [b for b in _blocks("sh") if _is_env_block(b)], ids=lambda block: block.id)
+def test_environment_example_configures_a_router(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    for line in block.text.splitlines():
+        if line.startswith("export "):
+            name, _, value = shlex.split(line)[1].partition("=")
+            monkeypatch.setenv(name, value)
+    router = ModelRouter(_host_app())  # neither settings= nor config=: the environment alone
+    assert router.settings.providers
+
+
+@pytest.mark.parametrize("block", _blocks("json"), ids=lambda block: block.id)
+def test_json_example_is_json(block: Block) -> None:
+    json.loads(block.text)
+
+
+# --- the reference names what the code has --------------------------------------------------
+
+
+def _literal_names(text: str) -> set[str]:
+    return set(re.findall(r"``([^`]+)``", text))
+
+
+def _documented() -> set[str]:
+    names = _literal_names(_README.read_text(encoding="utf-8"))
+    # "``backoff.base``" documents field ``base`` of ``backoff``; "``images``, ``tools``" both
+    return names | {name.rsplit(".", 1)[-1] for name in names}
+
+
+_SETTINGS_MODELS: list[type[BaseModel]] = [
+    getattr(asgi_router, name)
+    for name in asgi_router.__all__
+    if inspect.isclass(getattr(asgi_router, name)) and issubclass(getattr(asgi_router, name), BaseModel)
+]
+
+
+@pytest.mark.parametrize("model", _SETTINGS_MODELS, ids=lambda model: model.__name__)
+def test_configuration_reference_names_every_field(model: type[BaseModel]) -> None:
+    missing = set(model.model_fields) - _documented()
+    assert not missing, f"README.rst does not document {model.__name__} fields {sorted(missing)}"
+
+
+def test_every_reason_is_documented() -> None:
+    missing = set(typing.get_args(Reason)) - _documented()
+    assert not missing, sorted(missing)
+
+
+def test_every_model_router_keyword_is_documented() -> None:
+    keywords = set(inspect.signature(ModelRouter.__init__).parameters) - {"self", "app"}
+    missing = keywords - _documented()
+    assert not missing, sorted(missing)
+
+
+def test_every_strategy_has_a_toml_example() -> None:
+    strategies = typing.get_args(asgi_router.GroupSettings.model_fields["strategy"].annotation)
+    assert len(strategies) >= 7
+    for strategy in strategies:
+        assert any(f'strategy = "{strategy}"' in block.text for block in _blocks("toml")), strategy
+
+
+_PRODUCED = re.compile(r"(?:RouterError|ResolveError|error_body)\(\s*(\d{3}),\s*\"([a-z_]+)\"")
+_TABLE_ROW = re.compile(r"^\s*\* - (\d{3})\n\s*- ``([a-z_]+)``", re.MULTILINE)
+
+
+def test_the_error_table_lists_every_error_the_router_produces() -> None:
+    produced = {
+        (int(status), code)
+        for module in (_ROOT / "asgi_router").glob("*.py")
+        for status, code in _PRODUCED.findall(module.read_text(encoding="utf-8"))
+    }
+    assert len(produced) >= 15  # the pattern still finds them
+    documented = {(int(status), code) for status, code in _TABLE_ROW.findall(_README.read_text(encoding="utf-8"))}
+    missing = produced - documented
+    assert not missing, sorted(missing)

@@ -1,0 +1,99 @@
+"""The demo a newcomer runs first: failover must be visible, and the command must start and stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx2
+import openai
+import pytest
+from asgi_lifespan import LifespanManager
+
+from demo_app.app import running_demo
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_demo_group_fails_over_from_flaky_to_steady_every_other_request() -> None:
+    async with running_demo(word_delay=0.0) as demo, LifespanManager(demo.app) as manager:
+        transport = httpx2.ASGITransport(app=manager.app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://demo") as client:
+            responses = [
+                await client.post(
+                    "/v1/chat/completions",
+                    json={"model": "group/demo", "messages": [{"role": "user", "content": "hi"}]},
+                )
+                for _ in range(4)
+            ]
+            models = await client.get("/v1/models")
+    assert [r.status_code for r in responses] == [200] * 4
+    winners = [(r.headers["x-router-model"], r.headers["x-router-attempts"]) for r in responses]
+    assert ("steady/mock-1", "2") in winners  # the flaky mock failed and the router moved on
+    assert ("flaky/mock-1", "1") in winners
+    assert "group/demo" in {entry["id"] for entry in models.json()["data"]}
+
+
+async def test_demo_slow_first_group_fails_over_on_the_first_byte_timeout() -> None:
+    async with running_demo(word_delay=0.0, slow_delay=2.0, first_byte_timeout=0.3) as demo:
+        async with LifespanManager(demo.app) as manager:
+            transport = httpx2.ASGITransport(app=manager.app)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://demo") as client:
+                response = await client.post(
+                    "/v1/chat/completions",
+                    json={"model": "group/slow-first", "messages": [{"role": "user", "content": "hi"}]},
+                )
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "steady/mock-1"
+    assert response.headers["x-router-attempts"] == "2"
+
+
+def test_python_m_demo_app_serves_the_sdk_and_stops_cleanly_on_sigterm() -> None:
+    """README's first command, minus the install: start, answer through group/demo, exit 0."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY"):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "demo_app", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        base = None
+        output: list[str] = []
+        deadline = time.monotonic() + 20
+        while base is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+            found = re.search(r"host app with ModelRouter on (http://127\.0\.0\.1:\d+)", line)
+            base = found.group(1) if found else None
+        assert base is not None, "".join(output)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="group/demo", messages=[{"role": "user", "content": "hello demo"}]
+        )
+        assert raw.headers["x-router-model"] in ("flaky/mock-1", "steady/mock-1")
+        assert "hello demo" in (raw.parse().choices[0].message.content or "")
+        stream = client.chat.completions.create(
+            model="group/demo", messages=[{"role": "user", "content": "stream please"}], stream=True
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        assert text
+        client.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
