@@ -11,6 +11,9 @@ connections) and ``BENCH_TRANSPORT`` (``aiohttp`` or ``httpx``). Groups:
 The pool is sized for 1,000 concurrent streams; timeouts are the defaults but for ``connect``.
 Inbound auth is off (``allow_unauthenticated``, as in demo_app): the floor has none either, and
 an ``api_keys`` check is a constant-time compare of one header, well under a microsecond.
+Circuit breakers run (their bookkeeping is part of every request) but never open: with the
+defaults, ``down`` would be skipped after five refusals and the failover scenario would measure
+a skip, not the refused connection it is about.
 ``gc_freeze`` is on, as docs/performance.rst recommends for production (``BENCH_GC_FREEZE=0``
 turns it off to see what it is worth).
 """
@@ -49,6 +52,7 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
             "transport": transport,
             "gc_freeze": gc_freeze,
             "allow_unauthenticated": True,
+            "breaker": {"consecutive_failures": 10**9, "min_requests": 10**9},
         }
     )
 

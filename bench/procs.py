@@ -1,7 +1,8 @@
 """Start the servers under test as separate processes, wait until they answer, sample them.
 
-Each server is ``python -m uvicorn MODULE:app`` with uvloop and httptools and one worker, on a
-free 127.0.0.1 port, with its output in ``bench/results/<name>.log``. Memory is read from
+Each server is ``python -m uvicorn MODULE:app`` with uvloop and httptools and one worker (or,
+for a program that serves itself such as ``python -m demo_app``, that command), on a free
+127.0.0.1 port, with its output in ``bench/results/<name>.log``. Memory is read from
 ``/proc/<pid>/status`` (``VmRSS``), the resident set the kernel charges the process.
 """
 
@@ -63,11 +64,23 @@ def _answers(port: int, path: str) -> bool:
 
 
 class Server:
-    """One uvicorn process serving ``target`` (``module:attribute``) until :meth:`stop`."""
+    """One uvicorn process serving ``target`` (``module:attribute``) until :meth:`stop`.
 
-    def __init__(self, name: str, target: str, env: dict[str, str] | None = None, logs: Path | None = None) -> None:
+    ``command`` replaces uvicorn: the arguments after ``python``, with ``{port}`` standing for
+    the port to listen on.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        env: dict[str, str] | None = None,
+        logs: Path | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.name = name
         self.target = target
+        self.command = command
         self.port = free_port()
         self.env = {**os.environ, **(env or {})}
         self.logs = logs or ROOT / "bench" / "results"
@@ -86,12 +99,15 @@ class Server:
 
     def start(self, ready_path: str = "/health", timeout: float = 20.0) -> Server:
         self.logs.mkdir(parents=True, exist_ok=True)
-        command = [
+        if self.command is not None:
+            command = [sys.executable, *(arg.replace("{port}", str(self.port)) for arg in self.command)]
+        else:
+            command = [
             sys.executable, "-m", "uvicorn", self.target,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--loop", "uvloop", "--http", "httptools", "--workers", "1",
             "--no-access-log", "--log-level", "warning", "--timeout-keep-alive", "30",
-        ]  # fmt: skip
+            ]  # fmt: skip
         log = (self.logs / f"{self.name}.log").open("wb")
         started = time.perf_counter()
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT)

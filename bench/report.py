@@ -202,5 +202,7 @@ def markdown(data: dict[str, Any]) -> str:
 def write(data: dict[str, Any], markdown_path: Path, json_path: Path) -> None:
     """Write both files (the JSON keeps every round)."""
     data["targets"] = targets(data)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    markdown_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(data, indent=1, default=str) + "\n")
     markdown_path.write_text(markdown(data))

@@ -195,12 +195,19 @@ def streams(config: Config, targets: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+#: How demo_app serves itself (its mock upstreams and the host app, in one process).
+_DEMO_COMMAND: Final = ["-m", "demo_app", "--port", "{port}"]
+
+
 def _demo_target(spec: str) -> str | None:
-    """``module:attribute`` of the demo app's ASGI app, or ``None`` if there is no demo_app."""
+    """``module:attribute`` of the demo app's ASGI app, ``python -m demo_app`` when it serves
+    itself, or ``None`` if there is no demo_app."""
     if spec:
         return spec
     if importlib.util.find_spec("demo_app") is None:
         return None
+    if importlib.util.find_spec("demo_app.__main__") is not None:
+        return "python " + " ".join(_DEMO_COMMAND[:2])
     for candidate in ("demo_app", "demo_app.main", "demo_app.app"):
         try:
             module = importlib.import_module(candidate)
@@ -219,7 +226,8 @@ def demo_app(config: Config) -> dict[str, Any]:
     readies: list[float] = []
     rss: list[float] = []
     for index in range(3):
-        with Server(f"demo-app-{index}", target) as server:
+        command = _DEMO_COMMAND if target.startswith("python ") else None
+        with Server(f"demo-app-{index}", target, command=command) as server:
             readies.append(server.ready_after)
             rss.append(server.rss_kib() / 1024)
     return {"target": target, "ready_s": statistics.median(readies), "idle_rss_mib": statistics.median(rss)}

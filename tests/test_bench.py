@@ -100,3 +100,10 @@ def test_report_renders_targets_and_tables_from_partial_data() -> None:
     text = report.markdown({**data, "targets": report.targets(data)})
     assert "| 16 | 30,000 | 9,000 | 6,000 | 0.67 [0.60, 0.70] |" in text
     assert "skipped: no demo_app" in text
+
+
+def test_demo_app_is_measured_as_users_start_it() -> None:
+    from bench.scenarios import _demo_target
+
+    assert _demo_target("") == "python -m demo_app"
+    assert _demo_target("pkg.mod:app") == "pkg.mod:app"
