@@ -35,7 +35,7 @@ whoever drives it: the plain loop in :meth:`AttemptLoop.run`, or the hedging rac
   stream's lease is finished by the relay's end, so late failures count), events and accounts
   for the result, and says whether the pass is decided.
 
-Resilience (docs/resilience.rst), in :meth:`AttemptLoop.run`: a candidate may be retried in
+Resilience (README.rst "Resilience"), in :meth:`AttemptLoop.run`: a candidate may be retried in
 place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint
 (``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
 and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
@@ -443,6 +443,10 @@ class RequestAttempts:
         if result.fatal:
             lines = "\n".join(summary.line() for summary in self._summaries)
             return RouterError(502, "router_error", lines, tuple(self._summaries))
+        if result.reason not in self.plan.failover_on:
+            # A group that does not fail over on this reason (say, timeouts) stops here; with
+            # no response to pass through, the client gets the plan's error so far.
+            return self.exhausted()
         return None
 
     def retry_wait(self, result: Attempted, retry: int) -> float | None:

@@ -89,8 +89,6 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
     b"date",
     b"server",
     b"x-request-id",
-    b"x-router-model",
-    b"x-router-attempts",
 }
 
 
@@ -133,4 +131,5 @@ def response_headers_for_client(
     """Upstream response headers minus everything that must not be relayed (names lowercased)."""
     pairs = [(name.lower(), value) for name, value in upstream]
     dropped = _DROPPED_RESPONSE_HEADERS | _connection_tokens(pairs)
-    return [(name, value) for name, value in pairs if name not in dropped]
+    # Every x-router-* header is the router's to set: an upstream must not forge one.
+    return [(name, value) for name, value in pairs if name not in dropped and not name.startswith(b"x-router-")]

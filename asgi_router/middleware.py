@@ -173,7 +173,7 @@ class ModelRouter:
         register_secrets(secrets_of(self.settings))
         if self.settings.allow_unauthenticated:
             logger.warning(
-                "asgi_router: allow_unauthenticated=True: anyone who can reach %s spends the configured "
+                "allow_unauthenticated=True: anyone who can reach %s spends the configured "
                 "providers' keys; use api_keys or authorize= outside local development",
                 ", ".join(self.settings.routes),
             )
@@ -213,12 +213,23 @@ class ModelRouter:
                 await self._serve(scope, receive, send)
                 return
             if self._models is not None and scope["method"] in ("GET", "HEAD") and self._models.handles(scope["path"]):
-                await self._models(scope, receive, send)
+                await self._list_models(scope, receive, send)
                 return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
+        model names are the gateway's configuration, not something to show anonymous callers."""
+        assert self._models is not None
+        admitted = await self._guard.check(scope)
+        if isinstance(admitted, RouterError):
+            exchange = _Exchange(scope, receive, send, request_id_for(scope))
+            await exchange.send_error(admitted)
+            return
+        await self._models(scope, receive, send)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         stop = anyio.Event()
@@ -301,6 +312,8 @@ class ModelRouter:
         facts = RequestFacts(request.payload, scope["headers"])
         plan = self._resolver.resolve_string(request.payload["model"], facts)
         if isinstance(plan, ResolveError):
+            if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
+                record.ref = request.payload["model"]
             await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
             return
         record.ref = request.payload["model"]  # validated by the parser: safe to log
@@ -393,9 +406,8 @@ class ModelRouter:
                 return
             exchange.response_started = True
             record.in_flight = (winner, result.started)
-            outcome = await relay_stream(exchange.send, result, headers, self._clock, tail)
+            outcome = await relay_stream(exchange.send, result, headers, self._clock, tail, record)
             record.in_flight = None
-            record.bytes_relayed = outcome.bytes_relayed
             if outcome.reason == "client_disconnected":
                 exchange.disconnected = True
             spend = self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)

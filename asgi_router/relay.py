@@ -28,7 +28,7 @@ from starlette.types import Send
 
 from .classify import Reason, UnrecognisedFailure, classify_exception
 from .errors import stream_error_event
-from .events import logger
+from .events import RequestRecord, logger
 from .outcomes import Committed
 from .usage import Tail
 from .watchdog import ReadWatchdog
@@ -68,8 +68,13 @@ async def relay_stream(
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
     tail: Tail | None = None,
+    record: RequestRecord | None = None,
 ) -> RelayResult:
-    """Send the response start, the first chunk, and every chunk after it as it arrives."""
+    """Send the response start, the first chunk, and every chunk after it as it arrives.
+
+    ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
+    so the request's log line says how much it did receive.
+    """
     response = committed.response
     chunks = response.chunks
     idle = committed.provider.timeouts.idle
@@ -128,6 +133,8 @@ async def relay_stream(
             return RelayResult(sent, "client_disconnected")
         return RelayResult(sent, "served")
     finally:
+        if record is not None:
+            record.bytes_relayed = sent
         with anyio.CancelScope(shield=True):
             await response.aclose()
 

@@ -1,7 +1,7 @@
 """Settings for retries, budgets, circuit breakers, health probes and event sinks.
 
 They live apart from :mod:`asgi_router.settings` so that each reads as one table of defaults
-(docs/resilience.rst explains every key). The defaults and why:
+(README.rst "Resilience" explains every key). The defaults and why:
 
 * ``retries = 2`` with full-jitter backoff (base 250 ms, cap 4 s): AWS's "Exponential Backoff
   and Jitter" result; two retries turn a typical transient 5xx into a success while at most

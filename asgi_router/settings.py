@@ -245,7 +245,7 @@ class PoolSettings(_Strict):
 
 
 class RouterSettings(BaseSettings):
-    """Everything the router needs; see README.rst "Configuration" for each field."""
+    """Everything the router needs; see README.rst "Configuration reference" for each field."""
 
     model_config = SettingsConfigDict(
         env_prefix="ASGI_ROUTER_",
@@ -274,7 +274,7 @@ class RouterSettings(BaseSettings):
     #: on every full collection. Process-wide, hence off unless asked (docs/performance.rst).
     gc_freeze: bool = False
 
-    # Resilience (docs/resilience.rst): retries, budgets, breakers, event sinks.
+    # Resilience (README.rst "Resilience"): retries, budgets, breakers, event sinks.
     #: Same-candidate retries for a plan of one candidate.
     retries: NonNegativeInt = 2
     #: Failure reasons that may be retried on the same candidate.

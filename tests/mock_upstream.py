@@ -228,7 +228,14 @@ class MockUpstream:
         if name == "headers":
             return JSONResponse(
                 completion(model, "with headers"),
-                headers={"set-cookie": "upstream=1", "keep-alive": "timeout=5", "x-upstream": "kept"},
+                headers={
+                    "set-cookie": "upstream=1",
+                    "keep-alive": "timeout=5",
+                    "x-upstream": "kept",
+                    "x-router-route": "forged",
+                    "x-router-degraded": "1",
+                    "x-router-model": "forged/model",
+                },
             )
         if name == "big":
             return JSONResponse(completion(model, "x" * (int(arg) * 1024)))

@@ -244,3 +244,15 @@ async def test_openai_sdk_raises_authentication_and_permission_errors(upstream: 
             with pytest.raises(openai.AuthenticationError):
                 await anonymous.chat.completions.create(model="mock/ok", messages=messages)
     assert completion.choices[0].message.content == "hello from ok"
+
+
+async def test_models_listing_needs_the_same_credentials_as_completions(upstream: MockUpstream) -> None:
+    async with routed(ModelRouter(host_app(), settings=keyed(upstream))) as client:
+        anonymous = await client.get("/v1/models")
+        wrong = await client.get("/v1/models", headers={"authorization": "Bearer not-the-right-key-0000"})
+        admitted = await client.get("/v1/models", headers={"authorization": f"Bearer {CLIENT_KEY}"})
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "unauthenticated"
+    assert wrong.status_code == 403
+    assert admitted.status_code == 200
+    assert admitted.json()["object"] == "list"

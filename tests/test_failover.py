@@ -208,3 +208,17 @@ async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: Moc
     assert response.status_code == 200
     assert response.headers["x-router-model"] == "mock2/big-16"
     assert len(response.json()["choices"][0]["message"]["content"]) == 16 * 1024
+
+
+async def test_failover_on_without_a_transport_reason_stops_on_that_failure(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    async with routed(
+        upstream,
+        refused_url,
+        groups={"g": {"members": ["down/x", "mock2/ok"], "failover_on": ["upstream_5xx"]}},
+    ) as client:
+        response = await chat(client, "group/g")
+    assert response.status_code == 502
+    assert response.headers["x-router-attempts"] == "1"
+    assert [a["reason"] for a in response.json()["error"]["attempts"]] == ["connect_error"]

@@ -180,3 +180,10 @@ async def test_no_api_key_in_any_log_line_or_response(
     for text in texts:
         assert API_KEY not in text
         assert API_KEY[3:12] not in text
+
+
+async def test_upstream_cannot_forge_router_headers(client: httpx2.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json={"model": "mock/headers", "messages": []})
+    assert response.headers.get_list("x-router-route") == ["default"]
+    assert "x-router-degraded" not in response.headers
+    assert response.headers.get_list("x-router-model") == ["mock/headers"]

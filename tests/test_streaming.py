@@ -181,6 +181,12 @@ async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
     with anyio.fail_after(3):
         while not pool_is_quiet(router):
             await anyio.sleep(0.02)
+        while not [r for r in router.recent.snapshot() if r.request_id == request_id]:
+            await anyio.sleep(0.02)
+    (record,) = [r for r in router.recent.snapshot() if r.request_id == request_id]
+    assert record.status == 499
+    assert record.bytes_relayed > 0  # what the client did receive before it left
+    assert [e.outcome for e in record.events] == ["aborted"]
 
 
 async def test_client_disconnect_before_first_byte_cancels_the_upstream_wait(
