@@ -54,7 +54,14 @@ from typing import Final
 import anyio
 
 from .bookkeeping import Bookkeeper
-from .classify import Reason, UnrecognisedFailure, classify_exception, classify_status, refine_client_error
+from .classify import (
+    Reason,
+    UnrecognisedFailure,
+    classify_exception,
+    classify_status,
+    refine_client_error,
+    refine_rate_limited,
+)
 from .errors import AttemptSummary, RouterError, exhausted_error
 from .events import AttemptEvent, Outcome, RequestRecord, logger
 from .facts import EMPTY_FACTS, RequestFacts
@@ -277,6 +284,8 @@ class AttemptLoop:
         clock, status = self._clock, response.status
         if reason in failover_on:
             failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, watchdog)
+            if reason == "rate_limited":
+                reason = refine_rate_limited(failure)
             retry_after = None
             if reason in _HINTED:
                 retry_after = retry_hint(response.headers, failure, rate_limited=reason == "rate_limited")

@@ -55,6 +55,7 @@ __all__ = [
     "classify_status",
     "parse_retry_after",
     "refine_client_error",
+    "refine_rate_limited",
 ]
 
 Reason = Literal[
@@ -169,6 +170,26 @@ def refine_client_error(status: int, body: bytes) -> Reason:
     if isinstance(message, str) and _CONTEXT_MESSAGE.search(message):
         return "context_window"
     return "client_error"
+
+
+def refine_rate_limited(body: bytes | None) -> Reason:
+    """Re-read a 429 with its body: OpenAI's ``insufficient_quota`` is ``billing``, not a rate limit.
+
+    The account is out of credit: waiting and retrying the same provider cannot help, while the
+    next provider (another account) can.
+    """
+    if not body or len(body) > _CONTEXT_BODY_CAP or b"insufficient_quota" not in body:
+        return "rate_limited"
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return "rate_limited"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and (
+        error.get("code") == "insufficient_quota" or error.get("type") == "insufficient_quota"
+    ):
+        return "billing"
+    return "rate_limited"
 
 
 def classify_exception(exc: BaseException) -> Reason:

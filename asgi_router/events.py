@@ -14,8 +14,9 @@ principal object may hold anything); the record rides along as ``extra={"asgi_ro
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from .classify import Reason
 
@@ -81,6 +82,22 @@ def _attempt_text(event: AttemptEvent) -> str:
     return f"{event.candidate}:{event.outcome}:{event.reason}{status}"
 
 
+_SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")
+
+
+def _principal_text(principal: object) -> str:
+    """The principal as a log token: a short safe name as is, anything else only by its type.
+
+    ``authorize=`` may return any object (a user, a dict with a token): its text could carry a
+    secret or a line break, so only a plain name is written out.
+    """
+    if principal is None:
+        return "-"
+    if isinstance(principal, str) and _SAFE_PRINCIPAL.fullmatch(principal):
+        return principal
+    return f"<{type(principal).__name__}>"
+
+
 def log_request(record: RequestRecord) -> None:
     """Write the request's one structured line, if INFO is enabled on ``asgi_router``."""
     if not logger.isEnabledFor(logging.INFO):
@@ -88,7 +105,7 @@ def log_request(record: RequestRecord) -> None:
     ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
     logger.info(
         "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d"
-        " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s",
+        " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s principal=%s",
         record.request_id,
         record.ref,
         "true" if record.stream else "false",
@@ -103,5 +120,6 @@ def log_request(record: RequestRecord) -> None:
         "true" if record.degraded else "false",
         f"{record.prompt_tokens}+{record.completion_tokens}" if record.prompt_tokens is not None else "-",
         f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
+        _principal_text(record.principal),
         extra={"asgi_router": record},
     )

@@ -16,6 +16,7 @@ emitted (the logger disabled for their level) cost nothing.
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 from collections.abc import Iterable
 from typing import Final
@@ -71,10 +72,20 @@ def register_secrets(secrets: Iterable[str]) -> None:
     _FILTER.secrets = _FILTER.secrets | {secret for secret in secrets if len(secret) >= _MIN_SECRET}
 
 
+_CREDENTIAL_HEADER: Final = re.compile(r"key|token|secret|auth|password|credential|signature", re.IGNORECASE)
+
+
 def secrets_of(settings: RouterSettings) -> list[str]:
     """Every key ``settings`` configures: the providers' (resolved from the environment too)
     and the inbound ``api_keys``."""
     found = [key.get_secret_value() for provider in settings.providers.values() if (key := provider.key())]
+    # Static provider headers that carry credentials (Azure's ``api-key``, a gateway token, ...).
+    found += [
+        value
+        for provider in settings.providers.values()
+        for name, value in provider.headers.items()
+        if _CREDENTIAL_HEADER.search(name) and len(value) > 4
+    ]
     inbound = settings.api_keys
     if inbound is not None:
         found += [key.get_secret_value() for key in (inbound.values() if isinstance(inbound, dict) else inbound)]

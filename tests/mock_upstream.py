@@ -205,6 +205,18 @@ class MockUpstream:
             spec = rest.partition("-")[2]
             if self.hits[model] <= int(count):
                 return await self._status(spec)
+        if name == "quota":  # OpenAI's "out of credit" answer: a 429 that is really billing
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "You exceeded your current quota, please check your plan and billing details.",
+                        "type": "insufficient_quota",
+                        "param": None,
+                        "code": "insufficient_quota",
+                    }
+                },
+                status_code=429,
+            )
         if name == "ctx":
             return JSONResponse(
                 {

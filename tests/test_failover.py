@@ -222,3 +222,17 @@ async def test_failover_on_without_a_transport_reason_stops_on_that_failure(
     assert response.status_code == 502
     assert response.headers["x-router-attempts"] == "1"
     assert [a["reason"] for a in response.json()["error"]["attempts"]] == ["connect_error"]
+
+
+async def test_insufficient_quota_429_is_billing_not_retried_and_fails_over(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    async with routed(upstream, refused_url, groups={"g": {"members": ["mock/quota", "mock2/ok"]}}) as client:
+        failed_over = await chat(client, "group/g")
+        alone = await chat(client, "mock/quota")  # a plan of one: retried only for retryable reasons
+    assert failed_over.status_code == 200
+    assert failed_over.headers["x-router-model"] == "mock2/ok"
+    assert upstream.attempts(failed_over.headers["x-request-id"]) == ["quota", "ok"]
+    assert alone.status_code == 502  # not a 429: waiting would not refill the account
+    assert [a["reason"] for a in alone.json()["error"]["attempts"]] == ["billing"]
+    assert upstream.attempts(alone.headers["x-request-id"]) == ["quota"]

@@ -154,3 +154,22 @@ def test_retry_after_never_raises_on_random_header_values() -> None:
         value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 35)))
         result = parse_retry_after(value, now=_NOW)
         assert result is None or (isinstance(result, float) and 0.0 <= result < float("inf"))
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"error":{"code":"insufficient_quota","type":"insufficient_quota","message":"x"}}', "billing"),
+        (
+            b'{"error":{"code":"rate_limit_exceeded","message":"slow down; insufficient_quota is not this"}}',
+            "rate_limited",
+        ),
+        (b"not json insufficient_quota", "rate_limited"),
+        (b"", "rate_limited"),
+        (None, "rate_limited"),
+    ],
+)
+def test_refine_rate_limited_reads_insufficient_quota_as_billing(body: bytes | None, reason: str) -> None:
+    from asgi_router.classify import refine_rate_limited
+
+    assert refine_rate_limited(body) == reason
