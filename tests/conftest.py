@@ -153,3 +153,14 @@ def served_router(settings: RouterSettings) -> Iterator[tuple[ModelRouter, Serve
 def pool_is_quiet(router: ModelRouter) -> bool:
     """No request holds an upstream connection and no connection is mid-response."""
     return router._transport.is_quiet()
+
+
+def chat_scope(headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    """An HTTP scope for ``POST /v1/chat/completions``, for driving the router by hand."""
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": headers if headers is not None else [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }

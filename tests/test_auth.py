@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 
 from asgi_router import ConfigError, ModelRouter, RequestRecord, RouterSettings
 
-from .conftest import CLIENT_KEY, host_app, make_settings
+from .conftest import CLIENT_KEY, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
 
@@ -141,13 +141,7 @@ async def test_refusal_happens_before_the_request_body_is_read(upstream: MockUps
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
+    scope = chat_scope()
     await router(scope, receive, send)  # type: ignore[arg-type]
     assert sent[0]["status"] == 401
     assert received == []

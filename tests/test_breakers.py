@@ -15,7 +15,7 @@ import pytest
 from asgi_router import ModelRouter
 from asgi_router.breaker import Phase
 
-from .conftest import API_KEY, host_app, make_settings
+from .conftest import API_KEY, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -245,13 +245,7 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
+    scope = chat_scope()
     with anyio.fail_after(5):
         await router(scope, receive, send)  # type: ignore[arg-type]
     await router._transport.aclose()

@@ -15,7 +15,7 @@ import pytest
 
 from asgi_router import ModelRouter
 
-from .conftest import host_app, make_settings
+from .conftest import chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import chat, events_of, routed_router, tag
 
@@ -270,13 +270,7 @@ async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstrea
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
+    scope = chat_scope()
     started = time.monotonic()
     with anyio.fail_after(4):
         await router(scope, receive, send)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import pytest
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import host_app, make_settings, pool_is_quiet
+from .conftest import chat_scope, host_app, make_settings, pool_is_quiet
 from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
 from .servers import ServerThread
 
@@ -149,13 +149,7 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
+    scope = chat_scope()
     with anyio.fail_after(5):
         await router(scope, receive, send)  # type: ignore[arg-type]
     await router._transport.aclose()
@@ -269,13 +263,7 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
         if len(sent) == 5:
             await gate.wait()  # the client stops reading
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
+    scope = chat_scope()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(router, scope, receive, send)
         await anyio.sleep(0.3)
