@@ -62,6 +62,7 @@ from .state import InMemoryState, RouterState
 from .stats import RoutingStats
 from .upstream import ProviderRuntime, make_transport
 from .usage import Tail
+from .watchdog import new_scope
 
 __all__ = ["ModelRouter"]
 
@@ -340,7 +341,7 @@ class ModelRouter:
         # asyncio: a bare task watches for the disconnect and is cancelled, not awaited, at the
         # end. An anyio task group does the same at ~10x the cost (~45 µs a request on uvloop),
         # because leaving it waits a loop turn or two for the watcher to finish.
-        with anyio.CancelScope() as cancel:
+        with new_scope() as cancel:
             watcher = loop.create_task(exchange.watch_disconnect(cancel))
             try:
                 await self._respond(exchange, plan, request, facts)
