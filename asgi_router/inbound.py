@@ -45,6 +45,13 @@ class InboundRequest:
     body: bytes = b""
     model_span: Span | None = None
 
+    def release(self) -> None:
+        """Drop the parsed payload and the body bytes once a response is committed: a long
+        stream should not hold its (possibly 100 KB) prompt twice for its whole life."""
+        self.payload = {}
+        self.body = b""
+        self.model_span = None
+
 
 def request_id_for(scope: Scope) -> str:
     """The client's ``x-request-id`` when it is a sane token, else a fresh one.

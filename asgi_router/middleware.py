@@ -306,6 +306,7 @@ class ModelRouter:
             await exchange.send_error(body)
             return
         request = parse_request(body)
+        del body  # request.body holds it, until request.release() at commit
         if isinstance(request, RouterError):
             await exchange.send_error(request)
             return
@@ -405,6 +406,10 @@ class ModelRouter:
                 spend = self._finish(record, winner, facts, result.body, None)
                 self._note_served(record, result, "served", spend)
                 return
+            # Committed: nothing reads the request again but the token estimate; free the rest
+            # for the relay's whole life (RSS per open stream).
+            facts.release(keep_estimate=self._book.wants_tokens(winner))
+            request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
             outcome = await relay_stream(exchange.send, result, headers, self._clock, tail, record)
