@@ -73,8 +73,8 @@ from .outcomes import Attempted, Committed, Failed, Ready, Refused
 from .plan import Candidate, Plan
 from .retry import RetryPolicy, retry_wait
 from .skip import Skip
-from .upstream import ProviderRuntime, Transport, UpstreamResponse
-from .watchdog import ReadWatchdog
+from .upstream import ProviderRuntime, Transport, UpstreamResponse, close_response
+from .watchdog import ReadWatchdog, new_scope
 from .wire import SplicedBody, WireBody
 
 __all__ = ["AttemptLoop", "RequestAttempts", "read_to_end"]
@@ -229,7 +229,7 @@ class AttemptLoop:
             # One cancel scope per attempt, not one per read: its watchdog cancels it when a read
             # overruns (see watchdog.py). The client leaving or a lost hedge race cancels an
             # enclosing scope instead, which this one lets through.
-            with anyio.CancelScope() as scope:
+            with new_scope() as scope:
                 watchdog = ReadWatchdog(scope)
                 try:
                     watchdog.arm(first_byte_by - clock())
@@ -266,8 +266,7 @@ class AttemptLoop:
                 return Failed("upstream_5xx", response.status if response else None, fatal=True)
         finally:
             if response is not None and (not handed_off or not stream):
-                with anyio.CancelScope(shield=True):  # closed even when cancelled: never leak it
-                    await response.aclose()
+                await close_response(response)  # closed even when cancelled: never leak it
 
     async def _unserved(
         self,
@@ -490,8 +489,7 @@ class RequestAttempts:
         if result is not None:
             self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
             if isinstance(result, Committed):
-                with anyio.CancelScope(shield=True):
-                    await result.response.aclose()
+                await close_response(result.response)
         self._note(ready.key, "aborted", Failed(reason), elapsed, summary=False)
 
     async def abandon(self, decided: Committed | Refused | RouterError | None) -> None:
@@ -506,8 +504,7 @@ class RequestAttempts:
         if decided.lease is not None:
             decided.lease.finish("client_disconnected")
         self._loop._book.finished(key, self.facts, None)
-        with anyio.CancelScope(shield=True):
-            await decided.response.aclose()
+        await close_response(decided.response)
         elapsed = self._loop._clock() - decided.started
         self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
 

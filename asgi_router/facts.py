@@ -93,6 +93,16 @@ class RequestFacts:
             self._estimate = (tokens, images)
         return self._estimate
 
+    def release(self, *, keep_estimate: bool) -> None:
+        """Drop the payload (a committed stream holds on to nothing it no longer reads).
+
+        ``keep_estimate`` computes :attr:`prompt_tokens` first, for the bookkeeping that
+        reads it when the relay ends; every other fact reads as absent afterwards.
+        """
+        if keep_estimate:
+            self._measure()
+        self._payload = {}
+
     @property
     def prompt_tokens(self) -> int:
         """Estimated prompt tokens (text, tools, per-message overhead and images)."""

@@ -23,15 +23,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import anyio
 from starlette.types import Send
 
 from .classify import Reason, UnrecognisedFailure, classify_exception
 from .errors import stream_error_event
 from .events import RequestRecord, logger
 from .outcomes import Committed
+from .upstream import close_response
 from .usage import Tail
-from .watchdog import ReadWatchdog
+from .watchdog import ReadWatchdog, new_scope
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
 
@@ -90,7 +90,7 @@ async def relay_stream(
                 tail.add(last)
             failure: Exception | None = None
             # One scope for the whole relay; the watchdog cancels it when a read overruns.
-            with anyio.CancelScope() as scope:
+            with new_scope() as scope:
                 watchdog = ReadWatchdog(scope)
                 try:
                     while True:
@@ -135,8 +135,7 @@ async def relay_stream(
     finally:
         if record is not None:
             record.bytes_relayed = sent
-        with anyio.CancelScope(shield=True):
-            await response.aclose()
+        await close_response(response)
 
 
 async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

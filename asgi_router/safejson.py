@@ -107,6 +107,8 @@ class _NotSpannable(ValueError):
 
 def _ws(text: str, index: int) -> int:
     """The index of the first non-whitespace character at or after ``index``."""
+    if text[index : index + 1] not in " \t\n\r":  # the usual case (compact JSON): no regex call
+        return index
     return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]  # always matches
 
 

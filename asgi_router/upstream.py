@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import anyio
 import httpx2
 
 from .headers import FORWARDED_REQUEST_HEADERS
@@ -34,6 +35,7 @@ __all__ = [
     "ProviderRuntime",
     "Transport",
     "UpstreamResponse",
+    "close_response",
     "make_transport",
     "upstream_path",
 ]
@@ -50,6 +52,21 @@ class UpstreamResponse(Protocol):
 
     async def aclose(self) -> None:
         """Release the connection (closing it if the body was not read to the end)."""
+
+
+async def close_response(response: UpstreamResponse) -> None:
+    """Close ``response``, even when the calling task is being cancelled: never leak it.
+
+    A response with a synchronous ``close_now`` (aiohttp's: ``release()`` does not await) is
+    closed by it: with no await there is nothing a cancellation could interrupt, so the
+    shielded cancel scope (~3.5 µs) is skipped. Any other is closed under a shield.
+    """
+    close_now = getattr(response, "close_now", None)
+    if close_now is not None:
+        close_now()
+        return
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
 
 
 class Transport(Protocol):

@@ -71,10 +71,14 @@ class AiohttpResponse:
         self.headers: list[tuple[bytes, bytes]] = list(response.raw_headers)
         self.chunks: AsyncIterator[bytes] = response.content.iter_any()
 
-    async def aclose(self) -> None:
+    def close_now(self) -> None:
+        """Release at once; synchronous, so no cancellation can interrupt it (no shield needed)."""
         # release() returns a fully read connection to the pool and closes one whose body was
         # not read to the end (aiohttp's ``should_close``), which is what a cancelled relay needs.
         self._response.release()
+
+    async def aclose(self) -> None:
+        self.close_now()
 
 
 class AiohttpTransport:

@@ -21,7 +21,26 @@ import math
 
 import anyio
 
-__all__ = ["ReadWatchdog"]
+# anyio's asyncio backend class (what ``anyio.CancelScope()`` returns on asyncio), built
+# directly by new_scope(). A private module of anyio 4: tests/ exercise it on every request.
+from anyio._backends._asyncio import CancelScope as _AsyncioCancelScope
+
+__all__ = ["ReadWatchdog", "new_scope"]
+
+
+def new_scope(*, shield: bool = False) -> anyio.CancelScope:
+    """``anyio.CancelScope(shield=shield)``, built without asking which async library runs.
+
+    ``anyio.CancelScope()`` looks up the running backend (sniffio's ``current_async_library``
+    and a ``current_task`` call) on every construction: a third of a scope's cost on uvloop,
+    paid several times per request. On asyncio the backend's own class is built directly (it is
+    the same class ``anyio.CancelScope()`` returns there); any other loop takes the usual way.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): let anyio pick the backend
+        return anyio.CancelScope(shield=shield)
+    return _AsyncioCancelScope(shield=shield)
 
 
 class ReadWatchdog:
