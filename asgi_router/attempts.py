@@ -20,10 +20,9 @@ limits (first byte, ``idle``, ``total``) are kept by one cancel scope and its
 :class:`~asgi_router.watchdog.ReadWatchdog`, not a ``fail_after`` per read. What an attempt can
 end in (:class:`Committed`, :class:`Refused`, :class:`Failed`) is in ``outcomes.py``.
 
-Per request, a :class:`RequestAttempts` holds what the pass over the plan has done so far (wire
-body, summaries, attempt count, what is left of its budgets) and does each step the same way
-whoever drives it: the plain loop in :meth:`AttemptLoop.run`, or the hedging race
-(``hedging.py``) for groups that hedge. The steps:
+Per request, a :class:`~asgi_router.request_attempts.RequestAttempts` (its own module) holds
+what the pass over the plan has done so far and does each step the same way whoever drives it:
+the plain loop in :meth:`AttemptLoop.run`, or the hedging race (``hedging.py``). The steps:
 
 * :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
   ``provider_not_configured``; ``budget_exhausted`` once ``max_attempts`` or the request
@@ -62,22 +61,22 @@ from .classify import (
     refine_client_error,
     refine_rate_limited,
 )
-from .errors import AttemptSummary, RouterError, exhausted_error
-from .events import AttemptEvent, Outcome, RequestRecord, logger
+from .errors import RouterError
+from .events import RequestRecord, logger
 from .facts import EMPTY_FACTS, RequestFacts
 from .gate import Gate, Lease
 from .hedging import race
 from .hints import retry_hint
 from .inbound import InboundRequest
-from .outcomes import Attempted, Committed, Failed, Ready, Refused
+from .outcomes import Attempted, Committed, Failed, Refused
 from .plan import Candidate, Plan
-from .retry import RetryPolicy, retry_wait
+from .request_attempts import RequestAttempts
+from .retry import RetryPolicy
 from .skip import Skip
 from .upstream import ProviderRuntime, Transport, UpstreamResponse, close_response
 from .watchdog import ReadWatchdog, new_scope
-from .wire import SplicedBody, WireBody
 
-__all__ = ["AttemptLoop", "RequestAttempts", "read_to_end"]
+__all__ = ["AttemptLoop", "read_to_end"]
 
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
@@ -297,245 +296,3 @@ class AttemptLoop:
             if reason in failover_on:
                 return Failed(reason, status)
         return Refused(candidate, status, response.headers, refusal, attempts, reason)
-
-
-class RequestAttempts:
-    """One request's pass over its plan: each step of trying one candidate, and what came of it.
-
-    Steps: :meth:`prepare` (skip or get :class:`Ready`), :meth:`attempt` (call it),
-    :meth:`settle` (finish its lease, event it; say whether the pass is decided), then for the
-    plain loop :meth:`retry_wait` (ask the same candidate again?). The hedging race adds
-    :meth:`discard` for attempts it gives up on.
-    """
-
-    __slots__ = (
-        "_headers_for",
-        "_loop",
-        "_open_skips",
-        "_route",
-        "_stream",
-        "_summaries",
-        "_wire",
-        "attempts",
-        "deadline",
-        "facts",
-        "plan",
-        "record",
-        "stopped",
-    )
-
-    def __init__(
-        self,
-        loop: AttemptLoop,
-        plan: Plan,
-        request: InboundRequest,
-        route: str,
-        headers_for: Callable[[ProviderRuntime], dict[str, str]],
-        record: RequestRecord,
-        facts: RequestFacts,
-        deadline: float,
-    ) -> None:
-        self._loop = loop
-        self.plan = plan
-        # Each candidate's body: the client's bytes with the model spliced in where the parse
-        # located it, else the payload serialised once (wire.py).
-        span = request.model_span
-        self._wire = SplicedBody(request.body, span) if span is not None else WireBody(request.payload)
-        self._stream = request.stream
-        self._route = route
-        self._headers_for = headers_for
-        self.record = record
-        self.facts = facts
-        #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
-        self.deadline = deadline
-        self._summaries: list[AttemptSummary] = []
-        #: Attempts started so far, retries included (skips are not attempts).
-        self.attempts = 0
-        #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
-        self.stopped = False
-        #: Candidates skipped for an open breaker, with when it opened.
-        self._open_skips: list[tuple[float, Candidate]] = []
-
-    def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
-        """The candidate ready to call, or ``None`` when it is skipped (the skip is evented).
-
-        ``force`` admits it through an open breaker (the all-open fallback); ``retry`` says it
-        is asked again in place.
-        """
-        if self.stopped:
-            return None
-        loop = self._loop
-        key = str(candidate)
-        provider = loop._providers.get(candidate.provider)
-        if provider is None or not provider.configured:
-            self.skip(key, Skip("provider_not_configured"))
-            return None
-        if self.attempts >= loop._policy.max_attempts or loop._clock() >= self.deadline:
-            self.skip(key, Skip("budget_exhausted"))
-            self.stopped = True
-            return None
-        body = self._wire.for_model(candidate.model_id)
-        if not self._wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
-            raise AssertionError(f"target guard: wire body does not name {candidate}")
-        admitted: Skip | Lease | None = loop._book.admit(key, self.plan.policy, self.facts)
-        if admitted is None:
-            admitted = loop._gate.enter(candidate, force=force)
-        if isinstance(admitted, Skip):
-            self.skip(key, admitted)
-            if admitted.opened_at is not None and not retry:
-                self._open_skips.append((admitted.opened_at, candidate))
-            return None
-        return Ready(candidate, key, provider, body, admitted)
-
-    async def attempt(self, ready: Ready) -> Attempted:
-        """Call ``ready``'s upstream; on cancellation, account for it and re-raise."""
-        loop = self._loop
-        self.attempts += 1
-        ready.started = loop._clock()
-        self.record.in_flight = (ready.key, ready.started)
-        loop._book.started(ready.key, self.facts)
-        try:
-            result = await loop._attempt(
-                ready.candidate,
-                ready.provider,
-                ready.provider.urls[self._route],
-                self._headers_for(ready.provider),
-                ready.body,
-                self._stream,
-                self.plan.failover_on,
-                ready.started,
-                self.attempts,
-                self.deadline,
-                ready.lease,
-            )
-        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
-            elapsed = loop._clock() - ready.started
-            ready.lease.finish(ready.cancel_reason)
-            loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
-            raise
-        if self.record.in_flight is not None and self.record.in_flight[0] == ready.key:
-            self.record.in_flight = None
-        return result
-
-    def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
-        """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
-        loop = self._loop
-        elapsed = loop._clock() - ready.started
-        if isinstance(result, Committed):
-            result.attempts = self.attempts
-            loop._book.committed(ready.key, result.ttfb)
-            if self._stream:
-                result.lease = ready.lease  # finished by the relay's end (ModelRouter._note_served)
-            else:
-                ready.lease.finish("served")
-            return result
-        ready.lease.finish(result.reason)
-        if isinstance(result, Refused):
-            result.attempts = self.attempts
-            loop._book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
-            self.record.events.append(
-                AttemptEvent(
-                    self.record.request_id,
-                    len(self.record.events),
-                    ready.key,
-                    "failed",
-                    result.reason,
-                    result.status,
-                    elapsed,
-                    principal=self.record.principal,
-                )
-            )
-            return result
-        loop._book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
-        self._note(ready.key, "failed", result, elapsed)
-        if result.fatal:
-            lines = "\n".join(summary.line() for summary in self._summaries)
-            return RouterError(502, "router_error", lines, tuple(self._summaries))
-        if result.reason not in self.plan.failover_on:
-            # A group that does not fail over on this reason (say, timeouts) stops here; with
-            # no response to pass through, the client gets the plan's error so far.
-            return self.exhausted()
-        return None
-
-    def retry_wait(self, result: Attempted, retry: int) -> float | None:
-        """Seconds to wait before retry ``retry`` (0-based) of a failed attempt; ``None``: don't.
-
-        Only reasons in ``retry_on`` are retried; the upstream's hint replaces the backoff, a
-        hint over ``max_retry_wait`` is not waited, and no wait may outrun the deadline.
-        """
-        policy = self._loop._policy
-        if not isinstance(result, Failed) or result.fatal or result.reason not in policy.retry_on:
-            return None
-        return retry_wait(
-            result.retry_after,
-            retry,
-            backoff=policy.backoff,
-            max_retry_wait=policy.max_retry_wait,
-            remaining=self.deadline - self._loop._clock(),
-            random=self._loop._random,
-        )
-
-    async def discard(self, ready: Ready, result: Attempted | None, reason: Reason) -> None:
-        """Event an attempt the hedging race gave up on: it lost (``hedge_lost``) or the client left.
-
-        ``result`` is one that finished anyway after the race was decided (e.g. it committed a
-        moment after the winner): it is accounted here and a committed response released, as the
-        cancelled ones (``result`` None) were by :meth:`attempt`'s own clean-up. Either way its
-        lease is finished with ``reason``, which counts neither for nor against its breakers: a
-        lost race says nothing about the provider.
-        """
-        ready.lease.finish(reason)
-        elapsed = self._loop._clock() - ready.started
-        if result is not None:
-            self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
-            if isinstance(result, Committed):
-                await close_response(result.response)
-        self._note(ready.key, "aborted", Failed(reason), elapsed, summary=False)
-
-    async def abandon(self, decided: Committed | Refused | RouterError | None) -> None:
-        """Release a winner that will never be sent (the client left while the race wound down).
-
-        Its lease is finished, its statistics released and its response closed, as the relay
-        would have done; it is evented as ``aborted``.
-        """
-        if not isinstance(decided, Committed):
-            return
-        key = str(decided.candidate)
-        if decided.lease is not None:
-            decided.lease.finish("client_disconnected")
-        self._loop._book.finished(key, self.facts, None)
-        await close_response(decided.response)
-        elapsed = self._loop._clock() - decided.started
-        self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
-
-    def oldest_open(self) -> Candidate | None:
-        """When nothing was tried and breakers were why: the candidate whose breaker opened first."""
-        if self.attempts or self.stopped or not self._open_skips:
-            return None
-        return min(self._open_skips, key=lambda skipped: skipped[0])[1]
-
-    def exhausted(self) -> RouterError:
-        return exhausted_error(self._summaries)
-
-    def skip(self, name: str, skip: Skip) -> None:
-        """Event a candidate that was not called."""
-        self._note(name, "skipped", Failed(skip.reason, retry_after=skip.retry_after, skipped=True), 0.0)
-
-    def _note(self, name: str, outcome: Outcome, failure: Failed, latency: float, *, summary: bool = True) -> None:
-        if summary:
-            self._summaries.append(
-                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped)
-            )
-        self.record.events.append(
-            AttemptEvent(
-                self.record.request_id,
-                len(self.record.events),
-                name,
-                outcome,
-                failure.reason,
-                failure.status,
-                latency,
-                failure.ttfb,
-                principal=self.record.principal,
-            )
-        )

@@ -43,9 +43,9 @@ from .policy import GroupPolicy
 from .stats import RoutingStats
 
 if TYPE_CHECKING:
-    from .attempts import RequestAttempts
     from .errors import RouterError
     from .outcomes import Attempted, Committed, Ready, Refused
+    from .request_attempts import RequestAttempts
 
 __all__ = ["race"]
 
