@@ -231,6 +231,14 @@ class GroupSettings(_Strict):
     #: A canned reply sent (marked ``x-router-degraded: 1``) when every candidate fails.
     degraded: DegradedSettings | None = None
 
+    @model_validator(mode="after")
+    def _check_hedging_retries(self) -> Self:
+        # A hedged group's second chance is the race, not a retry in place: a retries value
+        # there would be silently ignored, so it is refused instead.
+        if self.hedge_after is not None and self.retries:
+            raise ValueError("retries does not apply to a group with hedge_after (the race is its second chance)")
+        return self
+
     def member_settings(self) -> tuple[MemberSettings, ...]:
         """Every member in table form (a plain string is a member with weight 1, no limits)."""
         return tuple(MemberSettings(ref=m) if isinstance(m, str) else m for m in self.members)

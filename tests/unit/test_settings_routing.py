@@ -204,3 +204,14 @@ def test_catalog_and_rules_can_come_from_the_environment(monkeypatch: pytest.Mon
     settings = RouterSettings()
     assert settings.catalog["openai/gpt-4o"].context_window == 128000
     assert settings.rules[0].images is True
+
+
+def test_retries_on_a_hedging_group_is_refused_not_silently_ignored() -> None:
+    from pydantic import ValidationError
+
+    from asgi_router import GroupSettings
+
+    with pytest.raises(ValidationError) as caught:
+        GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=2)
+    assert "hedge_after" in str(caught.value)
+    assert GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=0).retries == 0
