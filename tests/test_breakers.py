@@ -15,7 +15,7 @@ import pytest
 from asgi_router import ModelRouter
 from asgi_router.breaker import Phase
 
-from .conftest import API_KEY, chat_scope, host_app, make_settings
+from .conftest import API_KEY, chat_scope, host_app, make_settings, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -230,17 +230,13 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, providers=providers))  # type: ignore[attr-defined]
     request = json.dumps({"model": "capped/trickle-500", "stream": True, "messages": []}).encode()
     sent: list[dict[str, Any]] = []
-    delivered = False
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": request, "more_body": False}
+    async def chunks_flowing() -> None:
         with anyio.fail_after(5):
             while len(sent) < 3:  # the response started and chunks are flowing: then leave
                 await anyio.sleep(0.01)
-        return {"type": "http.disconnect"}
+
+    receive = receive_once(request, then=chunks_flowing)
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

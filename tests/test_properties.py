@@ -27,7 +27,7 @@ from asgi_router.refs import MAX_MODEL_ID_LENGTH
 from asgi_router.screen import FORBIDDEN_FIELDS
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import host_app, make_settings
+from .conftest import host_app, make_settings, receive_once
 
 _FAST = settings(
     max_examples=150,
@@ -209,15 +209,8 @@ def router() -> ModelRouter:
 async def _drive(router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     """One request through ``router``; the messages it sent."""
     sent: list[dict[str, Any]] = []
-    delivered = False
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
+    receive = receive_once(body, then=anyio.sleep_forever)
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

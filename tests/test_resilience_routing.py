@@ -11,7 +11,7 @@ import pytest
 
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import pool_is_quiet
+from .conftest import pool_is_quiet, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -130,15 +130,8 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
         body = json.dumps({"model": "group/h", "stream": True, "messages": []}).encode()
         leave = anyio.Event()
         sent: list[dict[str, Any]] = []
-        delivered = False
 
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await leave.wait()
-            return {"type": "http.disconnect"}
+        receive = receive_once(body, then=leave.wait)
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)

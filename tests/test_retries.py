@@ -15,7 +15,7 @@ import pytest
 
 from asgi_router import ModelRouter
 
-from .conftest import chat_scope, host_app, make_settings
+from .conftest import chat_scope, host_app, make_settings, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import chat, events_of, routed_router, tag
 
@@ -257,15 +257,9 @@ async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstrea
     router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99)
     request = json.dumps({"model": f"mock/{model}", "messages": []}).encode()
     sent: list[dict[str, Any]] = []
-    delivered = False
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": request, "more_body": False}
-        await anyio.sleep(0.2)  # the client leaves while the router backs off for ~5 s
-        return {"type": "http.disconnect"}
+    # the client leaves while the router backs off for ~5 s
+    receive = receive_once(request, then=lambda: anyio.sleep(0.2))
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

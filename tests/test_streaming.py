@@ -14,7 +14,7 @@ import pytest
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import chat_scope, host_app, make_settings, pool_is_quiet
+from .conftest import chat_scope, host_app, make_settings, pool_is_quiet, receive_once
 from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
 from .servers import ServerThread
 
@@ -137,14 +137,7 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
     request = json.dumps(body("mock/utf8")).encode()
     sent: list[dict[str, Any]] = []
-    delivered = anyio.Event()
-
-    async def receive() -> dict[str, Any]:
-        if not sent and not delivered.is_set():
-            delivered.set()
-            return {"type": "http.request", "body": request, "more_body": False}
-        await anyio.sleep(30)
-        return {"type": "http.disconnect"}
+    receive = receive_once(request, then=lambda: anyio.sleep(30))
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -248,15 +241,8 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
     sent: list[dict[str, Any]] = []
     request = json.dumps(body("mock/ok")).encode()
     gone = anyio.Event()
-    first = True
 
-    async def receive() -> dict[str, Any]:
-        nonlocal first
-        if first:
-            first = False
-            return {"type": "http.request", "body": request, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
+    receive = receive_once(request, then=gone.wait)
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
