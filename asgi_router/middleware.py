@@ -397,7 +397,8 @@ class ModelRouter:
             return
         record.status = result.response.status
         record.winner = winner
-        tail = Tail() if stream and self._book.wants_tokens(winner) else None
+        wants_tokens = self._book.wants_tokens(winner)
+        tail = Tail() if stream and wants_tokens else None
         spend: Spend | None = None
         try:
             if not stream:
@@ -408,7 +409,7 @@ class ModelRouter:
                 return
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream).
-            facts.release(keep_estimate=self._book.wants_tokens(winner))
+            facts.release(keep_estimate=wants_tokens)
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
