@@ -141,6 +141,12 @@ class AttemptLoop:
         self._policy = policy
         self._random = random
 
+    @property
+    def native_cancel(self) -> bool:
+        """Whether this transport's requests may be cancelled by a bare ``Task.cancel()``
+        (see :func:`~asgi_router.watchdog.new_scope`); read per request, as tests swap transports."""
+        return getattr(self._transport, "native_cancel", False) is True
+
     async def run(
         self,
         plan: Plan,
@@ -155,7 +161,8 @@ class AttemptLoop:
         attempts = RequestAttempts(self, plan, request, route, headers_for, record, facts, deadline)
         policy = plan.policy
         decided: Committed | Refused | RouterError | None = None
-        if policy is not None and policy.hedge_after is not None and len(plan.candidates) > 1:
+        if plan.hedged:
+            assert policy is not None
             decided = await race(attempts, policy, self._book.stats, self._clock)
         else:
             for candidate in plan.candidates:
@@ -228,7 +235,7 @@ class AttemptLoop:
             # One cancel scope per attempt, not one per read: its watchdog cancels it when a read
             # overruns (see watchdog.py). The client leaving or a lost hedge race cancels an
             # enclosing scope instead, which this one lets through.
-            with new_scope() as scope:
+            with new_scope(self.native_cancel) as scope:
                 watchdog = ReadWatchdog(scope)
                 try:
                     watchdog.arm(first_byte_by - clock())

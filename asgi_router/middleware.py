@@ -62,7 +62,7 @@ from .state import InMemoryState, RouterState
 from .stats import RoutingStats
 from .upstream import ProviderRuntime, make_transport
 from .usage import Tail
-from .watchdog import new_scope
+from .watchdog import TaskScope, new_scope
 
 __all__ = ["ModelRouter"]
 
@@ -106,6 +106,12 @@ class _Exchange:
         #: ``x-router-route`` once a plan was resolved.
         self.route: str | None = None
 
+    def complete(self) -> None:
+        """The whole response has been handed to the server: a disconnect from now on is not an
+        abort (uvicorn's ``receive`` reports one as soon as a response is complete), so the
+        watcher must not cancel what is left (closing the upstream response)."""
+        self.finished = True
+
     async def send_tracked(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.response_started = True
@@ -120,7 +126,7 @@ class _Exchange:
         self.record.status = error.status
         await send_whole(self.send_tracked, error.status, headers, error.body())
 
-    async def watch_disconnect(self, scope: anyio.CancelScope) -> None:
+    async def watch_disconnect(self, scope: TaskScope | anyio.CancelScope) -> None:
         """Cancel ``scope`` when the client disconnects before the response is complete.
 
         A ``receive`` that fails is taken as the client being gone (and logged): on asyncio
@@ -149,8 +155,8 @@ class ModelRouter:
     breakers, rotation counters, budgets and routing statistics (default: in memory, this
     process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
     is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
-    (see :mod:`asgi_router.sinks`), after the built-in log line and the ring of :attr:`recent`
-    requests.
+    (see :mod:`asgi_router.sinks`), after the built-in log line; the ring of :attr:`recent`
+    requests is filled in place, lifespan or not.
     """
 
     def __init__(
@@ -204,7 +210,7 @@ class ModelRouter:
         #: The most recent finished requests, newest last.
         self.recent = RecentRequests(self.settings.events.recent)
         #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
-        self.events = EventBus(default_sinks(self.recent, sinks), self.settings.events.queue_size)
+        self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
         self._health = HealthProber(self.settings, self._providers, self._gate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -284,6 +290,7 @@ class ModelRouter:
             if exchange.lease is not None:  # the relay never reported: cancelled or crashed
                 exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
+            self.recent.add(exchange.record)
             self.events.publish(exchange.record)
 
     async def _exchange(self, exchange: _Exchange) -> None:
@@ -342,7 +349,10 @@ class ModelRouter:
         # asyncio: a bare task watches for the disconnect and is cancelled, not awaited, at the
         # end. An anyio task group does the same at ~10x the cost (~45 µs a request on uvloop),
         # because leaving it waits a loop turn or two for the watcher to finish.
-        with new_scope() as cancel:
+        # A hedged plan races in an anyio task group, which must see the client leaving as its
+        # parent scope's cancellation (a bare Task.cancel() would be taken for the group's own
+        # and swallowed): it gets an anyio scope, as does a transport that needs anyio's.
+        with new_scope(self._loop.native_cancel and not plan.hedged) as cancel:
             watcher = loop.create_task(exchange.watch_disconnect(cancel))
             try:
                 await self._respond(exchange, plan, request, facts)
@@ -413,7 +423,9 @@ class ModelRouter:
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
-            outcome = await relay_stream(exchange.send, result, headers, self._clock, tail, record)
+            outcome = await relay_stream(
+                exchange.send, result, headers, self._clock, tail, record, exchange.complete, self._loop.native_cancel
+            )
             record.in_flight = None
             if outcome.reason == "client_disconnected":
                 exchange.disconnected = True

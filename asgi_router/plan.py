@@ -64,6 +64,12 @@ class Plan:
     #: Same-candidate retries allowed per candidate (on top of its first attempt).
     retries: int = 0
 
+    @property
+    def hedged(self) -> bool:
+        """Whether the attempt loop races this plan's candidates (``hedging.py``)."""
+        policy = self.policy
+        return policy is not None and policy.hedge_after is not None and len(self.candidates) > 1
+
 
 @dataclass(frozen=True, slots=True)
 class ResolveError:

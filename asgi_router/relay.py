@@ -69,11 +69,15 @@ async def relay_stream(
     clock: Callable[[], float],
     tail: Tail | None = None,
     record: RequestRecord | None = None,
+    complete: Callable[[], None] | None = None,
+    native_cancel: bool = False,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
     ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
-    so the request's log line says how much it did receive.
+    so the request's log line says how much it did receive. ``complete`` is called once the
+    response's last message has been sent (a disconnect after it is no abort). ``native_cancel``
+    picks the relay's cancel scope (see :func:`~asgi_router.watchdog.new_scope`).
     """
     response = committed.response
     chunks = response.chunks
@@ -90,7 +94,7 @@ async def relay_stream(
                 tail.add(last)
             failure: Exception | None = None
             # One scope for the whole relay; the watchdog cancels it when a read overruns.
-            with new_scope() as scope:
+            with new_scope(native_cancel) as scope:
                 watchdog = ReadWatchdog(scope)
                 try:
                     while True:
@@ -127,8 +131,12 @@ async def relay_stream(
                         "more_body": False,
                     }
                 )
+                if complete is not None:
+                    complete()
                 return RelayResult(sent, reason)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if complete is not None:
+                complete()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
             return RelayResult(sent, "client_disconnected")
         return RelayResult(sent, "served")

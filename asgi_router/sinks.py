@@ -42,10 +42,21 @@ _BATCH: Final = 256
 
 
 class RecentRequests:
-    """An in-memory ring of the most recent finished requests (for status pages)."""
+    """An in-memory ring of the most recent finished requests (for status pages).
+
+    The router fills its own ring in place with :meth:`add` (a deque append: queueing it for a
+    worker would cost a task wake-up per request, more than the append); it is also a sink
+    (``await ring(record)``) for anyone who wants a ring of their own behind a queue.
+    """
+
+    __slots__ = ("_ring",)
 
     def __init__(self, size: int) -> None:
         self._ring: deque[RequestRecord] = deque(maxlen=size)
+
+    def add(self, record: RequestRecord) -> None:
+        """Keep ``record`` (dropping the oldest when full)."""
+        self._ring.append(record)
 
     async def __call__(self, record: RequestRecord) -> None:
         self._ring.append(record)
@@ -195,6 +206,6 @@ class LogSink:
         return not logger.isEnabledFor(logging.INFO)
 
 
-def default_sinks(recent: RecentRequests, extra: Iterable[Sink]) -> list[Sink]:
-    """The built-in sinks (the one-line-per-request log, the recent ring) then the user's."""
-    return [LogSink(), recent, *extra]
+def default_sinks(extra: Iterable[Sink]) -> list[Sink]:
+    """The built-in sink (the one-line-per-request log) then the user's."""
+    return [LogSink(), *extra]

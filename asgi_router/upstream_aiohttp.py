@@ -88,6 +88,10 @@ class AiohttpTransport:
     app without lifespan support still works; :meth:`aclose` closes it on lifespan shutdown.
     """
 
+    #: aiohttp is asyncio-native and its responses close without awaiting, so the router may
+    #: cancel its requests with a bare ``Task.cancel()`` (:class:`~asgi_router.watchdog.TaskScope`).
+    native_cancel = True
+
     def __init__(self, pool: PoolSettings) -> None:
         self._pool = pool
         self._session: aiohttp.ClientSession | None = None

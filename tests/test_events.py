@@ -8,11 +8,13 @@ import threading
 import time
 
 import anyio
+import httpx2
 import pytest
 
+from asgi_router import ModelRouter
 from asgi_router.events import AttemptEvent, RequestRecord
 
-from .conftest import API_KEY
+from .conftest import API_KEY, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import Collect, chat, record_of, routed_router, tag
 
@@ -114,3 +116,21 @@ async def test_recent_requests_keeps_the_newest_few(upstream: MockUpstream) -> N
         assert await router.events.drain(5)
         kept = [record.request_id for record in router.recent.snapshot()]
     assert kept == ids[-3:]
+
+
+async def test_recent_requests_are_kept_without_a_lifespan_while_sinks_get_nothing(upstream: MockUpstream) -> None:
+    collect = Collect()
+    router = ModelRouter(host_app(), settings=make_settings(upstream.url), sinks=[collect])
+    try:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://router") as client:
+            response = await chat(client, "mock/ok")
+        assert response.status_code == 200
+        [record] = router.recent.snapshot()
+        assert (record.request_id, record.status, record.winner) == (
+            response.headers["x-request-id"],
+            200,
+            "mock/ok",
+        )
+        assert collect.records == [] and router.events.pending  # queued, never delivered
+    finally:
+        await router._transport.aclose()

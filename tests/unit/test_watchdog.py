@@ -1,0 +1,158 @@
+"""TaskScope and ReadWatchdog: the router's own cancellation, without anyio's machinery.
+
+These pin the asyncio semantics the attempt loop, the relay and the disconnect watcher rely on:
+a scope swallows only its own cancellation, lets everyone else's through, and leaves the task's
+cancellation count as it found it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio
+import pytest
+
+from asgi_router.watchdog import ReadWatchdog, TaskScope, new_scope
+
+pytestmark = pytest.mark.anyio
+
+
+async def _cancel_soon(scope: TaskScope | anyio.CancelScope, delay: float = 0.01) -> None:
+    await asyncio.sleep(delay)
+    scope.cancel()
+
+
+async def test_a_scope_cancelled_from_another_task_ends_its_block_and_the_code_after_runs() -> None:
+    reached_after = False
+    with TaskScope() as scope:
+        helper = asyncio.get_running_loop().create_task(_cancel_soon(scope))
+        await asyncio.sleep(5)
+    reached_after = True
+    await helper
+    assert scope.cancelled_caught and reached_after
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_an_enclosing_scopes_cancellation_passes_through_an_inner_scope() -> None:
+    inner_exited_by_exception = False
+    with TaskScope() as outer:
+        helper = asyncio.get_running_loop().create_task(_cancel_soon(outer))
+        try:
+            with TaskScope() as inner:
+                await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            inner_exited_by_exception = True
+            raise
+    await helper
+    assert inner_exited_by_exception
+    assert outer.cancelled_caught and not inner.cancelled_caught
+
+
+async def test_an_inner_scopes_cancellation_stops_at_it_and_the_outer_block_goes_on() -> None:
+    with TaskScope() as outer:
+        with TaskScope() as inner:
+            helper = asyncio.get_running_loop().create_task(_cancel_soon(inner))
+            await asyncio.sleep(5)
+        await asyncio.sleep(0)  # still inside outer, no longer cancelled
+        still_running = True
+    await helper
+    assert inner.cancelled_caught and not outer.cancelled_caught and still_running
+
+
+async def test_someone_elses_cancellation_propagates_even_when_the_scope_was_cancelled_too() -> None:
+    async def body(scopes: list[TaskScope]) -> None:
+        with TaskScope() as scope:
+            scopes.append(scope)
+            await asyncio.sleep(5)
+
+    scopes: list[TaskScope] = []
+    task = asyncio.get_running_loop().create_task(body(scopes))
+    await asyncio.sleep(0.01)
+    scopes[0].cancel()
+    task.cancel()  # e.g. the server cancelling the request task at the same time
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not scopes[0].cancelled_caught
+
+
+async def test_cancelling_after_the_block_ended_is_a_no_op() -> None:
+    with TaskScope() as scope:
+        await asyncio.sleep(0)
+    scope.cancel()
+    await asyncio.sleep(0.01)  # a stray cancellation would land here
+    assert not scope.cancelled_caught
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_cancelling_twice_is_one_cancellation_and_the_count_is_restored() -> None:
+    with TaskScope() as scope:
+
+        async def twice() -> None:
+            await asyncio.sleep(0.01)
+            scope.cancel()
+            scope.cancel()
+
+        helper = asyncio.get_running_loop().create_task(twice())
+        await asyncio.sleep(5)
+    await helper
+    assert scope.cancelled_caught
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    await asyncio.sleep(0.01)  # and nothing is left pending on the task
+
+
+async def test_a_cancellation_that_did_not_land_before_the_block_ended_is_taken_back() -> None:
+    # The helper cancels just as the block finishes without awaiting again: the request must
+    # not linger on the task and hit a later, unrelated await.
+    with TaskScope() as scope:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(fut.set_result, None)
+        await fut
+    scope.cancel()  # after exit: nothing happens
+    await asyncio.sleep(0.01)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_not_before() -> None:
+    started = time.monotonic()
+    with TaskScope() as scope:
+        watchdog = ReadWatchdog(scope)
+        watchdog.arm(0.05)
+        await asyncio.sleep(0.02)  # within the allowance
+        watchdog.arm(0.05)  # the next read
+        try:
+            await asyncio.sleep(5)
+        finally:
+            watchdog.close()
+    elapsed = time.monotonic() - started
+    assert scope.cancelled_caught
+    assert 0.06 <= elapsed < 2.0
+
+
+async def test_a_disarmed_watchdog_never_cancels() -> None:
+    with TaskScope() as scope:
+        watchdog = ReadWatchdog(scope)
+        watchdog.arm(0.01)
+        watchdog.disarm()  # e.g. waiting on a slow client
+        await asyncio.sleep(0.05)
+        watchdog.close()
+    assert not scope.cancelled_caught
+
+
+async def test_new_scope_is_a_task_scope_only_for_asyncio_native_code() -> None:
+    assert isinstance(new_scope(True), TaskScope)
+    assert isinstance(new_scope(False), anyio.CancelScope)
+
+
+async def test_an_anyio_task_group_inside_an_anyio_scope_sees_the_client_leave() -> None:
+    # Why hedged plans keep an anyio scope: the race's task group must treat the cancellation
+    # as its parent's and let it through.
+    finished_group = False
+    with new_scope(False) as outer:
+        helper = asyncio.get_running_loop().create_task(_cancel_soon(outer))
+        async with anyio.create_task_group() as group:
+            group.start_soon(asyncio.sleep, 5)
+            await asyncio.sleep(5)
+        finished_group = True
+    await helper
+    assert outer.cancelled_caught and not finished_group
