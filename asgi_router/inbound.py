@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope
 from .errors import RouterError
 from .safejson import JsonRefused, Span, loads_with_span
 from .screen import forbidden_field
+from .watchdog import ReadWatchdog, TaskScope
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -86,9 +87,10 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
     has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
 
-    On asyncio the deadline is an ``asyncio.timeout`` (a timer handle; it tells its own
-    cancellation from anyone else's by ``Task.uncancel``, so an enclosing anyio scope's
-    cancellation still propagates); an anyio cancel scope costs several times that, per request.
+    On asyncio the deadline is a :class:`~asgi_router.watchdog.TaskScope` and a
+    :class:`~asgi_router.watchdog.ReadWatchdog` (it tells its own cancellation from anyone
+    else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server cancelling the request
+    still propagates; but it shares the loop's one coarse timer instead of setting its own).
     """
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
@@ -99,14 +101,16 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
         with anyio.move_on_after(time_limit):
             return await _read_chunks(receive, limit)
         return _timed_out(time_limit)
-    deadline = asyncio.timeout(None if time_limit == math.inf else time_limit)
-    try:
-        async with deadline:
+    with TaskScope() as deadline:
+        if time_limit == math.inf:
             return await _read_chunks(receive, limit)
-    except TimeoutError:
-        if not deadline.expired():  # not ours: receive() itself raised it
-            raise
-        return _timed_out(time_limit)
+        watchdog = ReadWatchdog(deadline)
+        try:
+            watchdog.arm(time_limit)
+            return await _read_chunks(receive, limit)
+        finally:
+            watchdog.close()
+    return _timed_out(time_limit)  # only reached when the watchdog cancelled the read
 
 
 async def _read_chunks(receive: Receive, limit: int) -> bytes | RouterError:

@@ -1,23 +1,31 @@
 """Per-read time limits at the cost of a clock read, instead of a cancel scope per chunk.
 
 The attempt loop and the relay bound every upstream read (first byte, then ``idle`` between
-chunks, never past the attempt's ``total``). ``anyio.fail_after`` around each read is the
-obvious spelling, but each one builds a cancel scope and a timer: ~8 µs on uvloop, more than
-relaying the chunk itself, so a 20-chunk stream paid ~150 µs for its timeouts alone.
+chunks, never past the attempt's ``total``), and the inbound body has its ``body_timeout``.
+``anyio.fail_after`` around each read is the obvious spelling, but each one builds a cancel
+scope and a timer: ~8 µs on uvloop, more than relaying the chunk itself, so a 20-chunk stream
+paid ~150 µs for its timeouts alone.
 
 A :class:`ReadWatchdog` guards one cancel scope the caller already has. :meth:`arm` before a
 read records when that read must be done by; :meth:`disarm` after it stops the count (time
-spent waiting on a slow *client* is not upstream idleness). On asyncio a single timer is
-scheduled lazily and re-armed only when it fires early, so a stream of chunks costs one timer
-per ``idle`` period rather than one per chunk; when a read really overruns, the watchdog
-cancels the scope and the caller sees ``scope.cancelled_caught``. On any other anyio backend
-(trio) it moves the scope's own ``deadline`` instead: slower, same behaviour.
+spent waiting on a slow *client* is not upstream idleness). On asyncio no timer is set per
+watchdog: the loop's one :class:`Ticker` looks at it when its time slot comes and, if it was
+re-armed meanwhile, moves it to a later slot; so a stream of chunks costs a clock read per
+chunk, and a limit fires at most :data:`Ticker.RESOLUTION` late. When a read really overruns,
+the watchdog cancels the scope and the caller sees ``scope.cancelled_caught``. On any other
+anyio backend (trio) it moves the scope's own ``deadline`` instead: slower, same behaviour.
+
+The scopes themselves come from :func:`new_scope`: a :class:`TaskScope` (asyncio's own
+cancellation, as ``asyncio.timeout`` uses it) where the code inside is asyncio-native, else
+anyio's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
+import weakref
 from types import TracebackType
 
 import anyio
@@ -26,7 +34,7 @@ import anyio
 # directly by new_scope(). A private module of anyio 4: tests/ exercise it on every request.
 from anyio._backends._asyncio import CancelScope as _AsyncioCancelScope
 
-__all__ = ["ReadWatchdog", "TaskScope", "new_scope"]
+__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "new_scope", "ticker_for"]
 
 
 class TaskScope:
@@ -115,10 +123,115 @@ def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
     return TaskScope() if native else _AsyncioCancelScope()
 
 
+class Ticker:
+    """One coarse timer for every :class:`ReadWatchdog` of an event loop.
+
+    A loop timer per watchdog (``loop.call_at`` and its cancel) cost ~2.5 µs on uvloop, and
+    nearly every one is cancelled unfired: attempts and relays end long before their first-byte
+    or idle limits. Instead a watchdog drops itself into a slot of :data:`RESOLUTION` seconds
+    (a set in a dict: a fraction of a microsecond in and out), and one timer, set for the
+    earliest slot that has watchdogs, checks a slot's watchdogs when it is due. So a limit
+    fires up to :data:`RESOLUTION` late, never early, and the loop holds at most one timer for
+    all of them however many requests are open.
+    """
+
+    __slots__ = ("__weakref__", "_due", "_handle", "_loop", "_slots", "_when")
+
+    #: Seconds per slot: how late a limit may fire.
+    RESOLUTION = 0.01
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Weakly: the loop holds the ticker (through its timer), not the other way round, so a
+        # finished loop is collected with its ticker (tests run a loop per test).
+        self._loop = weakref.ref(loop)
+        self._slots: dict[int, set[ReadWatchdog]] = {}
+        self._due: list[int] = []  # a heap of slot numbers; some may have emptied since
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf  # the slot the timer is set for
+
+    def watch(self, watchdog: ReadWatchdog, expires: float) -> int:
+        """Check ``watchdog`` once ``expires`` (loop time) has passed; returns its slot."""
+        slot = int(expires / self.RESOLUTION) + 1  # the first slot boundary after ``expires``
+        members = self._slots.get(slot)
+        if members is None:
+            members = self._slots[slot] = set()
+            heapq.heappush(self._due, slot)
+            if slot < self._when:
+                self._schedule(slot)
+        members.add(watchdog)
+        return slot
+
+    def unwatch(self, watchdog: ReadWatchdog, slot: int) -> None:
+        members = self._slots.get(slot)
+        if members is not None:
+            members.discard(watchdog)
+            if not members:
+                del self._slots[slot]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop()
+
+    def pending(self) -> int:
+        """Watchdogs waiting for their slot (tests, leak checks)."""
+        return sum(len(members) for members in self._slots.values())
+
+    def _schedule(self, slot: int) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        loop = self._loop()
+        if loop is None or loop.is_closed():  # pragma: no cover - nothing left to time out
+            return
+        self._when = slot
+        self._handle = loop.call_at(slot * self.RESOLUTION, self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        self._when = math.inf
+        loop = self._loop()
+        if loop is None:  # pragma: no cover - a timer runs on its loop
+            return
+        now = loop.time()
+        due, slots = self._due, self._slots
+        while due and due[0] * self.RESOLUTION <= now:
+            members = slots.pop(heapq.heappop(due), None)
+            if members:
+                for watchdog in members:
+                    watchdog._due(now)  # may watch again, in a later slot
+        while due and due[0] not in slots:  # slots that emptied before they were due
+            heapq.heappop(due)
+        if due:
+            self._schedule(due[0])
+
+
+# Each loop's ticker, weakly: a ticker lives while it has watchdogs or a timer pending (its
+# timer handle holds the loop, so a strong entry here would keep every finished loop alive).
+# Keyed by ``id(loop)`` (a weak key would be kept alive by that same handle); an id reused by a
+# later loop is caught by the ticker's own weak reference to its loop.
+_tickers: weakref.WeakValueDictionary[int, Ticker] = weakref.WeakValueDictionary()
+# The last loop asked about and its ticker, both weakly.
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], weakref.ref[Ticker]] | None = None
+
+
+def ticker_for(loop: asyncio.AbstractEventLoop) -> Ticker:
+    """``loop``'s :class:`Ticker` (a process normally runs one loop: then it is a global read)."""
+    global _last
+    last = _last
+    if last is not None and last[0]() is loop:
+        ticker = last[1]()
+        if ticker is not None:
+            return ticker
+    ticker = _tickers.get(id(loop))
+    if ticker is None or ticker.loop is not loop:
+        ticker = _tickers[id(loop)] = Ticker(loop)
+    _last = (weakref.ref(loop), weakref.ref(ticker))
+    return ticker
+
+
 class ReadWatchdog:
     """Cancels ``scope`` when an armed read outlives its allowance; see the module docstring."""
 
-    __slots__ = ("_expires", "_handle", "_loop", "_scope", "_when")
+    __slots__ = ("_expires", "_loop", "_scope", "_slot", "_ticker", "_when")
 
     def __init__(self, scope: TaskScope | anyio.CancelScope) -> None:
         self._scope = scope
@@ -126,9 +239,12 @@ class ReadWatchdog:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio: use the scope's own deadline
             self._loop = None
+            self._ticker: Ticker | None = None
+        else:
+            self._ticker = ticker_for(self._loop)
         self._expires = math.inf
-        self._handle: asyncio.TimerHandle | None = None
-        self._when = math.inf
+        self._slot: int | None = None
+        self._when = math.inf  # when the ticker will look at this watchdog next
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
@@ -138,10 +254,12 @@ class ReadWatchdog:
             return
         self._expires = expires = loop.time() + seconds
         if expires < self._when:  # earlier than the pending check (or none pending): move it
-            if self._handle is not None:
-                self._handle.cancel()
-            self._when = expires
-            self._handle = loop.call_at(expires, self._check)
+            ticker = self._ticker
+            assert ticker is not None
+            if self._slot is not None:
+                ticker.unwatch(self, self._slot)
+            self._slot = slot = ticker.watch(self, expires)
+            self._when = slot * Ticker.RESOLUTION
 
     def disarm(self) -> None:
         """Stop counting until the next :meth:`arm` (e.g. while the client is being written to)."""
@@ -156,21 +274,23 @@ class ReadWatchdog:
         return scope
 
     def close(self) -> None:
-        """Drop the pending timer, if any; the watchdog is done."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        """Leave the ticker, if watched; the watchdog is done."""
+        if self._slot is not None:
+            assert self._ticker is not None
+            self._ticker.unwatch(self, self._slot)
+            self._slot = None
         self._when = self._expires = math.inf
 
-    def _check(self) -> None:
-        assert self._loop is not None
-        self._handle = None
+    def _due(self, now: float) -> None:
+        """The ticker's call: this watchdog's slot has come (and it has left the slot)."""
+        self._slot = None
         self._when = math.inf
         expires = self._expires
         if expires == math.inf:
             return
-        if self._loop.time() >= expires:
+        if now >= expires:
             self._scope.cancel()
-        else:  # the read was re-armed since this timer was set: check again when it is due
-            self._when = expires
-            self._handle = self._loop.call_at(expires, self._check)
+        else:  # the read was re-armed since: look again when it is due
+            assert self._ticker is not None
+            self._slot = slot = self._ticker.watch(self, expires)
+            self._when = slot * Ticker.RESOLUTION

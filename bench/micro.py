@@ -105,12 +105,21 @@ class _Canned:
         for part in parts:
             yield part
 
+    def close_now(self) -> None:
+        pass
+
     async def aclose(self) -> None:
         pass
 
 
 class _MemoryTransport:
-    """A :class:`~asgi_router.upstream.Transport` that answers from memory at once."""
+    """A :class:`~asgi_router.upstream.Transport` that answers from memory at once.
+
+    Like the aiohttp transport (the default), it is asyncio-native and closes responses without
+    awaiting, so the router runs it under the same cancel scopes.
+    """
+
+    native_cancel = True
 
     def __init__(self, stream: bool) -> None:
         self._parts = sse_events() if stream else [COMPLETION]

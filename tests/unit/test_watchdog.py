@@ -13,7 +13,7 @@ import time
 import anyio
 import pytest
 
-from asgi_router.watchdog import ReadWatchdog, TaskScope, new_scope
+from asgi_router.watchdog import ReadWatchdog, TaskScope, Ticker, new_scope, ticker_for
 
 pytestmark = pytest.mark.anyio
 
@@ -156,3 +156,63 @@ async def test_an_anyio_task_group_inside_an_anyio_scope_sees_the_client_leave()
         finished_group = True
     await helper
     assert outer.cancelled_caught and not finished_group
+
+
+async def test_one_ticker_timer_serves_many_watchdogs_and_each_fires_late_never_early() -> None:
+    loop = asyncio.get_running_loop()
+    ticker = ticker_for(loop)
+    fired: dict[int, float] = {}
+
+    async def read(index: int, allowance: float) -> None:
+        started = loop.time()
+        with TaskScope() as scope:
+            watchdog = ReadWatchdog(scope)
+            watchdog.arm(allowance)
+            try:
+                await asyncio.sleep(5)
+            finally:
+                watchdog.close()
+        assert scope.cancelled_caught
+        fired[index] = loop.time() - started
+
+    allowances = [0.02 + 0.01 * (index % 5) for index in range(200)]
+    async with anyio.create_task_group() as group:
+        for index, allowance in enumerate(allowances):
+            group.start_soon(read, index, allowance)
+        await asyncio.sleep(0)
+        assert ticker.pending() == 200
+    for index, allowance in enumerate(allowances):
+        assert allowance <= fired[index] < allowance + 0.5
+    assert ticker.pending() == 0
+
+
+async def test_a_closed_watchdog_leaves_the_ticker_and_a_rearmed_one_moves_to_a_later_slot() -> None:
+    ticker = ticker_for(asyncio.get_running_loop())
+    before = ticker.pending()
+    with TaskScope() as scope:
+        watchdog = ReadWatchdog(scope)
+        watchdog.arm(0.03)
+        assert ticker.pending() == before + 1
+        for _ in range(6):  # a chunk every 10 ms keeps pushing the limit out
+            await asyncio.sleep(0.01)
+            watchdog.arm(0.03)
+        watchdog.close()
+        assert ticker.pending() == before
+        await asyncio.sleep(0.06)
+    assert not scope.cancelled_caught
+
+
+def test_a_finished_loop_and_its_ticker_are_collected_even_with_a_watchdog_left_pending() -> None:
+    import gc
+    import weakref
+
+    async def make() -> tuple[weakref.ref[Ticker], weakref.ref[asyncio.AbstractEventLoop]]:
+        loop = asyncio.get_running_loop()
+        with TaskScope() as scope:
+            ReadWatchdog(scope).arm(60)  # never closed: its slot and the ticker's timer stay
+        return weakref.ref(ticker_for(loop)), weakref.ref(loop)
+
+    ticker, loop = asyncio.run(make())
+    asyncio.run(make())  # another loop takes the one-loop cache
+    gc.collect()
+    assert ticker() is None and loop() is None
