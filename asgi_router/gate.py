@@ -91,7 +91,7 @@ class Gate:
 
     def enter(self, candidate: Candidate, *, force: bool = False) -> Lease | Skip:
         """Admit an attempt on ``candidate``, or say why not. ``force`` ignores open breakers."""
-        provider, key = candidate.provider, str(candidate)
+        provider, key = candidate.provider, candidate.key
         provider_admission = admission = ADMITTED
         if self._breakers:
             now = self._clock()

@@ -14,7 +14,9 @@ never on the middleware.
 From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
 and releases its connection. On asyncio that watcher is a bare task cancelled at the end rather
-than an anyio task group (see ``_watched``: the group cost more than the rest of the router).
+than an anyio task group (see ``_watched``: the group cost more than the rest of the router),
+and it only starts 10-20 ms into the upstream work (``disconnect.py``): a fast answer never
+needs one.
 Any unexpected error is logged and, if nothing has been sent yet, answered with an
 OpenAI-shaped 500: the router never takes the host app down with it.
 
@@ -42,6 +44,7 @@ from .auth import Authorize, build_guard
 from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
 from .degraded import DegradedSettings, degraded_reply, should_degrade
+from .disconnect import DisconnectWatch
 from .errors import RouterError
 from .events import AttemptEvent, Outcome, RequestRecord, logger
 from .facts import RequestFacts
@@ -327,7 +330,7 @@ class ModelRouter:
             return
         record.ref = request.payload["model"]  # validated by the parser: safe to log
         record.route = exchange.route = plan.route
-        record.plan = tuple(str(candidate) for candidate in plan.candidates)
+        record.plan = plan.labels
         await self._watched(exchange, plan, request, facts)
         if exchange.disconnected:
             record.status = 499
@@ -346,19 +349,20 @@ class ModelRouter:
                 exchange.finished = True
                 tasks.cancel_scope.cancel()
             return
-        # asyncio: a bare task watches for the disconnect and is cancelled, not awaited, at the
-        # end. An anyio task group does the same at ~10x the cost (~45 µs a request on uvloop),
-        # because leaving it waits a loop turn or two for the watcher to finish.
+        # asyncio: a bare task watches for the disconnect, started only if the request is still
+        # going after a tick (disconnect.py) and cancelled, not awaited, at the end. An anyio
+        # task group does the same at ~10x the cost (~45 µs a request on uvloop), because
+        # leaving it waits a loop turn or two for the watcher to finish.
         # A hedged plan races in an anyio task group, which must see the client leaving as its
         # parent scope's cancellation (a bare Task.cancel() would be taken for the group's own
         # and swallowed): it gets an anyio scope, as does a transport that needs anyio's.
         with new_scope(self._loop.native_cancel and not plan.hedged) as cancel:
-            watcher = loop.create_task(exchange.watch_disconnect(cancel))
+            watch = DisconnectWatch(loop, exchange.watch_disconnect, cancel)
             try:
                 await self._respond(exchange, plan, request, facts)
             finally:
                 exchange.finished = True
-                watcher.cancel()
+                watch.close()
 
     def _note_abort(self, record: RequestRecord) -> None:
         if record.in_flight is not None:
@@ -397,7 +401,7 @@ class ModelRouter:
                 return
             await exchange.send_error(result, attempts)
             return
-        winner = str(result.candidate)
+        winner = result.candidate.key
         upstream_headers = result.response.headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
         headers += _router_headers(request_id, winner, result.attempts, plan.route)
@@ -466,7 +470,7 @@ class ModelRouter:
             AttemptEvent(
                 record.request_id,
                 len(record.events),
-                str(committed.candidate),
+                committed.candidate.key,
                 outcome,
                 reason,
                 committed.response.status,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final
 
@@ -46,9 +46,15 @@ class Candidate:
 
     provider: str
     model_id: str
+    #: ``provider/model-id``, built once: the request path names a candidate half a dozen times
+    #: (gate and statistics keys, events, ``x-router-model``).
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.provider}/{self.model_id}")
 
     def __str__(self) -> str:
-        return f"{self.provider}/{self.model_id}"
+        return self.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,11 @@ class Plan:
     policy: GroupPolicy | None = None
     #: Same-candidate retries allowed per candidate (on top of its first attempt).
     retries: int = 0
+    #: The candidates' ``provider/model-id`` names, in order (the request record's ``plan``).
+    labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", tuple(candidate.key for candidate in self.candidates))
 
     @property
     def hedged(self) -> bool:

@@ -116,7 +116,7 @@ async def relay_stream(
                 finally:
                     watchdog.close()
             if failure is not None or scope.cancelled_caught:
-                reason = "timeout" if failure is None else _late_reason(failure, str(committed.candidate))
+                reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
                 detail = (
                     "upstream connection broke"
                     if reason != "timeout"
@@ -127,7 +127,7 @@ async def relay_stream(
                 await send(
                     {
                         "type": "http.response.body",
-                        "body": _event_boundary(last) + stream_error_event(str(committed.candidate), reason, detail),
+                        "body": _event_boundary(last) + stream_error_event(committed.candidate.key, reason, detail),
                         "more_body": False,
                     }
                 )

@@ -111,7 +111,7 @@ class RequestAttempts:
         if self.stopped:
             return None
         loop = self._loop
-        key = str(candidate)
+        key = candidate.key
         provider = loop._providers.get(candidate.provider)
         if provider is None or not provider.configured:
             self.skip(key, Skip("provider_not_configured"))

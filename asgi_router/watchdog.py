@@ -27,6 +27,7 @@ import heapq
 import math
 import weakref
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 
@@ -34,7 +35,7 @@ import anyio
 # directly by new_scope(). A private module of anyio 4: tests/ exercise it on every request.
 from anyio._backends._asyncio import CancelScope as _AsyncioCancelScope
 
-__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "new_scope", "ticker_for"]
+__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "Timed", "new_scope", "ticker_for"]
 
 
 class TaskScope:
@@ -123,6 +124,13 @@ def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
     return TaskScope() if native else _AsyncioCancelScope()
 
 
+class Timed(Protocol):
+    """What a :class:`Ticker` keeps: something to tell when its time has come."""
+
+    def due(self, now: float) -> None:
+        """Called by the ticker once the time it was watched for has passed (``now``: loop time)."""
+
+
 class Ticker:
     """One coarse timer for every :class:`ReadWatchdog` of an event loop.
 
@@ -144,13 +152,13 @@ class Ticker:
         # Weakly: the loop holds the ticker (through its timer), not the other way round, so a
         # finished loop is collected with its ticker (tests run a loop per test).
         self._loop = weakref.ref(loop)
-        self._slots: dict[int, set[ReadWatchdog]] = {}
+        self._slots: dict[int, set[Timed]] = {}
         self._due: list[int] = []  # a heap of slot numbers; some may have emptied since
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf  # the slot the timer is set for
 
-    def watch(self, watchdog: ReadWatchdog, expires: float) -> int:
-        """Check ``watchdog`` once ``expires`` (loop time) has passed; returns its slot."""
+    def watch(self, watchdog: Timed, expires: float) -> int:
+        """Call ``watchdog.due(now)`` once ``expires`` (loop time) has passed; returns its slot."""
         slot = int(expires / self.RESOLUTION) + 1  # the first slot boundary after ``expires``
         members = self._slots.get(slot)
         if members is None:
@@ -161,7 +169,7 @@ class Ticker:
         members.add(watchdog)
         return slot
 
-    def unwatch(self, watchdog: ReadWatchdog, slot: int) -> None:
+    def unwatch(self, watchdog: Timed, slot: int) -> None:
         members = self._slots.get(slot)
         if members is not None:
             members.discard(watchdog)
@@ -197,7 +205,7 @@ class Ticker:
             members = slots.pop(heapq.heappop(due), None)
             if members:
                 for watchdog in members:
-                    watchdog._due(now)  # may watch again, in a later slot
+                    watchdog.due(now)  # may watch again, in a later slot
         while due and due[0] not in slots:  # slots that emptied before they were due
             heapq.heappop(due)
         if due:
@@ -281,7 +289,7 @@ class ReadWatchdog:
             self._slot = None
         self._when = self._expires = math.inf
 
-    def _due(self, now: float) -> None:
+    def due(self, now: float) -> None:
         """The ticker's call: this watchdog's slot has come (and it has left the slot)."""
         self._slot = None
         self._when = math.inf
