@@ -91,6 +91,16 @@ def _too_deep(root: Any, cap: int) -> bool:
     return False
 
 
+# Up to this many characters, counting brackets (a C loop) is cheaper than walking the values.
+_COUNT_BELOW: Final = 16 * 1024
+
+
+def _may_be_too_deep(text: str) -> bool:
+    """False when ``text`` has too few brackets to nest past :data:`MAX_JSON_DEPTH`: a small
+    body (most chat requests) skips the walk of :func:`_too_deep`."""
+    return len(text) >= _COUNT_BELOW or text.count("{") + text.count("[") > MAX_JSON_DEPTH
+
+
 # One decoder for every request: ``json.loads`` with hooks would build a new one per call.
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float)
 # The C scanner ``json.loads`` itself uses, bound to that decoder's hooks (typeshed types it oddly).
@@ -178,7 +188,7 @@ def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefuse
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     except ValueError:  # JSONDecodeError, UnicodeDecodeError, int digit limits
         return JsonRefused("request body is not valid JSON")
-    if isinstance(value, (dict, list)) and _too_deep(value, MAX_JSON_DEPTH):
+    if isinstance(value, (dict, list)) and _may_be_too_deep(text) and _too_deep(value, MAX_JSON_DEPTH):
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     if span is not None and not text.isascii():  # character offsets are not byte offsets
         start = len(text[: span[0]].encode("utf-8", "surrogatepass"))
