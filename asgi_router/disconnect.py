@@ -18,9 +18,10 @@ when the connection closes, which a client that just sent its request rarely doe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from .events import logger
 from .watchdog import Ticker, ticker_for
 
 __all__ = ["WATCH_AFTER", "DisconnectWatch"]
@@ -31,21 +32,27 @@ WATCH_AFTER: Final = 0.01
 
 
 class DisconnectWatch:
-    """Runs ``listen(scope)`` as a task from :data:`WATCH_AFTER` seconds on, until :meth:`close`."""
+    """Awaits ``receive()`` from :data:`WATCH_AFTER` seconds on; calls ``left()`` on a disconnect.
 
-    __slots__ = ("_listen", "_loop", "_scope", "_slot", "_task", "_ticker")
+    The listener is ``receive()``'s own awaitable run as a task, with a done-callback (no
+    coroutine of ours around it: that frame would be held for every open stream). A message
+    other than ``http.disconnect`` starts the next ``receive()``; a ``receive()`` that fails is
+    logged and taken as the client being gone, since nobody awaits the task.
+    """
+
+    __slots__ = ("_left", "_loop", "_receive", "_slot", "_task", "_ticker")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        listen: Callable[[Any], Coroutine[Any, Any, None]],
-        scope: object,
+        receive: Callable[[], Awaitable[Mapping[str, Any]]],
+        left: Callable[[], None],
         after: float = WATCH_AFTER,
     ) -> None:
         self._loop = loop
-        self._listen = listen
-        self._scope = scope
-        self._task: asyncio.Task[None] | None = None
+        self._receive = receive
+        self._left = left
+        self._task: asyncio.Future[Mapping[str, Any]] | None = None
         self._ticker: Ticker = ticker_for(loop)
         self._slot: int | None = self._ticker.watch(self, loop.time() + after)
 
@@ -57,7 +64,24 @@ class DisconnectWatch:
     def due(self, now: float) -> None:
         """The ticker's call: the request is still going, so start listening."""
         self._slot = None
-        self._task = self._loop.create_task(self._listen(self._scope))
+        self._listen()
+
+    def _listen(self) -> None:
+        task = asyncio.ensure_future(self._receive(), loop=self._loop)
+        task.add_done_callback(self._heard)
+        self._task = task
+
+    def _heard(self, task: asyncio.Future[Mapping[str, Any]]) -> None:
+        if task is not self._task or task.cancelled():  # closed meanwhile
+            return
+        self._task = None
+        failure = task.exception()
+        if failure is not None:
+            logger.error("asgi_router: receive() failed while waiting for a disconnect", exc_info=failure)
+        elif task.result().get("type") != "http.disconnect":
+            self._listen()
+            return
+        self._left()
 
     def close(self) -> None:
         """The work is done: never start the listener, or cancel it (not awaited: it only waits
@@ -66,5 +90,5 @@ class DisconnectWatch:
             self._ticker.unwatch(self, self._slot)
             self._slot = None
         if self._task is not None:
-            self._task.cancel()
-            self._task = None
+            task, self._task = self._task, None
+            task.cancel()

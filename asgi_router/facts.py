@@ -27,6 +27,7 @@ MESSAGE_OVERHEAD_TOKENS: Final = 4
 #: Tokens counted per image part (OpenAI's cost of a high-detail 1024x1024 image).
 IMAGE_TOKENS: Final = 765
 
+_RELEASED: Final[Mapping[str, Any]] = {}
 _IMAGE_PARTS: Final = frozenset({"image_url", "input_image", "image"})
 
 
@@ -101,7 +102,7 @@ class RequestFacts:
         """
         if keep_estimate:
             self._measure()
-        self._payload = {}
+        self._payload = _RELEASED
 
     @property
     def prompt_tokens(self) -> int:

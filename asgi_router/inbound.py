@@ -32,6 +32,10 @@ __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "reques
 _REQUEST_ID_RE: Final = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 
 
+#: What a released request reads as (shared: never written to).
+_RELEASED: Final[dict[str, Any]] = {}
+
+
 class ClientGone(Exception):
     """The client disconnected before its request body was complete: there is no one to answer."""
 
@@ -49,7 +53,7 @@ class InboundRequest:
     def release(self) -> None:
         """Drop the parsed payload and the body bytes once a response is committed: a long
         stream should not hold its (possibly 100 KB) prompt twice for its whole life."""
-        self.payload = {}
+        self.payload = _RELEASED
         self.body = b""
         self.model_span = None
 

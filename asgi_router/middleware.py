@@ -33,6 +33,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import anyio
@@ -129,20 +130,21 @@ class _Exchange:
         self.record.status = error.status
         await send_whole(self.send_tracked, error.status, headers, error.body())
 
-    async def watch_disconnect(self, scope: TaskScope | anyio.CancelScope) -> None:
-        """Cancel ``scope`` when the client disconnects before the response is complete.
+    def client_left(self, scope: TaskScope | anyio.CancelScope) -> None:
+        """The client disconnected: cancel ``scope`` unless the response is already complete."""
+        if not self.finished:
+            self.disconnected = True
+            scope.cancel()
 
-        A ``receive`` that fails is taken as the client being gone (and logged): on asyncio
-        nobody awaits this task, so an exception must not escape it.
-        """
+    async def watch_disconnect(self, scope: TaskScope | anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the client disconnects before the response is complete (the
+        structured spelling, for anyio backends other than asyncio; see ``disconnect.py``)."""
         try:
             while (await self.receive())["type"] != "http.disconnect":
                 pass
         except Exception:
             logger.exception("asgi_router: receive() failed while waiting for a disconnect")
-        if not self.finished:
-            self.disconnected = True
-            scope.cancel()
+        self.client_left(scope)
 
 
 class ModelRouter:
@@ -284,7 +286,14 @@ class ModelRouter:
         started = self._clock()
         exchange = _Exchange(scope, receive, send, request_id_for(scope))
         try:
-            await self._exchange(exchange)
+            prepared = await self._exchange(exchange)
+            if prepared is not None:
+                plan, request, facts = prepared
+                del prepared
+                await self._watched(exchange, plan, request, facts)
+                if exchange.disconnected:
+                    exchange.record.status = 499
+                    self._note_abort(exchange.record)
         except Exception:
             logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
             if not exchange.response_started:
@@ -296,30 +305,30 @@ class ModelRouter:
             self.recent.add(exchange.record)
             self.events.publish(exchange.record)
 
-    async def _exchange(self, exchange: _Exchange) -> None:
+    async def _exchange(self, exchange: _Exchange) -> tuple[Plan, InboundRequest, RequestFacts] | None:
         scope, record = exchange.scope, exchange.record
         admitted = await self._guard.check(scope)
         if isinstance(admitted, RouterError):
             await exchange.send_error(admitted)
-            return
+            return None
         record.principal = admitted.principal
         unreadable = screen_headers(scope)
         if unreadable is not None:
             await exchange.send_error(unreadable)
-            return
+            return None
         try:
             body = await read_body(scope, exchange.receive, self.settings.max_body_bytes, self.settings.body_timeout)
         except ClientGone:
             record.status = 499
-            return
+            return None
         if isinstance(body, RouterError):
             await exchange.send_error(body)
-            return
+            return None
         request = parse_request(body)
         del body  # request.body holds it, until request.release() at commit
         if isinstance(request, RouterError):
             await exchange.send_error(request)
-            return
+            return None
         record.stream = request.stream
         facts = RequestFacts(request.payload, scope["headers"])
         plan = self._resolver.resolve_string(request.payload["model"], facts)
@@ -327,14 +336,11 @@ class ModelRouter:
             if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
                 record.ref = request.payload["model"]
             await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
-            return
+            return None
         record.ref = request.payload["model"]  # validated by the parser: safe to log
         record.route = exchange.route = plan.route
         record.plan = plan.labels
-        await self._watched(exchange, plan, request, facts)
-        if exchange.disconnected:
-            record.status = 499
-            self._note_abort(record)
+        return plan, request, facts
 
     async def _watched(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
         """:meth:`_respond`, cancelled at once if the client disconnects meanwhile."""
@@ -357,7 +363,7 @@ class ModelRouter:
         # parent scope's cancellation (a bare Task.cancel() would be taken for the group's own
         # and swallowed): it gets an anyio scope, as does a transport that needs anyio's.
         with new_scope(self._loop.native_cancel and not plan.hedged) as cancel:
-            watch = DisconnectWatch(loop, exchange.watch_disconnect, cancel)
+            watch = DisconnectWatch(loop, exchange.receive, partial(exchange.client_left, cancel))
             try:
                 await self._respond(exchange, plan, request, facts)
             finally:
@@ -391,6 +397,7 @@ class ModelRouter:
             return request_headers_for_upstream(inbound, provider.headers, request_id, provider.forward)
 
         result = await self._loop.run(plan, request, exchange.scope["path"], headers_for, record, facts)
+        del headers_for
         if isinstance(result, Committed):
             exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):
@@ -427,9 +434,11 @@ class ModelRouter:
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
-            outcome = await relay_stream(
+            relay = relay_stream(
                 exchange.send, result, headers, self._clock, tail, record, exchange.complete, self._loop.native_cancel
             )
+            del headers, upstream_headers  # the relay drops them once the start is sent
+            outcome = await relay
             record.in_flight = None
             if outcome.reason == "client_disconnected":
                 exchange.disconnected = True

@@ -8,6 +8,7 @@ the relay and the middleware: :class:`Committed` (a winner, nothing sent yet), :
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .classify import Reason
@@ -42,7 +43,7 @@ class Refused:
 
     candidate: Candidate
     status: int
-    headers: list[tuple[bytes, bytes]]
+    headers: Sequence[tuple[bytes, bytes]]
     body: bytes
     attempts: int
     reason: Reason

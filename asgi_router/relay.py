@@ -88,6 +88,7 @@ async def relay_stream(
     try:
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            del headers  # sent: not held for the stream's life
             await send({"type": "http.response.body", "body": last, "more_body": True})
             sent = len(last)
             if tail is not None:
@@ -100,13 +101,13 @@ async def relay_stream(
                     while True:
                         watchdog.arm(min(idle, deadline - clock()))
                         try:
-                            chunk = await anext(chunks, None)
+                            chunk = await chunks.__anext__()  # no anext() wrapper held while idle
+                        except StopAsyncIteration:
+                            break
                         except Exception as exc:
                             failure = exc
                             break
                         watchdog.disarm()  # a slow client is backpressure, not upstream idleness
-                        if chunk is None:
-                            break
                         if chunk:
                             await send({"type": "http.response.body", "body": chunk, "more_body": True})
                             sent += len(chunk)

@@ -19,7 +19,7 @@ request path only looks things up.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -45,8 +45,11 @@ class UpstreamResponse(Protocol):
     """An upstream response whose body has not been read yet."""
 
     status: int
-    #: Raw header pairs as received (names in any case).
-    headers: list[tuple[bytes, bytes]]
+
+    @property
+    def headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """Raw header pairs as received (names in any case)."""
+
     #: Raw body chunks; one iterator for the response's whole life.
     chunks: AsyncIterator[bytes]
 

@@ -68,7 +68,7 @@ class AiohttpResponse:
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
         self.status = response.status
-        self.headers: list[tuple[bytes, bytes]] = list(response.raw_headers)
+        self.headers = response.raw_headers  # a tuple aiohttp keeps anyway: no copy
         self.chunks: AsyncIterator[bytes] = response.content.iter_any()
 
     def close_now(self) -> None:
