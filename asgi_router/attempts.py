@@ -64,11 +64,11 @@ from .classify import (
 from .errors import RouterError
 from .events import RequestRecord, logger
 from .facts import EMPTY_FACTS, RequestFacts
-from .gate import Gate, Lease
+from .gate import Gate
 from .hedging import race
 from .hints import retry_hint
 from .inbound import InboundRequest
-from .outcomes import Attempted, Committed, Failed, Refused
+from .outcomes import Attempted, Committed, Failed, Ready, Refused
 from .plan import Candidate, Plan
 from .request_attempts import RequestAttempts
 from .retry import RetryPolicy
@@ -164,6 +164,15 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, self._book.stats, self._clock)
+        elif plan.retries == 0:
+            # No retries in place (every multi-member group by default): each candidate is one
+            # prepare, call, settle, without :meth:`_candidate`'s frame around the call.
+            for candidate in plan.candidates:
+                ready = attempts.prepare(candidate)
+                if ready is not None:
+                    decided = attempts.settle(ready, await attempts.attempt(ready))
+                if decided is not None or attempts.stopped:
+                    break
         else:
             for candidate in plan.candidates:
                 decided = await self._candidate(attempts, candidate, plan.retries)
@@ -210,18 +219,17 @@ class AttemptLoop:
 
     async def _attempt(
         self,
-        candidate: Candidate,
-        provider: ProviderRuntime,
+        ready: Ready,
         url: str,
         headers: dict[str, str],
-        body: bytes,
         stream: bool,
         failover_on: frozenset[Reason],
-        started: float,
         attempts: int,
         commit_by: float,
-        lease: Lease,
+        request: RequestAttempts,
     ) -> Attempted:
+        """One call of ``ready`` (through :meth:`RequestAttempts.attempt`, which counted it)."""
+        candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
         timeouts = provider.timeouts
         clock = self._clock
         # Until commit, the request's deadline caps the attempt; the relay has the attempt's own.
@@ -239,7 +247,7 @@ class AttemptLoop:
                 watchdog = ReadWatchdog(scope)
                 try:
                     watchdog.arm(first_byte_by - clock())
-                    response = await self._transport.send(provider, url, headers, body)
+                    response = await self._transport.send(provider, url, headers, ready.body)
                     lease.responded()
                     status = response.status
                     reason = classify_status(status)
@@ -270,6 +278,9 @@ class AttemptLoop:
             except UnrecognisedFailure:
                 logger.exception("asgi_router: unrecognised failure calling %s; not retried", candidate)
                 return Failed("upstream_5xx", response.status if response else None, fatal=True)
+        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
+            request.aborted(ready)
+            raise
         finally:
             if response is not None and (not handed_off or not stream):
                 await close_response(response)  # closed even when cancelled: never leak it

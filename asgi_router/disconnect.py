@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
 from typing import Any, Final
 
-from .events import logger
-from .watchdog import Ticker, ticker_for
+import anyio
 
-__all__ = ["WATCH_AFTER", "DisconnectWatch"]
+from .events import logger
+from .watchdog import TaskScope, Ticker, ticker_for
+
+__all__ = ["WATCH_AFTER", "DisconnectWatch", "Watching"]
 
 #: Seconds into the upstream work at which the disconnect listener starts (plus up to one
 #: ticker slot, :data:`Ticker.RESOLUTION`).
@@ -92,3 +95,48 @@ class DisconnectWatch:
         if self._task is not None:
             task, self._task = self._task, None
             task.cancel()
+
+
+class Watching:
+    """``with Watching(...):`` runs the block in ``scope``, which a client leaving cancels.
+
+    A plain context manager rather than a coroutine wrapping the block: the request's work is
+    awaited by the caller's own frame, so no extra coroutine frame is held per open stream.
+    ``left(scope)`` decides what a disconnect does (the router cancels ``scope`` unless the
+    response is complete); ``done()`` runs first on the way out (the router marks the response
+    finished, so a disconnect heard from then on is no abort).
+    """
+
+    __slots__ = ("_done", "_left", "_loop", "_receive", "_scope", "_watch")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        scope: TaskScope | anyio.CancelScope,
+        receive: Callable[[], Awaitable[Mapping[str, Any]]],
+        left: Callable[[TaskScope | anyio.CancelScope], None],
+        done: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._scope = scope
+        self._receive = receive
+        self._left = left
+        self._done = done
+        self._watch: DisconnectWatch | None = None
+
+    def __enter__(self) -> TaskScope | anyio.CancelScope:
+        scope = self._scope
+        scope.__enter__()
+        self._watch = DisconnectWatch(self._loop, self._receive, self._heard)
+        return scope
+
+    def _heard(self) -> None:
+        self._left(self._scope)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._done()
+        if self._watch is not None:
+            self._watch.close()
+        return self._scope.__exit__(exc_type, exc, tb)

@@ -33,7 +33,6 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import anyio
@@ -45,7 +44,7 @@ from .auth import Authorize, build_guard
 from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
 from .degraded import DegradedSettings, degraded_reply, should_degrade
-from .disconnect import DisconnectWatch
+from .disconnect import Watching
 from .errors import RouterError
 from .events import AttemptEvent, Outcome, RequestRecord, logger
 from .facts import RequestFacts
@@ -69,6 +68,14 @@ from .usage import Tail
 from .watchdog import TaskScope, new_scope
 
 __all__ = ["ModelRouter"]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` under another anyio backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _router_headers(
@@ -290,7 +297,21 @@ class ModelRouter:
             if prepared is not None:
                 plan, request, facts = prepared
                 del prepared
-                await self._watched(exchange, plan, request, facts)
+                # From here upstreams are involved: a client that leaves cancels the work.
+                # asyncio: the listener starts only if the request is still going after a tick
+                # (disconnect.py) and is cancelled, not awaited, at the end. An anyio task group
+                # (the trio spelling, _watched) does the same at ~10x the cost on uvloop.
+                # A hedged plan races in an anyio task group, which must see the client leaving
+                # as its parent scope's cancellation (a bare Task.cancel() would be taken for the
+                # group's own and swallowed): it gets an anyio scope, as does a transport that
+                # needs anyio's; every other request the cheaper TaskScope.
+                loop = _running_loop()
+                if loop is None:
+                    await self._watched(exchange, plan, request, facts)
+                else:
+                    cancel = new_scope(self._loop.native_cancel and not plan.hedged)
+                    with Watching(loop, cancel, exchange.receive, exchange.client_left, exchange.complete):
+                        await self._respond(exchange, plan, request, facts)
                 if exchange.disconnected:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
@@ -343,32 +364,13 @@ class ModelRouter:
         return plan, request, facts
 
     async def _watched(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
-        """:meth:`_respond`, cancelled at once if the client disconnects meanwhile."""
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # other anyio backends (trio): the structured spelling
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
-                await self._respond(exchange, plan, request, facts)
-                exchange.finished = True
-                tasks.cancel_scope.cancel()
-            return
-        # asyncio: a bare task watches for the disconnect, started only if the request is still
-        # going after a tick (disconnect.py) and cancelled, not awaited, at the end. An anyio
-        # task group does the same at ~10x the cost (~45 µs a request on uvloop), because
-        # leaving it waits a loop turn or two for the watcher to finish.
-        # A hedged plan races in an anyio task group, which must see the client leaving as its
-        # parent scope's cancellation (a bare Task.cancel() would be taken for the group's own
-        # and swallowed): it gets an anyio scope, as does a transport that needs anyio's.
-        with new_scope(self._loop.native_cancel and not plan.hedged) as cancel:
-            watch = DisconnectWatch(loop, exchange.receive, partial(exchange.client_left, cancel))
-            try:
-                await self._respond(exchange, plan, request, facts)
-            finally:
-                exchange.finished = True
-                watch.close()
+        """:meth:`_respond`, cancelled at once if the client disconnects meanwhile: the structured
+        spelling, for anyio backends other than asyncio (trio)."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
+            await self._respond(exchange, plan, request, facts)
+            exchange.finished = True
+            tasks.cancel_scope.cancel()
 
     def _note_abort(self, record: RequestRecord) -> None:
         if record.in_flight is not None:

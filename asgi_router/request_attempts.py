@@ -21,8 +21,8 @@ retries; this class does and records each step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .classify import (
     Reason,
@@ -133,39 +133,47 @@ class RequestAttempts:
             return None
         return Ready(candidate, key, provider, body, admitted)
 
-    async def attempt(self, ready: Ready) -> Attempted:
-        """Call ``ready``'s upstream; on cancellation, account for it and re-raise."""
+    def attempt(self, ready: Ready) -> Coroutine[Any, Any, Attempted]:
+        """Call ``ready``'s upstream: count the attempt, and return the call to await.
+
+        The call is :meth:`AttemptLoop._attempt <asgi_router.attempts.AttemptLoop._attempt>`
+        itself, not a coroutine of this class around it: one frame fewer for every request, held
+        as long as the upstream takes to answer. It reports a cancellation back through
+        :meth:`aborted`.
+        """
         loop = self._loop
         self.attempts += 1
         ready.started = loop._clock()
         self.record.in_flight = (ready.key, ready.started)
         loop._book.started(ready.key, self.facts)
-        try:
-            result = await loop._attempt(
-                ready.candidate,
-                ready.provider,
-                ready.provider.urls[self._route],
-                self._headers_for(ready.provider),
-                ready.body,
-                self._stream,
-                self.plan.failover_on,
-                ready.started,
-                self.attempts,
-                self.deadline,
-                ready.lease,
-            )
-        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
-            elapsed = loop._clock() - ready.started
-            ready.lease.finish(ready.cancel_reason)
-            loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
-            raise
-        if self.record.in_flight is not None and self.record.in_flight[0] == ready.key:
+        return loop._attempt(
+            ready,
+            ready.provider.urls[self._route],
+            self._headers_for(ready.provider),
+            self._stream,
+            self.plan.failover_on,
+            self.attempts,
+            self.deadline,
+            self,
+        )
+
+    def _landed(self, ready: Ready) -> None:
+        """``ready``'s call is over: it is no longer the request's attempt in flight."""
+        in_flight = self.record.in_flight
+        if in_flight is not None and in_flight[0] == ready.key:
             self.record.in_flight = None
-        return result
+
+    def aborted(self, ready: Ready) -> None:
+        """``ready``'s call was cancelled (the client left, or it lost a hedge race): account for it."""
+        loop = self._loop
+        elapsed = loop._clock() - ready.started
+        ready.lease.finish(ready.cancel_reason)
+        loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
 
     def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
         """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
         loop = self._loop
+        self._landed(ready)
         elapsed = loop._clock() - ready.started
         if isinstance(result, Committed):
             result.attempts = self.attempts
@@ -231,6 +239,7 @@ class RequestAttempts:
         lost race says nothing about the provider.
         """
         ready.lease.finish(reason)
+        self._landed(ready)
         elapsed = self._loop._clock() - ready.started
         if result is not None:
             self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)

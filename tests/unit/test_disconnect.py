@@ -6,10 +6,11 @@ import asyncio
 import logging
 from typing import Any
 
+import anyio
 import pytest
 
-from asgi_router.disconnect import WATCH_AFTER, DisconnectWatch
-from asgi_router.watchdog import Ticker, ticker_for
+from asgi_router.disconnect import WATCH_AFTER, DisconnectWatch, Watching
+from asgi_router.watchdog import TaskScope, Ticker, ticker_for
 
 pytestmark = pytest.mark.anyio
 
@@ -105,3 +106,27 @@ async def test_a_failing_receive_is_logged_and_taken_as_the_client_gone(caplog: 
     assert heard == [True]
     assert any("receive() failed" in record.getMessage() for record in caplog.records)
     watch.close()
+
+
+async def test_watching_cancels_its_block_when_the_client_leaves_and_marks_done_on_the_way_out() -> None:
+    loop = asyncio.get_running_loop()
+    client = _Client()
+    done: list[str] = []
+
+    def left(scope: TaskScope | anyio.CancelScope) -> None:
+        done.append("left")
+        scope.cancel()
+
+    loop.call_later(0.05, client.left.set)
+    with Watching(loop, TaskScope(), client.receive, left, lambda: done.append("done")) as scope:
+        await asyncio.sleep(5)
+    assert scope.cancelled_caught and done == ["left", "done"]
+
+
+async def test_watching_a_block_that_ends_first_never_listens_and_cancels_nothing() -> None:
+    loop = asyncio.get_running_loop()
+    client = _Client()
+    with Watching(loop, TaskScope(), client.receive, lambda scope: scope.cancel(), lambda: None) as scope:
+        await asyncio.sleep(0)
+    await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
+    assert not scope.cancelled_caught and client.calls == 0
