@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import TracebackType
 from typing import Any, Final
 
@@ -127,16 +128,16 @@ class Watching:
     def __enter__(self) -> TaskScope | anyio.CancelScope:
         scope = self._scope
         scope.__enter__()
-        self._watch = DisconnectWatch(self._loop, self._receive, self._heard)
+        # partial(), not a method of self: the watch must not refer back to this object (a
+        # reference cycle per request would leave each one to the cyclic garbage collector).
+        self._watch = DisconnectWatch(self._loop, self._receive, partial(self._left, scope))
         return scope
-
-    def _heard(self) -> None:
-        self._left(self._scope)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         self._done()
-        if self._watch is not None:
-            self._watch.close()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
         return self._scope.__exit__(exc_type, exc, tb)
