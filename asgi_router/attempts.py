@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Final
 
 import anyio
@@ -152,13 +152,13 @@ class AttemptLoop:
         plan: Plan,
         request: InboundRequest,
         route: str,
-        headers_for: Callable[[ProviderRuntime], dict[str, str]],
+        inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
         facts: RequestFacts = EMPTY_FACTS,
     ) -> Committed | Refused | RouterError:
         """Try ``plan`` until a candidate commits, refuses, or every candidate has failed."""
         deadline = self._clock() + self._policy.deadline
-        attempts = RequestAttempts(self, plan, request, route, headers_for, record, facts, deadline)
+        attempts = RequestAttempts(self, plan, request, route, inbound, record, facts, deadline)
         policy = plan.policy
         decided: Committed | Refused | RouterError | None = None
         if plan.hedged:

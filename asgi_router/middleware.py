@@ -49,7 +49,7 @@ from .errors import RouterError
 from .events import AttemptEvent, Outcome, RequestRecord, logger
 from .facts import RequestFacts
 from .gate import Gate, Lease
-from .headers import request_headers_for_upstream, response_headers_for_client
+from .headers import response_headers_for_client
 from .health import HealthProber
 from .inbound import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from .models_endpoint import ModelsEndpoint
@@ -395,11 +395,7 @@ class ModelRouter:
         inbound = exchange.scope["headers"]
         request_id = record.request_id
 
-        def headers_for(provider: ProviderRuntime) -> dict[str, str]:
-            return request_headers_for_upstream(inbound, provider.headers, request_id, provider.forward)
-
-        result = await self._loop.run(plan, request, exchange.scope["path"], headers_for, record, facts)
-        del headers_for
+        result = await self._loop.run(plan, request, exchange.scope["path"], inbound, record, facts)
         if isinstance(result, Committed):
             exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):

@@ -21,7 +21,7 @@ retries; this class does and records each step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .classify import (
@@ -31,12 +31,13 @@ from .errors import AttemptSummary, RouterError, exhausted_error
 from .events import AttemptEvent, Outcome, RequestRecord
 from .facts import RequestFacts
 from .gate import Lease
+from .headers import request_headers_for_upstream
 from .inbound import InboundRequest
 from .outcomes import Attempted, Committed, Failed, Ready, Refused
 from .plan import Candidate, Plan
 from .retry import retry_wait
 from .skip import Skip
-from .upstream import ProviderRuntime, close_response
+from .upstream import close_response
 from .wire import SplicedBody, WireBody
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class RequestAttempts:
     """
 
     __slots__ = (
-        "_headers_for",
+        "_inbound",
         "_loop",
         "_open_skips",
         "_route",
@@ -76,7 +77,7 @@ class RequestAttempts:
         plan: Plan,
         request: InboundRequest,
         route: str,
-        headers_for: Callable[[ProviderRuntime], dict[str, str]],
+        inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
         facts: RequestFacts,
         deadline: float,
@@ -89,7 +90,8 @@ class RequestAttempts:
         self._wire = SplicedBody(request.body, span) if span is not None else WireBody(request.payload)
         self._stream = request.stream
         self._route = route
-        self._headers_for = headers_for
+        #: The client's headers: each provider's upstream headers allow some of them through.
+        self._inbound = inbound
         self.record = record
         self.facts = facts
         #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
@@ -149,7 +151,9 @@ class RequestAttempts:
         return loop._attempt(
             ready,
             ready.provider.urls[self._route],
-            self._headers_for(ready.provider),
+            request_headers_for_upstream(
+                self._inbound, ready.provider.headers, self.record.request_id, ready.provider.forward
+            ),
             self._stream,
             self.plan.failover_on,
             self.attempts,
