@@ -304,7 +304,7 @@ class AttemptLoop:
                 reason = refine_rate_limited(failure)
             retry_after = None
             if reason in _HINTED:
-                retry_after = retry_hint(response.headers, failure, rate_limited=reason == "rate_limited")
+                retry_after = retry_hint(response.raw_headers, failure, rate_limited=reason == "rate_limited")
             return Failed(reason, status, retry_after)
         refusal = await read_to_end(response.chunks, [], self._max_response_bytes, idle, first_byte_by, clock, watchdog)
         if refusal is None:
@@ -313,4 +313,4 @@ class AttemptLoop:
             reason = refine_client_error(status, refusal)
             if reason in failover_on:
                 return Failed(reason, status)
-        return Refused(candidate, status, response.headers, refusal, attempts, reason)
+        return Refused(candidate, status, response.raw_headers, refusal, attempts, reason)

@@ -407,7 +407,7 @@ class ModelRouter:
             await exchange.send_error(result, attempts)
             return
         winner = result.candidate.key
-        upstream_headers = result.response.headers if isinstance(result, Committed) else result.headers
+        upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
         headers += _router_headers(request_id, winner, result.attempts, plan.route)
         if isinstance(result, Refused):

@@ -19,7 +19,7 @@ request path only looks things up.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -47,11 +47,12 @@ class UpstreamResponse(Protocol):
     status: int
 
     @property
-    def headers(self) -> Sequence[tuple[bytes, bytes]]:
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
         """Raw header pairs as received (names in any case)."""
 
-    #: Raw body chunks; one iterator for the response's whole life.
-    chunks: AsyncIterator[bytes]
+    @property
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Raw body chunks; one iterator for the response's whole life."""
 
     async def aclose(self) -> None:
         """Release the connection (closing it if the body was not read to the end)."""
@@ -75,9 +76,10 @@ async def close_response(response: UpstreamResponse) -> None:
 class Transport(Protocol):
     """Sends one upstream request and returns as soon as the status and headers are in."""
 
-    async def send(
+    def send(
         self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
-    ) -> UpstreamResponse: ...
+    ) -> Awaitable[UpstreamResponse]:
+        """The request, to await (an ``async def`` will do)."""
 
     def start(self) -> None:
         """Open pools (called on lifespan startup; sending also opens lazily)."""
@@ -162,12 +164,12 @@ async def _already_read(content: bytes) -> AsyncIterator[bytes]:
 class HttpxResponse:
     """:class:`UpstreamResponse` over an ``httpx2.Response`` opened with ``stream=True``."""
 
-    __slots__ = ("_response", "chunks", "headers", "status")
+    __slots__ = ("_response", "chunks", "raw_headers", "status")
 
     def __init__(self, response: httpx2.Response) -> None:
         self._response = response
         self.status = response.status_code
-        self.headers = response.headers.raw
+        self.raw_headers = response.headers.raw
         # A response built in memory (``httpx2.MockTransport`` with ``content=``) arrives
         # already read; ``aiter_raw()`` would refuse it, so serve its content as one chunk.
         self.chunks = _already_read(response.content) if response.is_stream_consumed else response.aiter_raw()

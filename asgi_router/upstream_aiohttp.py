@@ -27,8 +27,8 @@ aiohttp's exceptions are classified in :mod:`asgi_router.classify` next to httpx
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -60,22 +60,30 @@ class _PoolConnector(aiohttp.TCPConnector):
         super()._release(key, protocol, should_close=should_close or self.idle() >= self._max_idle)
 
 
-class AiohttpResponse:
-    """:class:`~asgi_router.upstream.UpstreamResponse` over an unread ``aiohttp.ClientResponse``."""
+class AiohttpResponse(aiohttp.ClientResponse):
+    """aiohttp's response, as the router's :class:`~asgi_router.upstream.UpstreamResponse`.
 
-    __slots__ = ("_response", "chunks", "headers", "status")
+    The session is built with ``response_class=AiohttpResponse``, so the response aiohttp
+    returns is the router's own: no wrapper object and no wrapper coroutine per request (each
+    held for as long as the upstream takes to answer, for every request in flight).
+    ``raw_headers`` and ``status`` are aiohttp's own.
+    """
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers = response.raw_headers  # a tuple aiohttp keeps anyway: no copy
-        self.chunks: AsyncIterator[bytes] = response.content.iter_any()
+    _relay_chunks: AsyncIterator[bytes] | None = None
+
+    @property
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Raw body chunks, as they arrive (``content.iter_any()``); one iterator per response."""
+        chunks = self._relay_chunks
+        if chunks is None:
+            chunks = self._relay_chunks = self.content.iter_any()
+        return chunks
 
     def close_now(self) -> None:
         """Release at once; synchronous, so no cancellation can interrupt it (no shield needed)."""
         # release() returns a fully read connection to the pool and closes one whose body was
         # not read to the end (aiohttp's ``should_close``), which is what a cancelled relay needs.
-        self._response.release()
+        self.release()
 
     async def aclose(self) -> None:
         self.close_now()
@@ -118,6 +126,7 @@ class AiohttpTransport:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None),
                 raise_for_status=False,
+                response_class=AiohttpResponse,
             )
         return session
 
@@ -149,12 +158,15 @@ class AiohttpTransport:
             )
         return target, timeout
 
-    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> AiohttpResponse:
+    def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+    ) -> Awaitable[AiohttpResponse]:
+        """The request, to await: aiohttp's own awaitable, with no coroutine of ours around it."""
         target, timeout = self._target(provider, url)
-        response = await self.session.request(
+        request = self.session.request(
             "POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False
         )
-        return AiohttpResponse(response)
+        return cast("Awaitable[AiohttpResponse]", request)  # the session's response_class
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -93,11 +93,11 @@ def micro() -> dict[str, float]:
 class _Canned:
     """An upstream response from memory."""
 
-    __slots__ = ("chunks", "headers", "status")
+    __slots__ = ("chunks", "raw_headers", "status")
 
     def __init__(self, parts: list[bytes], content_type: bytes) -> None:
         self.status = 200
-        self.headers = [(b"content-type", content_type)]
+        self.raw_headers = [(b"content-type", content_type)]
         self.chunks = self._iterate(parts)
 
     @staticmethod

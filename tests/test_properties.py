@@ -170,7 +170,7 @@ class _Scripted:
 
     def __init__(self, status: int, content_type: bytes, chunks: list[bytes]) -> None:
         self.status = status
-        self.headers = [(b"content-type", content_type)]
+        self.raw_headers = [(b"content-type", content_type)]
         self.chunks = self._chunks(chunks)
         self.closed = False
 

@@ -93,7 +93,7 @@ class _Scripted:
 
     def __init__(self, go: anyio.Event, closable: anyio.Event | None = None) -> None:
         self.status = 200
-        self.headers = [(b"content-type", b"text/event-stream")]
+        self.raw_headers = [(b"content-type", b"text/event-stream")]
         self.closed = False
         self._go = go
         self._closable = closable

@@ -205,7 +205,7 @@ class _EndlessResponse:
 
     def __init__(self) -> None:
         self.status = 200
-        self.headers = [(b"content-type", b"text/event-stream")]
+        self.raw_headers = [(b"content-type", b"text/event-stream")]
         self.pulled = 0
         self.closed = False
         self.chunks = self._chunks()
