@@ -12,20 +12,18 @@ would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-import anyio
 from starlette.types import Receive, Scope
 
 from .errors import RouterError
 from .safejson import JsonRefused, Span, loads_with_span
 from .screen import forbidden_field
-from .watchdog import ReadWatchdog, TaskScope
+from .watchdog import ReadWatchdog, new_scope
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -91,21 +89,16 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
     has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
 
-    On asyncio the deadline is a :class:`~asgi_router.watchdog.TaskScope` and a
-    :class:`~asgi_router.watchdog.ReadWatchdog` (it tells its own cancellation from anyone
-    else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server cancelling the request
-    still propagates; but it shares the loop's one coarse timer instead of setting its own).
+    The deadline is a cancel scope and a :class:`~asgi_router.watchdog.ReadWatchdog`, as for
+    upstream reads: on asyncio a :class:`~asgi_router.watchdog.TaskScope` (it tells its own
+    cancellation from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the
+    server cancelling the request still propagates) on the loop's one coarse timer; on other
+    anyio backends an anyio scope and its deadline.
     """
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): anyio's spelling
-        with anyio.move_on_after(time_limit):
-            return await _read_chunks(receive, limit)
-        return _timed_out(time_limit)
-    with TaskScope() as deadline:
+    with new_scope(native=True) as deadline:
         if time_limit == math.inf:
             return await _read_chunks(receive, limit)
         watchdog = ReadWatchdog(deadline)

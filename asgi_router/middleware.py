@@ -14,9 +14,9 @@ never on the middleware.
 From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
 client that leaves cancels the attempt or the relay at once, which closes the upstream response
 and releases its connection. On asyncio that watcher is a bare task cancelled at the end rather
-than an anyio task group (see ``_watched``: the group cost more than the rest of the router),
-and it only starts 10-20 ms into the upstream work (``disconnect.py``): a fast answer never
-needs one.
+than an anyio task group (the group cost more than the rest of the router; ``_watched`` keeps
+it for other anyio backends), and it only starts 10-20 ms into the upstream work
+(``disconnect.py``): a fast answer never needs one.
 Any unexpected error is logged and, if nothing has been sent yet, answered with an
 OpenAI-shaped 500: the router never takes the host app down with it.
 
@@ -27,7 +27,6 @@ sink workers and the opt-in health probes. Each finished request is published to
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import random
@@ -65,17 +64,9 @@ from .state import InMemoryState, RouterState
 from .stats import RoutingStats
 from .upstream import ProviderRuntime, make_transport
 from .usage import Tail
-from .watchdog import TaskScope, new_scope
+from .watchdog import TaskScope, new_scope, running_loop
 
 __all__ = ["ModelRouter"]
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop, or ``None`` under another anyio backend (trio)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _router_headers(
@@ -305,7 +296,7 @@ class ModelRouter:
                 # as its parent scope's cancellation (a bare Task.cancel() would be taken for the
                 # group's own and swallowed): it gets an anyio scope, as does a transport that
                 # needs anyio's; every other request the cheaper TaskScope.
-                loop = _running_loop()
+                loop = running_loop()
                 if loop is None:
                     await self._watched(exchange, plan, request, facts)
                 else:

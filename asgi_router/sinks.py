@@ -59,7 +59,7 @@ class RecentRequests:
         self._ring.append(record)
 
     async def __call__(self, record: RequestRecord) -> None:
-        self._ring.append(record)
+        self.add(record)
 
     def snapshot(self) -> list[RequestRecord]:
         """The kept records, oldest first."""

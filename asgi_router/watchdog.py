@@ -35,7 +35,7 @@ import anyio
 # directly by new_scope(). A private module of anyio 4: tests/ exercise it on every request.
 from anyio._backends._asyncio import CancelScope as _AsyncioCancelScope
 
-__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "Timed", "new_scope", "ticker_for"]
+__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "Timed", "new_scope", "running_loop", "ticker_for"]
 
 
 class TaskScope:
@@ -106,6 +106,14 @@ class TaskScope:
         return False
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` under another anyio backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
     """A cancel scope for the router's own use.
 
@@ -117,9 +125,7 @@ def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
     backend (sniffio, ``current_task``) on every construction, a third of its cost on uvloop.
     On any other loop anyio supports (trio), ``anyio.CancelScope()``.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): let anyio pick the backend
+    if running_loop() is None:  # not asyncio (trio): let anyio pick the backend
         return anyio.CancelScope()
     return TaskScope() if native else _AsyncioCancelScope()
 
@@ -243,13 +249,9 @@ class ReadWatchdog:
 
     def __init__(self, scope: TaskScope | anyio.CancelScope) -> None:
         self._scope = scope
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio: use the scope's own deadline
-            self._loop = None
-            self._ticker: Ticker | None = None
-        else:
-            self._ticker = ticker_for(self._loop)
+        # Off asyncio (trio) there is no ticker: the scope's own deadline is used instead.
+        self._loop = loop = running_loop()
+        self._ticker: Ticker | None = None if loop is None else ticker_for(loop)
         self._expires = math.inf
         self._slot: int | None = None
         self._when = math.inf  # when the ticker will look at this watchdog next
