@@ -22,17 +22,9 @@ end in (:class:`Committed`, :class:`Refused`, :class:`Failed`) is in ``outcomes.
 
 Per request, a :class:`~asgi_router.request_attempts.RequestAttempts` (its own module) holds
 what the pass over the plan has done so far and does each step the same way whoever drives it:
-the plain loop in :meth:`AttemptLoop.run`, or the hedging race (``hedging.py``). The steps:
-
-* :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
-  ``provider_not_configured``; ``budget_exhausted`` once ``max_attempts`` or the request
-  ``deadline`` is reached; the :class:`~asgi_router.bookkeeping.Bookkeeper`'s
-  ``context_window`` and ``over_budget``; then the :class:`~asgi_router.gate.Gate`'s
-  ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
-* :meth:`~RequestAttempts.attempt` calls it (the lease learns when the upstream answered).
-* :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
-  stream's lease is finished by the relay's end, so late failures count), events and accounts
-  for the result, and says whether the pass is decided.
+the plain loop in :meth:`AttemptLoop.run`, or the hedging race (``hedging.py``). Its steps
+(prepare: admit or skip; attempt: call, through :meth:`AttemptLoop._attempt` here; settle) are
+described in that module.
 
 Resilience (README.rst "Resilience"), in :meth:`AttemptLoop.run`: a candidate may be retried in
 place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint

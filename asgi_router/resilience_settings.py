@@ -44,6 +44,7 @@ __all__ = [
     "EventSettings",
     "HealthSettings",
     "RetryBudgetSettings",
+    "StrictSettings",
 ]
 
 #: Reasons worth asking the *same* candidate again. Auth, billing and unknown-model failures are
@@ -61,11 +62,14 @@ DEFAULT_BREAKER_FAILURES: Final[frozenset[Reason]] = frozenset(
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
-class _Strict(BaseModel):
+class StrictSettings(BaseModel):
+    """Base of every settings model: unknown keys refused, immutable once loaded."""
+
+    # hide_input_in_errors: a validation error must never echo a raw api_key back.
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
-class BackoffSettings(_Strict):
+class BackoffSettings(StrictSettings):
     """Full-jitter exponential backoff between same-candidate retries, in seconds."""
 
     base: PositiveFloat = 0.25
@@ -78,14 +82,14 @@ class BackoffSettings(_Strict):
         return self
 
 
-class RetryBudgetSettings(_Strict):
+class RetryBudgetSettings(StrictSettings):
     """Per provider: concurrent retries <= max(min_concurrent, ratio * active attempts)."""
 
     ratio: Fraction = 0.2
     min_concurrent: NonNegativeInt = 3
 
 
-class BreakerSettings(_Strict):
+class BreakerSettings(StrictSettings):
     """One breaker per candidate (and one per provider for connect errors and timeouts)."""
 
     enabled: bool = True
@@ -113,7 +117,7 @@ class BreakerSettings(_Strict):
         return self
 
 
-class HealthSettings(_Strict):
+class HealthSettings(StrictSettings):
     """Active health probes for one provider: ``GET base_url + path`` every ``interval`` s."""
 
     interval: PositiveFloat = 5.0
@@ -130,7 +134,7 @@ class HealthSettings(_Strict):
         return value
 
 
-class EventSettings(_Strict):
+class EventSettings(StrictSettings):
     """Where attempt events go: bounded per-sink queues and the ring of recent requests."""
 
     #: Requests queued per sink before new ones are dropped (and counted).

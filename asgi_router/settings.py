@@ -24,8 +24,6 @@ from typing import Any, Final, Literal, Self
 
 import httpx2
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -57,6 +55,7 @@ from .resilience_settings import (
     EventSettings,
     HealthSettings,
     RetryBudgetSettings,
+    StrictSettings,
 )
 from .rules import RuleSettings
 
@@ -85,12 +84,7 @@ class ConfigError(ValueError):
     """The router's configuration cannot be used; the message names the offending key."""
 
 
-class _Strict(BaseModel):
-    # hide_input_in_errors: a validation error must never echo a raw api_key back.
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-
-class Timeouts(_Strict):
+class Timeouts(StrictSettings):
     """Per-provider time limits, in seconds.
 
     ``first_byte`` runs from sending the request to the first body byte: a 200 that then stays
@@ -106,7 +100,7 @@ class Timeouts(_Strict):
     total: PositiveFloat = 600.0
 
 
-class ProviderSettings(_Strict):
+class ProviderSettings(StrictSettings):
     """An OpenAI-compatible upstream: a base URL and, usually, an API key."""
 
     base_url: str
@@ -199,7 +193,7 @@ class ProviderSettings(_Strict):
 Strategy = Literal["order", "rotate", "weighted", "least_busy", "latency", "cost", "usage"]
 
 
-class MemberSettings(_Strict):
+class MemberSettings(StrictSettings):
     """A group member in table form: ``{ref = "openai/gpt-4o", weight = 3, rpm = 500}``."""
 
     ref: str
@@ -211,7 +205,7 @@ class MemberSettings(_Strict):
     tpm: PositiveInt | None = None
 
 
-class GroupSettings(_Strict):
+class GroupSettings(StrictSettings):
     """A routing group: ordered members and how to order them per request."""
 
     strategy: Strategy = "order"
@@ -244,7 +238,7 @@ class GroupSettings(_Strict):
         return tuple(MemberSettings(ref=m) if isinstance(m, str) else m for m in self.members)
 
 
-class PoolSettings(_Strict):
+class PoolSettings(StrictSettings):
     """The shared upstream connection pool (one per router)."""
 
     max_connections: PositiveInt = 512

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI, WebSocket
@@ -148,6 +149,14 @@ def served_router(settings: RouterSettings) -> Iterator[tuple[ModelRouter, Serve
     router = ModelRouter(host_app(), settings=settings)
     with ServerThread(router) as server:
         yield router, server
+
+
+@pytest.fixture
+async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official ``openai`` client, talking to the module's ``server`` fixture (a router on a
+    real socket); it never retries, so each call is one request."""
+    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
+        yield client
 
 
 def pool_is_quiet(router: ModelRouter) -> bool:

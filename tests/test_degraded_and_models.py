@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -34,12 +34,6 @@ def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
     )
     with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
         yield running
-
-
-@pytest.fixture
-async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
-        yield client
 
 
 # --- degraded -----------------------------------------------------------------------------------
