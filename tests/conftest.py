@@ -179,6 +179,14 @@ def receive_once(body: bytes, then: Callable[[], Awaitable[object]]) -> Callable
     return receive
 
 
+class SentMessages(list[dict[str, Any]]):
+    """An ASGI ``send`` that keeps every message it is given, in order, for driving the router by
+    hand: ``sent = SentMessages(); await router(scope, receive, sent)``."""
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self.append(message)
+
+
 def chat_scope(headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
     """An HTTP scope for ``POST /v1/chat/completions``, for driving the router by hand."""
     return {

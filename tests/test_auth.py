@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 
 from asgi_router import ConfigError, ModelRouter, RequestRecord, RouterSettings
 
-from .conftest import CLIENT_KEY, chat_scope, host_app, make_settings
+from .conftest import CLIENT_KEY, SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
 
@@ -132,17 +132,14 @@ async def test_configured_key_is_served_and_never_forwarded_upstream(
 async def test_refusal_happens_before_the_request_body_is_read(upstream: MockUpstream) -> None:
     router = ModelRouter(host_app(), settings=keyed(upstream))
     received: list[str] = []
-    sent: list[dict[str, Any]] = []
+    sent = SentMessages()
 
     async def receive() -> dict[str, Any]:
         received.append("receive")
         return {"type": "http.request", "body": json.dumps(CHAT).encode(), "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
     scope = chat_scope()
-    await router(scope, receive, send)  # type: ignore[arg-type]
+    await router(scope, receive, sent)  # type: ignore[arg-type]
     assert sent[0]["status"] == 401
     assert received == []
 

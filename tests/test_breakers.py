@@ -15,7 +15,7 @@ import pytest
 from asgi_router import ModelRouter
 from asgi_router.breaker import Phase
 
-from .conftest import API_KEY, chat_scope, host_app, make_settings, receive_once
+from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -229,7 +229,7 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     providers = {"capped": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "max_concurrent": 1}}  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, providers=providers))  # type: ignore[attr-defined]
     request = json.dumps({"model": "capped/trickle-500", "stream": True, "messages": []}).encode()
-    sent: list[dict[str, Any]] = []
+    sent = SentMessages()
 
     async def chunks_flowing() -> None:
         with anyio.fail_after(5):
@@ -238,12 +238,9 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
 
     receive = receive_once(request, then=chunks_flowing)
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
     scope = chat_scope()
     with anyio.fail_after(5):
-        await router(scope, receive, send)  # type: ignore[arg-type]
+        await router(scope, receive, sent)  # type: ignore[arg-type]
     await router._transport.aclose()
     state: Any = router.state
     assert sent[0]["type"] == "http.response.start"

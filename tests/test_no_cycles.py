@@ -22,7 +22,7 @@ import pytest
 from asgi_router import ModelRouter
 from bench.procs import Server
 
-from .conftest import chat_scope, host_app, make_settings, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings, receive_once
 
 pytestmark = pytest.mark.anyio
 
@@ -57,12 +57,9 @@ async def test_served_requests_leave_nothing_for_the_cyclic_collector(
     never = anyio.Event()
 
     async def one() -> None:
-        sent: list[dict[str, Any]] = []
+        sent = SentMessages()
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await router(chat_scope(), receive_once(body.encode(), then=never.wait), send)
+        await router(chat_scope(), receive_once(body.encode(), then=never.wait), sent)
         assert sent[0]["status"] == 200
 
     try:

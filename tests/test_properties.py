@@ -27,7 +27,7 @@ from asgi_router.refs import MAX_MODEL_ID_LENGTH
 from asgi_router.screen import FORBIDDEN_FIELDS
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import host_app, make_settings, receive_once
+from .conftest import SentMessages, host_app, make_settings, receive_once
 
 _FAST = settings(
     max_examples=150,
@@ -208,16 +208,13 @@ def router() -> ModelRouter:
 
 async def _drive(router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     """One request through ``router``; the messages it sent."""
-    sent: list[dict[str, Any]] = []
+    sent = SentMessages()
 
     receive = receive_once(body, then=anyio.sleep_forever)
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers, "query_string": b""}
     with anyio.fail_after(10):
-        await router(scope, receive, send)  # type: ignore[arg-type]
+        await router(scope, receive, sent)  # type: ignore[arg-type]
     return sent
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import pool_is_quiet, receive_once
+from .conftest import SentMessages, pool_is_quiet, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -129,12 +129,9 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
         router._loop._transport = Transport()  # type: ignore[assignment]
         body = json.dumps({"model": "group/h", "stream": True, "messages": []}).encode()
         leave = anyio.Event()
-        sent: list[dict[str, Any]] = []
+        sent = SentMessages()
 
         receive = receive_once(body, then=leave.wait)
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
 
         scope = {
             "type": "http",
@@ -144,7 +141,7 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
             "query_string": b"",
         }
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(router, scope, receive, send)
+            tasks.start_soon(router, scope, receive, sent)
             await eventually(lambda: len(responses) == 2)  # the hedge has started
             go_first.set()  # the first commits; the loser is cancelled and starts closing ...
             await anyio.sleep(0.05)

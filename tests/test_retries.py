@@ -15,7 +15,7 @@ import pytest
 
 from asgi_router import ModelRouter
 
-from .conftest import chat_scope, host_app, make_settings, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings, receive_once
 from .mock_upstream import MockUpstream
 from .resilient import chat, events_of, routed_router, tag
 
@@ -256,18 +256,15 @@ async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstrea
     settings = make_settings(upstream.url, backoff={"base": 5, "cap": 5})  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99)
     request = json.dumps({"model": f"mock/{model}", "messages": []}).encode()
-    sent: list[dict[str, Any]] = []
+    sent = SentMessages()
 
     # the client leaves while the router backs off for ~5 s
     receive = receive_once(request, then=lambda: anyio.sleep(0.2))
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
     scope = chat_scope()
     started = time.monotonic()
     with anyio.fail_after(4):
-        await router(scope, receive, send)  # type: ignore[arg-type]
+        await router(scope, receive, sent)  # type: ignore[arg-type]
     elapsed = time.monotonic() - started
     await router._transport.aclose()
     state: Any = router.state

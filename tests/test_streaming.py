@@ -14,7 +14,7 @@ import pytest
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.upstream import ProviderRuntime
 
-from .conftest import chat_scope, host_app, make_settings, pool_is_quiet, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet, receive_once
 from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
 from .servers import ServerThread
 
@@ -136,15 +136,12 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     """Driven with hand-written receive/send: the relay never re-chunks or decodes."""
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
     request = json.dumps(body("mock/utf8")).encode()
-    sent: list[dict[str, Any]] = []
+    sent = SentMessages()
     receive = receive_once(request, then=lambda: anyio.sleep(30))
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
 
     scope = chat_scope()
     with anyio.fail_after(5):
-        await router(scope, receive, send)  # type: ignore[arg-type]
+        await router(scope, receive, sent)  # type: ignore[arg-type]
     await router._transport.aclose()
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
     assert bodies[:3] == UTF8_FRAMES
