@@ -16,8 +16,8 @@ the loop and is passed through untouched: the request itself is wrong, and the n
 hit the same wall. The one 400 that fails over is an upstream saying the prompt exceeded *its*
 context window (``classify.refine_client_error``): another model's window may be larger.
 Every response that is not handed on is closed here, also on cancellation. An attempt's time
-limits (first byte, ``idle``, ``total``) are kept by one cancel scope and its
-:class:`~asgi_router.watchdog.ReadWatchdog`, not a ``fail_after`` per read. What an attempt can
+limits (first byte, ``idle``, ``total``) are kept by one cancel scope and its watchdog
+(:func:`~asgi_router.watchdog.watchdog_for`), not a ``fail_after`` per read. What an attempt can
 end in (:class:`Committed`, :class:`Refused`, :class:`Failed`) is in ``outcomes.py``.
 
 Per request, a :class:`~asgi_router.request_attempts.RequestAttempts` (its own module) holds
@@ -66,7 +66,7 @@ from .request_attempts import RequestAttempts
 from .retry import RetryPolicy
 from .skip import Skip
 from .upstream import ProviderRuntime, Transport, UpstreamResponse, close_response
-from .watchdog import ReadWatchdog, new_scope
+from .watchdog import Watchdog, new_scope, watchdog_for
 
 __all__ = ["AttemptLoop", "read_to_end"]
 
@@ -90,7 +90,7 @@ async def read_to_end(
     idle: float,
     deadline: float,
     clock: Callable[[], float],
-    watchdog: ReadWatchdog,
+    watchdog: Watchdog,
 ) -> bytes | None:
     """Append the remaining chunks to ``parts`` and join them; ``None`` past ``limit`` bytes.
 
@@ -159,8 +159,9 @@ class AttemptLoop:
         elif plan.retries == 0:
             # No retries in place (every multi-member group by default): each candidate is one
             # prepare, call, settle, without :meth:`_candidate`'s frame around the call.
-            for candidate in plan.candidates:
-                ready = attempts.prepare(candidate)
+            candidates = plan.candidates
+            for index in range(len(candidates)):  # no tuple iterator held while the call is awaited
+                ready = attempts.prepare(candidates[index])
                 if ready is not None:
                     decided = attempts.settle(ready, await attempts.attempt(ready))
                 if decided is not None or attempts.stopped:
@@ -236,10 +237,12 @@ class AttemptLoop:
             # overruns (see watchdog.py). The client leaving or a lost hedge race cancels an
             # enclosing scope instead, which this one lets through.
             with new_scope(self.native_cancel) as scope:
-                watchdog = ReadWatchdog(scope)
+                watchdog = watchdog_for(scope)  # the scope itself, when it is a TaskScope
                 try:
                     watchdog.arm(first_byte_by - clock())
-                    response = await self._transport.send(provider, url, headers, ready.body)
+                    sending = self._transport.send(provider, url, headers, ready.body)
+                    del headers  # the transport has what it needs: not held while the upstream thinks
+                    response = await sending
                     lease.responded()
                     status = response.status
                     reason = classify_status(status)
@@ -286,7 +289,7 @@ class AttemptLoop:
         attempts: int,
         idle: float,
         first_byte_by: float,
-        watchdog: ReadWatchdog,
+        watchdog: Watchdog,
     ) -> Failed | Refused:
         """A non-2xx answer: read its body (bounded, by the first-byte time) and fail over or refuse."""
         clock, status = self._clock, response.status

@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope
 from .errors import RouterError
 from .safejson import JsonRefused, Span, loads_with_span
 from .screen import forbidden_field
-from .watchdog import ReadWatchdog, new_scope
+from .watchdog import new_scope, watchdog_for
 
 __all__ = ["ClientGone", "InboundRequest", "parse_request", "read_body", "request_id_for"]
 
@@ -89,11 +89,11 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
     has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
 
-    The deadline is a cancel scope and a :class:`~asgi_router.watchdog.ReadWatchdog`, as for
-    upstream reads: on asyncio a :class:`~asgi_router.watchdog.TaskScope` (it tells its own
-    cancellation from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the
-    server cancelling the request still propagates) on the loop's one coarse timer; on other
-    anyio backends an anyio scope and its deadline.
+    The deadline is a cancel scope and its watchdog, as for upstream reads: on asyncio a
+    :class:`~asgi_router.watchdog.TaskScope`, its own watchdog (it tells its own cancellation
+    from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server
+    cancelling the request still propagates) on the loop's one coarse timer; on other anyio
+    backends an anyio scope and its deadline.
     """
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
@@ -101,7 +101,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     with new_scope(native=True) as deadline:
         if time_limit == math.inf:
             return await _read_chunks(receive, limit)
-        watchdog = ReadWatchdog(deadline)
+        watchdog = watchdog_for(deadline)
         try:
             watchdog.arm(time_limit)
             return await _read_chunks(receive, limit)

@@ -31,7 +31,7 @@ import gc
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -301,8 +301,11 @@ class ModelRouter:
                     await self._watched(exchange, plan, request, facts)
                 else:
                     cancel = new_scope(self._loop.native_cancel and not plan.hedged)
-                    with Watching(loop, cancel, exchange.receive, exchange.client_left, exchange.complete):
-                        await self._respond(exchange, plan, request, facts)
+                    with Watching(loop, cancel, exchange):
+                        # The attempts are awaited from this frame, _respond only once they are
+                        # decided: one coroutine frame fewer held while an upstream is awaited.
+                        result = await self._attempts(exchange, plan, request, facts)
+                        await self._respond(exchange, plan, request, facts, result)
                 if exchange.disconnected:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
@@ -359,7 +362,8 @@ class ModelRouter:
         spelling, for anyio backends other than asyncio (trio)."""
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
-            await self._respond(exchange, plan, request, facts)
+            result = await self._attempts(exchange, plan, request, facts)
+            await self._respond(exchange, plan, request, facts, result)
             exchange.finished = True
             tasks.cancel_scope.cancel()
 
@@ -380,13 +384,26 @@ class ModelRouter:
             )
             record.in_flight = None
 
-    async def _respond(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
+    def _attempts(
+        self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
+    ) -> Coroutine[Any, Any, Committed | Refused | RouterError]:
+        """The attempt loop's pass over ``plan`` (the call itself, to await)."""
+        scope = exchange.scope
+        return self._loop.run(plan, request, scope["path"], scope["headers"], exchange.record, facts)
+
+    async def _respond(
+        self,
+        exchange: _Exchange,
+        plan: Plan,
+        request: InboundRequest,
+        facts: RequestFacts,
+        result: Committed | Refused | RouterError,
+    ) -> None:
+        """Answer the client with what the attempts came to: the winner's response (whole or
+        relayed), a refusal passed through, the group's canned reply, or the error."""
         record = exchange.record
         stream = request.stream
-        inbound = exchange.scope["headers"]
         request_id = record.request_id
-
-        result = await self._loop.run(plan, request, exchange.scope["path"], inbound, record, facts)
         if isinstance(result, Committed):
             exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
         if isinstance(result, RouterError):

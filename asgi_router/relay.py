@@ -8,8 +8,9 @@ SDK raises ``APIError`` rather than returning a truncated answer as if it were w
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits are kept by one :class:`~asgi_router.watchdog.ReadWatchdog` per
-relay (a cancel scope per chunk cost more than relaying the chunk); time spent waiting on a
+``idle`` and ``total`` limits are kept by one cancel scope and its watchdog per relay
+(:func:`~asgi_router.watchdog.watchdog_for`; a cancel scope per chunk cost more than relaying
+the chunk); time spent waiting on a
 slow *client* does not count as upstream idleness.
 
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
@@ -31,7 +32,7 @@ from .events import RequestRecord, logger
 from .outcomes import Committed
 from .upstream import close_response
 from .usage import Tail
-from .watchdog import ReadWatchdog, new_scope
+from .watchdog import new_scope, watchdog_for
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
 
@@ -96,7 +97,7 @@ async def relay_stream(
             failure: Exception | None = None
             # One scope for the whole relay; the watchdog cancels it when a read overruns.
             with new_scope(native_cancel) as scope:
-                watchdog = ReadWatchdog(scope)
+                watchdog = watchdog_for(scope)
                 try:
                     while True:
                         watchdog.arm(min(idle, deadline - clock()))

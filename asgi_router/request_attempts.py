@@ -96,13 +96,14 @@ class RequestAttempts:
         self.facts = facts
         #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
         self.deadline = deadline
-        self._summaries: list[AttemptSummary] = []
+        # Both lists are made on first use: most requests never fail or skip a candidate.
+        self._summaries: list[AttemptSummary] | None = None
         #: Attempts started so far, retries included (skips are not attempts).
         self.attempts = 0
         #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
         self.stopped = False
         #: Candidates skipped for an open breaker, with when it opened.
-        self._open_skips: list[tuple[float, Candidate]] = []
+        self._open_skips: list[tuple[float, Candidate]] | None = None
 
     def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
         """The candidate ready to call, or ``None`` when it is skipped (the skip is evented).
@@ -131,6 +132,8 @@ class RequestAttempts:
         if isinstance(admitted, Skip):
             self.skip(key, admitted)
             if admitted.opened_at is not None and not retry:
+                if self._open_skips is None:
+                    self._open_skips = []
                 self._open_skips.append((admitted.opened_at, candidate))
             return None
         return Ready(candidate, key, provider, body, admitted)
@@ -207,8 +210,9 @@ class RequestAttempts:
         loop._book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
         self._note(ready.key, "failed", result, elapsed)
         if result.fatal:
-            lines = "\n".join(summary.line() for summary in self._summaries)
-            return RouterError(502, "router_error", lines, tuple(self._summaries))
+            summaries = self._summaries or []
+            lines = "\n".join(summary.line() for summary in summaries)
+            return RouterError(502, "router_error", lines, tuple(summaries))
         if result.reason not in self.plan.failover_on:
             # A group that does not fail over on this reason (say, timeouts) stops here; with
             # no response to pass through, the client gets the plan's error so far.
@@ -274,7 +278,7 @@ class RequestAttempts:
         return min(self._open_skips, key=lambda skipped: skipped[0])[1]
 
     def exhausted(self) -> RouterError:
-        return exhausted_error(self._summaries)
+        return exhausted_error(self._summaries or [])
 
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""
@@ -282,6 +286,8 @@ class RequestAttempts:
 
     def _note(self, name: str, outcome: Outcome, failure: Failed, latency: float, *, summary: bool = True) -> None:
         if summary:
+            if self._summaries is None:
+                self._summaries = []
             self._summaries.append(
                 AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped)
             )

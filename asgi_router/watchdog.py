@@ -6,9 +6,10 @@ chunks, never past the attempt's ``total``), and the inbound body has its ``body
 scope and a timer: ~8 µs on uvloop, more than relaying the chunk itself, so a 20-chunk stream
 paid ~150 µs for its timeouts alone.
 
-A :class:`ReadWatchdog` guards one cancel scope the caller already has. :meth:`arm` before a
-read records when that read must be done by; :meth:`disarm` after it stops the count (time
-spent waiting on a slow *client* is not upstream idleness). On asyncio no timer is set per
+A watchdog guards one cancel scope the caller already has: a :class:`TaskScope` is its own
+(one object per scope, not two), anyio's get a :class:`ReadWatchdog` (:func:`watchdog_for`
+picks). ``arm()`` before a read records when that read must be done by; ``disarm()`` after
+it stops the count (time spent waiting on a slow *client* is not upstream idleness). On asyncio no timer is set per
 watchdog: the loop's one :class:`Ticker` looks at it when its time slot comes and, if it was
 re-armed meanwhile, moves it to a later slot; so a stream of chunks costs a clock read per
 chunk, and a limit fires at most :data:`Ticker.RESOLUTION` late. When a read really overruns,
@@ -25,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+import os
+import threading
 import weakref
 from types import TracebackType
 from typing import Protocol
@@ -35,17 +38,82 @@ import anyio
 # directly by new_scope(). A private module of anyio 4: tests/ exercise it on every request.
 from anyio._backends._asyncio import CancelScope as _AsyncioCancelScope
 
-__all__ = ["ReadWatchdog", "TaskScope", "Ticker", "Timed", "new_scope", "running_loop", "ticker_for"]
+__all__ = [
+    "ReadWatchdog",
+    "TaskScope",
+    "Ticker",
+    "Timed",
+    "Watchdog",
+    "new_scope",
+    "running_loop",
+    "ticker_for",
+    "watchdog_for",
+]
 
 
-class TaskScope:
-    """A cancel scope for the current asyncio task, at a quarter of an anyio scope's cost.
+class _Armed:
+    """What every watchdog does on the loop's :class:`Ticker`: keep the time the next read must be
+    done by, sit in the ticker's slot for it, and call :meth:`_overrun` when it has passed."""
+
+    __slots__ = ("_expires", "_slot", "_ticker", "_when")
+
+    def __init__(self) -> None:
+        self._ticker: Ticker | None = None
+        self._expires = math.inf
+        self._slot: int | None = None
+        self._when = math.inf  # when the ticker will look at this watchdog next
+
+    def _arm_on(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self._expires = expires = loop.time() + seconds
+        if expires < self._when:  # earlier than the pending check (or none pending): move it
+            ticker = self._ticker
+            if ticker is None:
+                ticker = self._ticker = ticker_for(loop)
+            elif self._slot is not None:
+                ticker.unwatch(self, self._slot)
+            self._slot = slot = ticker.watch(self, expires)
+            self._when = slot * Ticker.RESOLUTION
+
+    def disarm(self) -> None:
+        """Stop counting until the next ``arm()`` (e.g. while the client is being written to)."""
+        self._expires = math.inf
+
+    def close(self) -> None:
+        """Leave the ticker, if watched: no more limits."""
+        if self._slot is not None:
+            assert self._ticker is not None
+            self._ticker.unwatch(self, self._slot)
+            self._slot = None
+        self._when = self._expires = math.inf
+
+    def due(self, now: float) -> None:
+        """The ticker's call: this watchdog's slot has come (and it has left the slot)."""
+        self._slot = None
+        self._when = math.inf
+        expires = self._expires
+        if expires == math.inf:
+            return
+        if now >= expires:
+            self._overrun()
+        else:  # the read was re-armed since: look again when it is due
+            assert self._ticker is not None
+            self._slot = slot = self._ticker.watch(self, expires)
+            self._when = slot * Ticker.RESOLUTION
+
+    def _overrun(self) -> None:
+        raise NotImplementedError
+
+
+class TaskScope(_Armed):
+    """A cancel scope for the current asyncio task, at a quarter of an anyio scope's cost, that
+    is also its own :class:`Watchdog`.
 
     The router's own scopes (one around each request's upstream work, one per attempt, one per
-    relay) are only ever cancelled by the router itself: from the disconnect watcher task or a
-    watchdog's timer callback, never from inside the task that runs the scope. For that use
-    anyio's level-triggered machinery (a task-state registry, a cancel-delivery loop re-run every
-    loop turn) is more than is needed and cost ~2.2 µs per scope on uvloop against ~0.6 µs here.
+    relay, one around reading the request body) are only ever cancelled by the router itself:
+    from the disconnect watcher task or the loop's :class:`Ticker`, never from inside the task
+    that runs the scope. For that use anyio's level-triggered machinery (a task-state registry,
+    a cancel-delivery loop re-run every loop turn) is more than is needed and cost ~2.2 µs per
+    scope on uvloop against ~0.6 µs here.
 
     Semantics are ``asyncio.timeout``'s, the standard library's own cancel scope: :meth:`cancel`
     calls ``Task.cancel()`` once; on exit, a ``CancelledError`` is swallowed (and
@@ -56,16 +124,27 @@ class TaskScope:
     (edge-triggered): cleanup in ``finally`` blocks inside the scope is not cancelled again,
     which is what closing an upstream response needs.
 
+    :meth:`arm`, :meth:`disarm` and :meth:`close` are :class:`ReadWatchdog`'s, for this scope
+    itself: a scope and its watchdog are one object (each object a request holds while it waits
+    on an upstream is one more for every young-generation garbage collection to walk). Leaving
+    the scope leaves the ticker too.
+
     What it does not do is hold off anyio: a ``Task.cancel()`` pierces anyio's shields, and an
     anyio task group inside takes it for its own cancellation. So :func:`new_scope` builds one
     only around code that is asyncio-native throughout (the aiohttp transport), and never around
     the hedging race's task group.
     """
 
-    __slots__ = ("_base", "_cancelled", "_exited", "_task", "cancelled_caught")
+    __slots__ = ("_base", "_cancelled", "_exited", "_loop", "_task", "cancelled_caught")
 
     def __init__(self) -> None:
+        # _Armed's fields set here rather than through super().__init__(): a scope is made per
+        # attempt and per request, and the call cost more than the assignments.
+        self._ticker = None
+        self._expires = self._when = math.inf
+        self._slot = None
         self._task: asyncio.Task[object] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._base = 0
         self._cancelled = False
         self._exited = False
@@ -73,10 +152,12 @@ class TaskScope:
         self.cancelled_caught = False
 
     def __enter__(self) -> TaskScope:
-        task = asyncio.current_task()
-        if task is None:  # pragma: no cover - new_scope() only builds one inside a task
+        loop = running_loop()
+        task = None if loop is None else asyncio.current_task(loop)
+        if loop is None or task is None:  # pragma: no cover - new_scope() only builds one inside a task
             raise RuntimeError("TaskScope must be entered inside an asyncio task")
         self._task = task
+        self._loop = loop
         self._base = task.cancelling()
         return self
 
@@ -95,6 +176,8 @@ class TaskScope:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._exited = True
+        if self._slot is not None:
+            self.close()
         if not self._cancelled:
             return False
         assert self._task is not None
@@ -105,13 +188,69 @@ class TaskScope:
             return True
         return False
 
+    def arm(self, seconds: float) -> None:
+        """The next read must be done within ``seconds`` (0 or less: at once); inside the block."""
+        assert self._loop is not None, "arm() inside the scope"
+        self._arm_on(self._loop, seconds)
+
+    def _overrun(self) -> None:
+        self.cancel()
+
+
+class Watchdog(Protocol):
+    """A scope's read limits: a :class:`TaskScope` itself, or a :class:`ReadWatchdog` on an
+    anyio scope (:func:`watchdog_for`)."""
+
+    def arm(self, seconds: float) -> None: ...
+
+    def disarm(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def watchdog_for(scope: TaskScope | anyio.CancelScope) -> Watchdog:
+    """The watchdog of ``scope`` (from :func:`new_scope`): the scope itself when it is a
+    :class:`TaskScope`, else a :class:`ReadWatchdog` guarding it."""
+    return scope if type(scope) is TaskScope else ReadWatchdog(scope)
+
+
+class _LastLoop(threading.local):
+    """This thread's running loop, as last seen (weakly: a finished loop is not kept)."""
+
+    loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+
+_last_loop = _LastLoop()
+
+
+def _forget_loop() -> None:  # pragma: no cover - runs in a forked child
+    global _last_loop
+    _last_loop = _LastLoop()
+
+
+# A child forked from inside a running loop must look its own loop up.
+os.register_at_fork(after_in_child=_forget_loop)
+
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop, or ``None`` under another anyio backend (trio)."""
+    """The running asyncio loop, or ``None`` under another anyio backend (trio).
+
+    Cached per thread: ``asyncio.get_running_loop()`` makes a ``getpid()`` system call on every
+    call (CPython 3.11 checks for a fork), and the router asks several times per request. A
+    thread runs one asyncio loop at a time (asyncio refuses to nest them), so the last loop seen
+    in this thread is the running one exactly when it is still running; a fork forgets it.
+    """
+    seen = _last_loop.loop
+    if seen is not None:
+        loop = seen()
+        if loop is not None and loop.is_running():
+            return loop
     try:
-        return asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         return None
+    _last_loop.loop = weakref.ref(loop)
+    return loop
 
 
 def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
@@ -242,37 +381,27 @@ def ticker_for(loop: asyncio.AbstractEventLoop) -> Ticker:
     return ticker
 
 
-class ReadWatchdog:
-    """Cancels ``scope`` when an armed read outlives its allowance; see the module docstring."""
+class ReadWatchdog(_Armed):
+    """Cancels ``scope`` (anyio's) when an armed read outlives its allowance; see the module
+    docstring. A :class:`TaskScope` needs none: it is its own."""
 
-    __slots__ = ("_expires", "_loop", "_scope", "_slot", "_ticker", "_when")
+    __slots__ = ("_loop", "_scope")
 
     def __init__(self, scope: TaskScope | anyio.CancelScope) -> None:
+        super().__init__()
         self._scope = scope
         # Off asyncio (trio) there is no ticker: the scope's own deadline is used instead.
-        self._loop = loop = running_loop()
-        self._ticker: Ticker | None = None if loop is None else ticker_for(loop)
-        self._expires = math.inf
-        self._slot: int | None = None
-        self._when = math.inf  # when the ticker will look at this watchdog next
+        self._loop = running_loop()
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
         loop = self._loop
         if loop is None:
             self._trio_scope().deadline = anyio.current_time() + seconds
-            return
-        self._expires = expires = loop.time() + seconds
-        if expires < self._when:  # earlier than the pending check (or none pending): move it
-            ticker = self._ticker
-            assert ticker is not None
-            if self._slot is not None:
-                ticker.unwatch(self, self._slot)
-            self._slot = slot = ticker.watch(self, expires)
-            self._when = slot * Ticker.RESOLUTION
+        else:
+            self._arm_on(loop, seconds)
 
     def disarm(self) -> None:
-        """Stop counting until the next :meth:`arm` (e.g. while the client is being written to)."""
         if self._loop is None:
             self._trio_scope().deadline = math.inf
         else:
@@ -283,24 +412,5 @@ class ReadWatchdog:
         assert isinstance(scope, anyio.CancelScope)  # what new_scope() builds off asyncio
         return scope
 
-    def close(self) -> None:
-        """Leave the ticker, if watched; the watchdog is done."""
-        if self._slot is not None:
-            assert self._ticker is not None
-            self._ticker.unwatch(self, self._slot)
-            self._slot = None
-        self._when = self._expires = math.inf
-
-    def due(self, now: float) -> None:
-        """The ticker's call: this watchdog's slot has come (and it has left the slot)."""
-        self._slot = None
-        self._when = math.inf
-        expires = self._expires
-        if expires == math.inf:
-            return
-        if now >= expires:
-            self._scope.cancel()
-        else:  # the read was re-armed since: look again when it is due
-            assert self._ticker is not None
-            self._slot = slot = self._ticker.watch(self, expires)
-            self._when = slot * Ticker.RESOLUTION
+    def _overrun(self) -> None:
+        self._scope.cancel()

@@ -1,28 +1,31 @@
-"""DisconnectWatch: the disconnect listener starts only for requests still going after a tick."""
+"""Watching: the disconnect listener starts only for requests still going after a tick."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from typing import Any
 
 import anyio
 import pytest
 
-from asgi_router.disconnect import WATCH_AFTER, DisconnectWatch, Watching
+from asgi_router.disconnect import WATCH_AFTER, Watching
 from asgi_router.watchdog import TaskScope, Ticker, ticker_for
 
 pytestmark = pytest.mark.anyio
 
 
 class _Client:
-    """An ASGI ``receive`` whose client leaves on demand; counts the calls and what ended them."""
+    """The watched request: an ASGI ``receive`` whose client leaves on demand, counting the calls
+    and what ended them, and what :class:`Watching` told it (``client_left``, ``complete``)."""
 
-    def __init__(self, before_leaving: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, before_leaving: list[dict[str, Any]] | None = None, *, cancel_on_leave: bool = True) -> None:
         self.calls = 0
         self.left = asyncio.Event()
         self.cancelled = 0
-        self.heard = 0
+        self.told: list[str] = []
+        self._cancel = cancel_on_leave
         self._before = list(before_leaving or [])
 
     async def receive(self) -> dict[str, Any]:
@@ -36,8 +39,18 @@ class _Client:
             raise
         return {"type": "http.disconnect"}
 
-    def on_left(self) -> None:
-        self.heard += 1
+    def client_left(self, scope: TaskScope | anyio.CancelScope) -> None:
+        self.told.append("left")
+        if self._cancel:
+            scope.cancel()
+
+    def complete(self) -> None:
+        self.told.append("done")
+
+
+class _BrokenClient(_Client):
+    async def receive(self) -> dict[str, Any]:
+        raise RuntimeError("server bug")
 
 
 async def _settle() -> None:
@@ -45,88 +58,73 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_work_done_within_the_first_tick_never_calls_receive() -> None:
+async def test_work_done_within_the_first_tick_never_calls_receive_and_leaves_the_ticker() -> None:
     loop = asyncio.get_running_loop()
     client = _Client()
     before = ticker_for(loop).pending()
-    watch = DisconnectWatch(loop, client.receive, client.on_left)
-    await asyncio.sleep(0)  # a fast answer: a loop turn or two
-    watch.close()
+    with Watching(loop, TaskScope(), client) as scope:
+        await asyncio.sleep(0)  # a fast answer: a loop turn or two
     await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
-    assert client.calls == 0 and not watch.listening
+    assert client.calls == 0 and not scope.cancelled_caught and client.told == ["done"]
     assert ticker_for(loop).pending() == before
 
 
-async def test_longer_work_listens_and_hears_the_client_leave() -> None:
+async def test_longer_work_listens_and_a_client_leaving_cancels_the_block_before_it_is_marked_done() -> None:
     loop = asyncio.get_running_loop()
     client = _Client()
-    watch = DisconnectWatch(loop, client.receive, client.on_left)
-    await asyncio.sleep(WATCH_AFTER + 3 * Ticker.RESOLUTION)
-    assert watch.listening and client.calls == 1 and client.heard == 0
-    client.left.set()
-    await _settle()
-    assert client.heard == 1 and not watch.listening
-    watch.close()
+    watching = Watching(loop, TaskScope(), client)
+    loop.call_later(WATCH_AFTER + 3 * Ticker.RESOLUTION, client.left.set)
+    with watching as scope:
+        await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
+        assert watching.listening and client.calls == 1 and client.told == []
+        await asyncio.sleep(5)
+    assert scope.cancelled_caught and client.told == ["left", "done"] and not watching.listening
 
 
 async def test_other_messages_are_skipped_until_the_disconnect() -> None:
     loop = asyncio.get_running_loop()
-    client = _Client(before_leaving=[{"type": "http.request", "body": b"", "more_body": False}])
-    watch = DisconnectWatch(loop, client.receive, client.on_left, after=0)
-    await asyncio.sleep(2 * Ticker.RESOLUTION)
-    assert client.calls == 2 and client.heard == 0
-    client.left.set()
-    await _settle()
-    assert client.heard == 1
-    watch.close()
+    client = _Client(before_leaving=[{"type": "http.request", "body": b"", "more_body": False}], cancel_on_leave=False)
+    with Watching(loop, TaskScope(), client, after=0):
+        await asyncio.sleep(2 * Ticker.RESOLUTION)
+        assert client.calls == 2 and client.told == []
+        client.left.set()
+        await _settle()
+        assert client.told == ["left"]
 
 
-async def test_closing_cancels_a_started_listener_and_reports_nothing() -> None:
+async def test_leaving_the_block_cancels_a_started_listener_and_reports_nothing() -> None:
     loop = asyncio.get_running_loop()
     client = _Client()
-    watch = DisconnectWatch(loop, client.receive, client.on_left, after=0)
-    await asyncio.sleep(2 * Ticker.RESOLUTION)
-    assert watch.listening
-    watch.close()
+    watching = Watching(loop, TaskScope(), client, after=0)
+    with watching:
+        await asyncio.sleep(2 * Ticker.RESOLUTION)
+        assert watching.listening
     await _settle()
-    assert client.cancelled == 1 and client.heard == 0
+    assert client.cancelled == 1 and client.told == ["done"] and not watching.listening
 
 
 async def test_a_failing_receive_is_logged_and_taken_as_the_client_gone(caplog: pytest.LogCaptureFixture) -> None:
     loop = asyncio.get_running_loop()
-    heard: list[bool] = []
-
-    async def broken() -> dict[str, Any]:
-        raise RuntimeError("server bug")
-
+    client = _BrokenClient(cancel_on_leave=False)
     with caplog.at_level(logging.ERROR, logger="asgi_router"):
-        watch = DisconnectWatch(loop, broken, lambda: heard.append(True), after=0)
-        await asyncio.sleep(2 * Ticker.RESOLUTION)
-        await _settle()
-    assert heard == [True]
+        with Watching(loop, TaskScope(), client, after=0):
+            await asyncio.sleep(2 * Ticker.RESOLUTION)
+            await _settle()
+    assert client.told == ["left", "done"]
     assert any("receive() failed" in record.getMessage() for record in caplog.records)
-    watch.close()
 
 
-async def test_watching_cancels_its_block_when_the_client_leaves_and_marks_done_on_the_way_out() -> None:
+async def test_a_finished_watch_leaves_nothing_for_the_cyclic_collector() -> None:
     loop = asyncio.get_running_loop()
-    client = _Client()
-    done: list[str] = []
-
-    def left(scope: TaskScope | anyio.CancelScope) -> None:
-        done.append("left")
-        scope.cancel()
-
-    loop.call_later(0.05, client.left.set)
-    with Watching(loop, TaskScope(), client.receive, left, lambda: done.append("done")) as scope:
-        await asyncio.sleep(5)
-    assert scope.cancelled_caught and done == ["left", "done"]
-
-
-async def test_watching_a_block_that_ends_first_never_listens_and_cancels_nothing() -> None:
-    loop = asyncio.get_running_loop()
-    client = _Client()
-    with Watching(loop, TaskScope(), client.receive, lambda scope: scope.cancel(), lambda: None) as scope:
-        await asyncio.sleep(0)
-    await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
-    assert not scope.cancelled_caught and client.calls == 0
+    gc.collect()
+    gc.disable()
+    try:
+        for after in (WATCH_AFTER, 0):
+            client = _Client()
+            with Watching(loop, TaskScope(), client, after=after):
+                await asyncio.sleep(2 * Ticker.RESOLUTION)
+            await _settle()
+        del client
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -1,4 +1,4 @@
-"""TaskScope and ReadWatchdog: the router's own cancellation, without anyio's machinery.
+"""TaskScope and its watchdogs: the router's own cancellation, without anyio's machinery.
 
 These pin the asyncio semantics the attempt loop, the relay and the disconnect watcher rely on:
 a scope swallows only its own cancellation, lets everyone else's through, and leaves the task's
@@ -13,9 +13,16 @@ import time
 import anyio
 import pytest
 
-from asgi_router.watchdog import ReadWatchdog, TaskScope, Ticker, new_scope, ticker_for
+from asgi_router.watchdog import ReadWatchdog, TaskScope, Ticker, Watchdog, new_scope, ticker_for, watchdog_for
 
 pytestmark = pytest.mark.anyio
+
+# A TaskScope is its own watchdog; a ReadWatchdog guards any scope (anyio's, on the httpx path).
+WATCHDOGS = pytest.mark.parametrize("kind", ["task scope itself", "read watchdog"])
+
+
+def _watchdog(kind: str, scope: TaskScope) -> Watchdog:
+    return scope if kind == "task scope itself" else ReadWatchdog(scope)
 
 
 async def _cancel_soon(scope: TaskScope | anyio.CancelScope, delay: float = 0.01) -> None:
@@ -113,10 +120,11 @@ async def test_a_cancellation_that_did_not_land_before_the_block_ended_is_taken_
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_not_before() -> None:
+@WATCHDOGS
+async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_not_before(kind: str) -> None:
     started = time.monotonic()
     with TaskScope() as scope:
-        watchdog = ReadWatchdog(scope)
+        watchdog = _watchdog(kind, scope)
         watchdog.arm(0.05)
         await asyncio.sleep(0.02)  # within the allowance
         watchdog.arm(0.05)  # the next read
@@ -129,9 +137,10 @@ async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_n
     assert 0.06 <= elapsed < 2.0
 
 
-async def test_a_disarmed_watchdog_never_cancels() -> None:
+@WATCHDOGS
+async def test_a_disarmed_watchdog_never_cancels(kind: str) -> None:
     with TaskScope() as scope:
-        watchdog = ReadWatchdog(scope)
+        watchdog = _watchdog(kind, scope)
         watchdog.arm(0.01)
         watchdog.disarm()  # e.g. waiting on a slow client
         await asyncio.sleep(0.05)
@@ -142,6 +151,21 @@ async def test_a_disarmed_watchdog_never_cancels() -> None:
 async def test_new_scope_is_a_task_scope_only_for_asyncio_native_code() -> None:
     assert isinstance(new_scope(True), TaskScope)
     assert isinstance(new_scope(False), anyio.CancelScope)
+
+
+async def test_a_task_scope_is_its_own_watchdog_and_an_anyio_scope_gets_one() -> None:
+    scope = TaskScope()
+    assert watchdog_for(scope) is scope
+    assert isinstance(watchdog_for(new_scope(False)), ReadWatchdog)
+
+
+async def test_leaving_an_armed_task_scope_leaves_the_ticker() -> None:
+    ticker = ticker_for(asyncio.get_running_loop())
+    before = ticker.pending()
+    with TaskScope() as scope:
+        scope.arm(30)
+        assert ticker.pending() == before + 1
+    assert ticker.pending() == before
 
 
 async def test_an_anyio_task_group_inside_an_anyio_scope_sees_the_client_leave() -> None:
@@ -158,7 +182,8 @@ async def test_an_anyio_task_group_inside_an_anyio_scope_sees_the_client_leave()
     assert outer.cancelled_caught and not finished_group
 
 
-async def test_one_ticker_timer_serves_many_watchdogs_and_each_fires_late_never_early() -> None:
+@WATCHDOGS
+async def test_one_ticker_timer_serves_many_watchdogs_and_each_fires_late_never_early(kind: str) -> None:
     loop = asyncio.get_running_loop()
     ticker = ticker_for(loop)
     fired: dict[int, float] = {}
@@ -166,7 +191,7 @@ async def test_one_ticker_timer_serves_many_watchdogs_and_each_fires_late_never_
     async def read(index: int, allowance: float) -> None:
         started = loop.time()
         with TaskScope() as scope:
-            watchdog = ReadWatchdog(scope)
+            watchdog = _watchdog(kind, scope)
             watchdog.arm(allowance)
             try:
                 await asyncio.sleep(5)
@@ -186,11 +211,12 @@ async def test_one_ticker_timer_serves_many_watchdogs_and_each_fires_late_never_
     assert ticker.pending() == 0
 
 
-async def test_a_closed_watchdog_leaves_the_ticker_and_a_rearmed_one_moves_to_a_later_slot() -> None:
+@WATCHDOGS
+async def test_a_closed_watchdog_leaves_the_ticker_and_a_rearmed_one_moves_to_a_later_slot(kind: str) -> None:
     ticker = ticker_for(asyncio.get_running_loop())
     before = ticker.pending()
     with TaskScope() as scope:
-        watchdog = ReadWatchdog(scope)
+        watchdog = _watchdog(kind, scope)
         watchdog.arm(0.03)
         assert ticker.pending() == before + 1
         for _ in range(6):  # a chunk every 10 ms keeps pushing the limit out
