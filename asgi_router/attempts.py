@@ -76,13 +76,6 @@ _FAILURE_BODY_CAP: Final = 64 * 1024
 _HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
 
 
-async def _first_chunk(chunks: AsyncIterator[bytes]) -> bytes:
-    async for chunk in chunks:
-        if chunk:
-            return chunk
-    return b""
-
-
 async def read_to_end(
     chunks: AsyncIterator[bytes],
     parts: list[bytes],
@@ -250,13 +243,19 @@ class AttemptLoop:
                         return await self._unserved(
                             candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, watchdog
                         )
-                    first = await _first_chunk(response.chunks)
+                    chunks = response.chunks
+                    try:  # the first non-empty chunk (b"": none before the end), in this frame
+                        first = await chunks.__anext__()
+                        while not first:
+                            first = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        first = b""
                     ttfb = clock() - started
                     if not first:
                         return Failed("stream_interrupted", status, ttfb=ttfb)
                     if not stream:
                         whole = await read_to_end(
-                            response.chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
+                            chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
                         )
                         if whole is None:
                             return Failed("upstream_5xx", status, ttfb=ttfb)

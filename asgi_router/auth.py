@@ -59,10 +59,31 @@ class Admitted:
     principal: object = None
 
 
+Verdict = Admitted | RouterError
+
+
 class Guard(Protocol):
     """Decides, from the scope alone, whether a request may use the router."""
 
-    async def check(self, scope: Scope) -> Admitted | RouterError: ...
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
+        """The decision, or an awaitable of it when it needs awaiting (an async ``authorize=``):
+        the router awaits only what must be awaited, not a coroutine per request."""
+        ...
+
+    async def check(self, scope: Scope) -> Verdict:
+        """The decision, awaited."""
+        ...
+
+
+class _Guard:
+    """:meth:`check` for every guard, from its :meth:`verdict`."""
+
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
+        raise NotImplementedError
+
+    async def check(self, scope: Scope) -> Verdict:
+        verdict = self.verdict(scope)
+        return verdict if isinstance(verdict, (Admitted, RouterError)) else await verdict
 
 
 def _unauthenticated(message: str) -> RouterError:
@@ -89,14 +110,17 @@ def _has_credentials(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     return any(name in (b"authorization", b"x-api-key") and value.strip() for name, value in headers)
 
 
-class _Open:
+_NOBODY: Final = Admitted()
+
+
+class _Open(_Guard):
     """``allow_unauthenticated=True``: everyone is admitted, as nobody."""
 
-    async def check(self, scope: Scope) -> Admitted | RouterError:
-        return Admitted()
+    def verdict(self, scope: Scope) -> Verdict:
+        return _NOBODY
 
 
-class _Keys:
+class _Keys(_Guard):
     """``api_keys``: a presented key must equal one of the configured keys."""
 
     def __init__(self, keys: list[SecretStr] | dict[str, SecretStr]) -> None:
@@ -107,7 +131,7 @@ class _Keys:
             for digest in (hashlib.sha256(key.get_secret_value().encode()).digest(),)
         )
 
-    async def check(self, scope: Scope) -> Admitted | RouterError:
+    def verdict(self, scope: Scope) -> Verdict:
         token = presented_key(scope["headers"])
         if token is None:
             return _unauthenticated(
@@ -121,16 +145,22 @@ class _Keys:
         return _DENIED if principal is None else Admitted(principal)
 
 
-class _Callable:
+class _Callable(_Guard):
     """``authorize=``: the host app's own check, awaited if it is async."""
 
     def __init__(self, authorize: Authorize) -> None:
         self._authorize = authorize
 
-    async def check(self, scope: Scope) -> Admitted | RouterError:
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
         verdict = self._authorize(scope, Headers(scope=scope))
         if inspect.isawaitable(verdict):
-            verdict = await verdict
+            return self._awaited(scope, verdict)
+        return self._decide(scope, verdict)
+
+    async def _awaited(self, scope: Scope, verdict: Awaitable[object]) -> Verdict:
+        return self._decide(scope, await verdict)
+
+    def _decide(self, scope: Scope, verdict: object) -> Verdict:
         if verdict is None or verdict is False:
             if _has_credentials(scope["headers"]):
                 return _DENIED

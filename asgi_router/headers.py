@@ -92,13 +92,19 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
 }
 
 
+_NO_TOKENS: Final[frozenset[bytes]] = frozenset()
+
+
 def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """Header names that a ``Connection`` header declares hop-by-hop for this message."""
-    tokens: set[bytes] = set()
+    """Header names that a ``Connection`` header declares hop-by-hop for this message
+    (``headers`` with lowercase names, as ASGI gives them)."""
+    tokens: set[bytes] | None = None
     for name, value in headers:
-        if name.lower() == b"connection":
+        if name == b"connection":
+            if tokens is None:
+                tokens = set()
             tokens.update(token.strip().lower() for token in value.split(b","))
-    return frozenset(tokens)
+    return _NO_TOKENS if tokens is None else frozenset(tokens)
 
 
 def request_headers_for_upstream(
@@ -130,6 +136,10 @@ def response_headers_for_client(
 ) -> list[tuple[bytes, bytes]]:
     """Upstream response headers minus everything that must not be relayed (names lowercased)."""
     pairs = [(name.lower(), value) for name, value in upstream]
-    dropped = _DROPPED_RESPONSE_HEADERS | _connection_tokens(pairs)
+    named = _connection_tokens(pairs)
     # Every x-router-* header is the router's to set: an upstream must not forge one.
-    return [(name, value) for name, value in pairs if name not in dropped and not name.startswith(b"x-router-")]
+    return [
+        (name, value)
+        for name, value in pairs
+        if name not in _DROPPED_RESPONSE_HEADERS and name not in named and not name.startswith(b"x-router-")
+    ]

@@ -39,7 +39,7 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .attempts import AttemptLoop
-from .auth import Authorize, build_guard
+from .auth import Admitted, Authorize, build_guard
 from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
 from .degraded import DegradedSettings, degraded_reply, should_degrade
@@ -234,7 +234,9 @@ class ModelRouter:
         """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
         model names are the gateway's configuration, not something to show anonymous callers."""
         assert self._models is not None
-        admitted = await self._guard.check(scope)
+        admitted = self._guard.verdict(scope)
+        if not isinstance(admitted, (Admitted, RouterError)):
+            admitted = await admitted
         if isinstance(admitted, RouterError):
             exchange = _Exchange(scope, receive, send, request_id_for(scope))
             await exchange.send_error(admitted)
@@ -322,7 +324,9 @@ class ModelRouter:
 
     async def _exchange(self, exchange: _Exchange) -> tuple[Plan, InboundRequest, RequestFacts] | None:
         scope, record = exchange.scope, exchange.record
-        admitted = await self._guard.check(scope)
+        admitted = self._guard.verdict(scope)
+        if not isinstance(admitted, (Admitted, RouterError)):
+            admitted = await admitted
         if isinstance(admitted, RouterError):
             await exchange.send_error(admitted)
             return None
@@ -429,7 +433,8 @@ class ModelRouter:
         spend: Spend | None = None
         try:
             if not stream:
-                await send_whole(exchange.send_tracked, result.response.status, headers, result.body)
+                exchange.response_started = True  # as for the relay: sent through the server's send
+                await send_whole(exchange.send, result.response.status, headers, result.body)
                 record.bytes_relayed = len(result.body)
                 spend = self._finish(record, winner, facts, result.body, None)
                 self._note_served(record, result, "served", spend)

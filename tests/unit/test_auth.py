@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from typing import Any
 
 import pytest
@@ -62,6 +63,23 @@ def test_authorize_that_is_not_callable_is_a_config_error() -> None:
 async def test_allow_unauthenticated_admits_a_request_without_credentials_as_nobody() -> None:
     guard = build_guard(_settings(allow_unauthenticated=True), None)
     assert await guard.check(_scope()) == Admitted(None)
+
+
+def test_key_and_open_guards_decide_without_anything_to_await() -> None:
+    # The router awaits a verdict only when it is awaitable: these two never need a coroutine.
+    assert build_guard(_settings(allow_unauthenticated=True), None).verdict(_scope()) == Admitted(None)
+    verdict = build_guard(_settings(api_keys=[KEY_A]), None).verdict(_scope((b"x-api-key", KEY_A.encode())))
+    assert isinstance(verdict, Admitted)
+
+
+async def test_an_async_authorize_verdict_is_awaited_and_a_sync_one_is_not() -> None:
+    async def later(scope: Any, headers: Any) -> str:
+        return "tenant-a"
+
+    pending = build_guard(_settings(), later).verdict(_scope())
+    assert inspect.isawaitable(pending)
+    assert await pending == Admitted("tenant-a")
+    assert build_guard(_settings(), lambda scope, headers: "tenant-b").verdict(_scope()) == Admitted("tenant-b")
 
 
 # --- api_keys -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from asgi_router.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
 from asgi_router.headers import request_headers_for_upstream, response_headers_for_client
-from asgi_router.inbound import InboundRequest, parse_request, request_id_for
+from asgi_router.inbound import InboundRequest, fresh_request_id, parse_request, request_id_for
 from asgi_router.wire import WireBody, wire_targets
 
 # --- exhausted_error ------------------------------------------------------------------------
@@ -402,6 +403,29 @@ def test_request_id_for_generates_a_fresh_id_when_absent() -> None:
     second = request_id_for(_scope())
     assert _GENERATED.fullmatch(first) and _GENERATED.fullmatch(second)
     assert first != second
+
+
+def test_fresh_request_ids_stay_distinct_across_many_pool_refills() -> None:
+    ids = [fresh_request_id() for _ in range(2000)]  # ~8 refills of the 256-id pool
+    assert len(set(ids)) == len(ids)
+    assert all(_GENERATED.fullmatch(request_id) for request_id in ids)
+
+
+def test_a_forked_child_draws_request_ids_of_its_own_not_its_parents() -> None:
+    fresh_request_id()  # the parent's pool now holds unused ids
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        try:
+            os.write(write_end, fresh_request_id().encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    drawn_by_child = os.read(read_end, 64).decode()
+    os.close(read_end)
+    os.waitpid(child, 0)
+    assert _GENERATED.fullmatch(drawn_by_child)
+    assert drawn_by_child != fresh_request_id()
 
 
 # --- WireBody / wire_targets --------------------------------------------------------------
