@@ -23,6 +23,7 @@ for each young-generation garbage collection to walk (see docs/performance.rst).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import MutableMapping
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -31,7 +32,7 @@ import anyio
 from starlette.types import Receive
 
 from .events import logger
-from .watchdog import TaskScope, ticker_for
+from .watchdog import ARRIVING, TaskScope, ticker_for
 
 __all__ = ["WATCH_AFTER", "Party", "Watching"]
 
@@ -69,7 +70,7 @@ class Watching:
     listener's callback (until the listener ends), so a finished request leaves no cycle.
     """
 
-    __slots__ = ("_after", "_loop", "_party", "_scope", "_slot", "_task", "_ticker")
+    __slots__ = ("_after", "_listen_at", "_loop", "_party", "_scope", "_slot", "_task", "_ticker")
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class Watching:
         self._party = party
         self._after = after
         self._ticker = ticker_for(loop)
+        self._listen_at = math.inf
         self._slot: int | None = None
         self._task: asyncio.Future[MutableMapping[str, Any]] | None = None
 
@@ -94,11 +96,21 @@ class Watching:
     def __enter__(self) -> TaskScope | anyio.CancelScope:
         scope = self._scope
         scope.__enter__()
-        self._slot = self._ticker.watch(self, self._loop.time() + self._after)
+        self._listen_at = self._loop.time() + self._after
+        self._slot = ARRIVING  # the next tick slots it (a block over by then never is)
+        self._ticker.arrive(self)
         return scope
 
+    def waiting(self) -> bool:
+        return self._slot is not None
+
     def due(self, now: float) -> None:
-        """The ticker's call: the block is still going, so start listening."""
+        """The ticker's call: its slot has come, or the tick after it arrived."""
+        if self._slot is None:  # the block is over
+            return
+        if now < self._listen_at:
+            self._slot = self._ticker.watch(self, self._listen_at)
+            return
         self._slot = None
         self._listen()
 
@@ -123,8 +135,10 @@ class Watching:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         self._party.complete()
-        if self._slot is not None:  # never started: leave the ticker
-            self._ticker.unwatch(self, self._slot)
+        slot = self._slot
+        if slot is not None:  # never started: leave the ticker (an arrival is dropped by its tick)
+            if slot != ARRIVING:
+                self._ticker.unwatch(self, slot)
             self._slot = None
         if self._task is not None:
             # Cancelled, not awaited: it only waits in receive(), and ending it needs nothing

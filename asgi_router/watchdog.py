@@ -30,7 +30,7 @@ import os
 import threading
 import weakref
 from types import TracebackType
-from typing import Protocol
+from typing import Final, Protocol
 
 import anyio
 
@@ -51,9 +51,18 @@ __all__ = [
 ]
 
 
+#: ``_slot`` of a watchdog or watch the ticker has not slotted yet (see :meth:`Ticker.arrive`).
+ARRIVING: Final = -1
+
+
 class _Armed:
     """What every watchdog does on the loop's :class:`Ticker`: keep the time the next read must be
-    done by, sit in the ticker's slot for it, and call :meth:`_overrun` when it has passed."""
+    done by, sit in the ticker's slot for it, and call :meth:`_overrun` when it has passed.
+
+    A first ``arm()`` only *arrives* at the ticker (:meth:`Ticker.arrive`, a list append); the
+    next tick slots it by the time it is armed for then. Most watchdogs are closed before that
+    tick (the read came) and so never cost a slot's insertion and removal.
+    """
 
     __slots__ = ("_expires", "_slot", "_ticker", "_when")
 
@@ -69,25 +78,33 @@ class _Armed:
             ticker = self._ticker
             if ticker is None:
                 ticker = self._ticker = ticker_for(loop)
-            elif self._slot is not None:
+            elif self._slot is not None:  # in a later slot (an arriving one has _when -inf)
                 ticker.unwatch(self, self._slot)
-            self._slot = slot = ticker.watch(self, expires)
-            self._when = slot * Ticker.RESOLUTION
+            self._slot = ARRIVING
+            self._when = -math.inf  # looked at on the next tick, whatever it is armed for by then
+            ticker.arrive(self)
 
     def disarm(self) -> None:
         """Stop counting until the next ``arm()`` (e.g. while the client is being written to)."""
         self._expires = math.inf
 
     def close(self) -> None:
-        """Leave the ticker, if watched: no more limits."""
-        if self._slot is not None:
-            assert self._ticker is not None
-            self._ticker.unwatch(self, self._slot)
+        """Leave the ticker, if watched: no more limits (an arriving watchdog is dropped by the
+        next tick, which finds it unarmed)."""
+        slot = self._slot
+        if slot is not None:
+            if slot != ARRIVING:
+                assert self._ticker is not None
+                self._ticker.unwatch(self, slot)
             self._slot = None
         self._when = self._expires = math.inf
 
+    def waiting(self) -> bool:
+        return self._slot is not None
+
     def due(self, now: float) -> None:
-        """The ticker's call: this watchdog's slot has come (and it has left the slot)."""
+        """The ticker's call: this watchdog's slot has come, or the tick after its arrival (it has
+        left the slot or the arrivals)."""
         self._slot = None
         self._when = math.inf
         expires = self._expires
@@ -137,14 +154,15 @@ class TaskScope(_Armed):
 
     __slots__ = ("_base", "_cancelled", "_exited", "_loop", "_task", "cancelled_caught")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         # _Armed's fields set here rather than through super().__init__(): a scope is made per
         # attempt and per request, and the call cost more than the assignments.
         self._ticker = None
         self._expires = self._when = math.inf
         self._slot = None
         self._task: asyncio.Task[object] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The running loop (new_scope() knows it already; otherwise looked up on entry).
+        self._loop = loop
         self._base = 0
         self._cancelled = False
         self._exited = False
@@ -152,7 +170,7 @@ class TaskScope(_Armed):
         self.cancelled_caught = False
 
     def __enter__(self) -> TaskScope:
-        loop = running_loop()
+        loop = self._loop or running_loop()
         task = None if loop is None else asyncio.current_task(loop)
         if loop is None or task is None:  # pragma: no cover - new_scope() only builds one inside a task
             raise RuntimeError("TaskScope must be entered inside an asyncio task")
@@ -178,12 +196,13 @@ class TaskScope(_Armed):
         self._exited = True
         if self._slot is not None:
             self.close()
+        task, self._task = self._task, None  # an arriving scope may outlive its block by a tick
         if not self._cancelled:
             return False
-        assert self._task is not None
+        assert task is not None
         # Take back our request either way (the block may have ended before it landed); swallow
         # the CancelledError only when no other cancellation is pending on the task.
-        if self._task.uncancel() <= self._base and exc_type is asyncio.CancelledError:
+        if task.uncancel() <= self._base and exc_type is asyncio.CancelledError:
             self.cancelled_caught = True
             return True
         return False
@@ -264,16 +283,21 @@ def new_scope(native: bool) -> TaskScope | anyio.CancelScope:
     backend (sniffio, ``current_task``) on every construction, a third of its cost on uvloop.
     On any other loop anyio supports (trio), ``anyio.CancelScope()``.
     """
-    if running_loop() is None:  # not asyncio (trio): let anyio pick the backend
+    loop = running_loop()
+    if loop is None:  # not asyncio (trio): let anyio pick the backend
         return anyio.CancelScope()
-    return TaskScope() if native else _AsyncioCancelScope()
+    return TaskScope(loop) if native else _AsyncioCancelScope()
 
 
 class Timed(Protocol):
     """What a :class:`Ticker` keeps: something to tell when its time has come."""
 
     def due(self, now: float) -> None:
-        """Called by the ticker once the time it was watched for has passed (``now``: loop time)."""
+        """Called by the ticker once the time it was watched for has passed, or on the first tick
+        after it arrived (then it checks the time itself). ``now``: loop time."""
+
+    def waiting(self) -> bool:
+        """Whether it is still in a slot or arriving (:meth:`Ticker.pending`)."""
 
 
 class Ticker:
@@ -286,9 +310,14 @@ class Ticker:
     earliest slot that has watchdogs, checks a slot's watchdogs when it is due. So a limit
     fires up to :data:`RESOLUTION` late, never early, and the loop holds at most one timer for
     all of them however many requests are open.
+
+    Cheaper still for the common case: a watchdog first only *arrives* (:meth:`arrive`, a list
+    append), and the next tick (at most :data:`RESOLUTION` away) slots the ones still armed. A
+    read that comes within the tick, as nearly all do, never touches a slot; the arrivals list
+    holds a closed watchdog until that tick.
     """
 
-    __slots__ = ("__weakref__", "_due", "_handle", "_loop", "_slots", "_when")
+    __slots__ = ("__weakref__", "_arrivals", "_due", "_handle", "_loop", "_slots", "_soon", "_when")
 
     #: Seconds per slot: how late a limit may fire.
     RESOLUTION = 0.01
@@ -301,6 +330,8 @@ class Ticker:
         self._due: list[int] = []  # a heap of slot numbers; some may have emptied since
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf  # the slot the timer is set for
+        self._arrivals: list[Timed] = []
+        self._soon = False  # a tick is set for the next slot boundary at the latest
 
     def watch(self, watchdog: Timed, expires: float) -> int:
         """Call ``watchdog.due(now)`` once ``expires`` (loop time) has passed; returns its slot."""
@@ -314,6 +345,17 @@ class Ticker:
         members.add(watchdog)
         return slot
 
+    def arrive(self, watchdog: Timed) -> None:
+        """Call ``watchdog.due(now)`` on the next tick (at most :data:`RESOLUTION` away)."""
+        self._arrivals.append(watchdog)
+        if not self._soon:
+            self._soon = True
+            loop = self._loop()
+            if loop is not None:
+                slot = int(loop.time() / self.RESOLUTION) + 1
+                if slot < self._when:
+                    self._schedule(slot)
+
     def unwatch(self, watchdog: Timed, slot: int) -> None:
         members = self._slots.get(slot)
         if members is not None:
@@ -326,8 +368,9 @@ class Ticker:
         return self._loop()
 
     def pending(self) -> int:
-        """Watchdogs waiting for their slot (tests, leak checks)."""
-        return sum(len(members) for members in self._slots.values())
+        """Watchdogs waiting for their slot or arriving (tests, leak checks)."""
+        arriving = sum(1 for watchdog in self._arrivals if watchdog.waiting())
+        return arriving + sum(len(members) for members in self._slots.values())
 
     def _schedule(self, slot: int) -> None:
         if self._handle is not None:
@@ -341,6 +384,7 @@ class Ticker:
     def _tick(self) -> None:
         self._handle = None
         self._when = math.inf
+        self._soon = False
         loop = self._loop()
         if loop is None:  # pragma: no cover - a timer runs on its loop
             return
@@ -351,9 +395,15 @@ class Ticker:
             if members:
                 for watchdog in members:
                     watchdog.due(now)  # may watch again, in a later slot
+        arrivals = self._arrivals
+        if arrivals:
+            self._arrivals = []
+            for watchdog in arrivals:
+                if watchdog.waiting():  # closed since it arrived: nothing to do
+                    watchdog.due(now)  # overdue, or into its slot
         while due and due[0] not in slots:  # slots that emptied before they were due
             heapq.heappop(due)
-        if due:
+        if due and due[0] < self._when:  # unless a watch() meanwhile set the timer as early
             self._schedule(due[0])
 
 

@@ -120,19 +120,26 @@ async def test_a_cancellation_that_did_not_land_before_the_block_ended_is_taken_
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-@WATCHDOGS
-async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_not_before(kind: str) -> None:
+async def _stuck_read(kind: str, *allowances: float) -> tuple[TaskScope, float]:
+    """Arm each allowance in turn (a read arriving 20 ms into each but the last), then block in
+    the last read until the watchdog cancels it; the scope and the seconds it all took."""
     started = time.monotonic()
     with TaskScope() as scope:
         watchdog = _watchdog(kind, scope)
-        watchdog.arm(0.05)
-        await asyncio.sleep(0.02)  # within the allowance
-        watchdog.arm(0.05)  # the next read
+        for allowance in allowances[:-1]:
+            watchdog.arm(allowance)
+            await asyncio.sleep(0.02)  # within the allowance
+        watchdog.arm(allowances[-1])  # the read that never comes
         try:
             await asyncio.sleep(5)
         finally:
             watchdog.close()
-    elapsed = time.monotonic() - started
+    return scope, time.monotonic() - started
+
+
+@WATCHDOGS
+async def test_a_read_watchdog_cancels_its_task_scope_when_a_read_overruns_and_not_before(kind: str) -> None:
+    scope, elapsed = await _stuck_read(kind, 0.05, 0.05)
     assert scope.cancelled_caught
     assert 0.06 <= elapsed < 2.0
 
@@ -242,3 +249,22 @@ def test_a_finished_loop_and_its_ticker_are_collected_even_with_a_watchdog_left_
     asyncio.run(make())  # another loop takes the one-loop cache
     gc.collect()
     assert ticker() is None and loop() is None
+
+
+async def test_a_watchdog_closed_before_the_next_tick_never_takes_a_slot() -> None:
+    ticker = ticker_for(asyncio.get_running_loop())
+    with TaskScope() as scope:
+        scope.arm(30)  # arrives: only a list append
+        assert ticker.pending() >= 1 and scope.waiting()
+    assert not scope.waiting()
+    slotted_before = sum(len(members) for members in ticker._slots.values())
+    await asyncio.sleep(2 * Ticker.RESOLUTION)  # the tick drops it
+    assert sum(len(members) for members in ticker._slots.values()) == slotted_before
+    assert scope not in ticker._arrivals
+
+
+@WATCHDOGS
+async def test_an_allowance_shorter_than_a_tick_fires_at_the_next_tick_never_before(kind: str) -> None:
+    scope, elapsed = await _stuck_read(kind, 0.002)
+    assert scope.cancelled_caught
+    assert 0.002 <= elapsed < 0.5
