@@ -217,18 +217,61 @@ class ModelRouter:
         self._health = HealthProber(self.settings, self._providers, self._gate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            if scope["method"] == "POST" and scope["path"] in self._routes:
-                await self._serve(scope, receive, send)
-                return
-            if self._models is not None and scope["method"] in ("GET", "HEAD") and self._models.handles(scope["path"]):
+        """Serve a chat request in this very frame (a coroutine fewer for every request, held for
+        as long as it is open); hand everything else on: ``lifespan`` and ``GET /v1/models`` to
+        the router's own handlers, the rest to the host app."""
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self._routes:
+            kind = scope["type"]
+            if kind == "lifespan":
+                await self._lifespan(scope, receive, send)
+            elif (
+                kind == "http"
+                and self._models is not None
+                and scope["method"] in ("GET", "HEAD")
+                and self._models.handles(scope["path"])
+            ):
                 await self._list_models(scope, receive, send)
-                return
-        elif kind == "lifespan":
-            await self._lifespan(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        started = self._clock()
+        exchange = _Exchange(scope, receive, send, request_id_for(scope))
+        try:
+            prepared = await self._exchange(exchange)
+            if prepared is not None:
+                plan, request, facts = prepared
+                del prepared
+                # From here upstreams are involved: a client that leaves cancels the work.
+                # asyncio: the listener starts only if the request is still going after a tick
+                # (disconnect.py) and is cancelled, not awaited, at the end. An anyio task group
+                # (the trio spelling, _watched) does the same at ~10x the cost on uvloop.
+                # A hedged plan races in an anyio task group, which must see the client leaving
+                # as its parent scope's cancellation (a bare Task.cancel() would be taken for the
+                # group's own and swallowed): it gets an anyio scope, as does a transport that
+                # needs anyio's; every other request the cheaper TaskScope.
+                loop = running_loop()
+                if loop is None:
+                    await self._watched(exchange, plan, request, facts)
+                else:
+                    cancel = new_scope(self._loop.native_cancel and not plan.hedged)
+                    with Watching(loop, cancel, exchange):
+                        # The attempts are awaited from this frame, _respond only once they are
+                        # decided: one coroutine frame fewer held while an upstream is awaited.
+                        result = await self._attempts(exchange, plan, request, facts)
+                        await self._respond(exchange, plan, request, facts, result)
+                if exchange.disconnected:
+                    exchange.record.status = 499
+                    self._note_abort(exchange.record)
+        except Exception:
+            logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
+            if not exchange.response_started:
+                await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
+        finally:
+            if exchange.lease is not None:  # the relay never reported: cancelled or crashed
+                exchange.lease.finish("client_disconnected")
+            exchange.record.latency = self._clock() - started
+            self.recent.add(exchange.record)
+            self.events.publish(exchange.record)
 
     async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
@@ -281,46 +324,6 @@ class ModelRouter:
             tasks.start_soon(self._health.run)
             await stop.wait()
             tasks.cancel_scope.cancel()
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = self._clock()
-        exchange = _Exchange(scope, receive, send, request_id_for(scope))
-        try:
-            prepared = await self._exchange(exchange)
-            if prepared is not None:
-                plan, request, facts = prepared
-                del prepared
-                # From here upstreams are involved: a client that leaves cancels the work.
-                # asyncio: the listener starts only if the request is still going after a tick
-                # (disconnect.py) and is cancelled, not awaited, at the end. An anyio task group
-                # (the trio spelling, _watched) does the same at ~10x the cost on uvloop.
-                # A hedged plan races in an anyio task group, which must see the client leaving
-                # as its parent scope's cancellation (a bare Task.cancel() would be taken for the
-                # group's own and swallowed): it gets an anyio scope, as does a transport that
-                # needs anyio's; every other request the cheaper TaskScope.
-                loop = running_loop()
-                if loop is None:
-                    await self._watched(exchange, plan, request, facts)
-                else:
-                    cancel = new_scope(self._loop.native_cancel and not plan.hedged)
-                    with Watching(loop, cancel, exchange):
-                        # The attempts are awaited from this frame, _respond only once they are
-                        # decided: one coroutine frame fewer held while an upstream is awaited.
-                        result = await self._attempts(exchange, plan, request, facts)
-                        await self._respond(exchange, plan, request, facts, result)
-                if exchange.disconnected:
-                    exchange.record.status = 499
-                    self._note_abort(exchange.record)
-        except Exception:
-            logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
-            if not exchange.response_started:
-                await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
-        finally:
-            if exchange.lease is not None:  # the relay never reported: cancelled or crashed
-                exchange.lease.finish("client_disconnected")
-            exchange.record.latency = self._clock() - started
-            self.recent.add(exchange.record)
-            self.events.publish(exchange.record)
 
     async def _exchange(self, exchange: _Exchange) -> tuple[Plan, InboundRequest, RequestFacts] | None:
         scope, record = exchange.scope, exchange.record
@@ -409,7 +412,7 @@ class ModelRouter:
         stream = request.stream
         request_id = record.request_id
         if isinstance(result, Committed):
-            exchange.lease = result.lease  # held until the relay ends; _serve finishes it if it never does
+            exchange.lease = result.lease  # held until the relay ends; __call__ finishes it if it never does
         if isinstance(result, RouterError):
             attempts = sum(1 for e in record.events if e.outcome != "skipped")
             degraded = plan.policy.degraded if plan.policy is not None else None
