@@ -106,6 +106,7 @@ _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_b
 # The C scanner ``json.loads`` itself uses, bound to that decoder's hooks (typeshed types it oddly).
 _SCAN: Final = cast(Callable[[str, int], tuple[Any, int]], make_scanner(_DECODER))  # type: ignore[arg-type]
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_SPACE: Final = " \t\n\r"
 
 #: A ``(start, end)`` byte range of a body.
 Span = tuple[int, int]
@@ -115,55 +116,65 @@ class _NotSpannable(ValueError):
     """The walk cannot vouch for a span (not an object, or a syntax error): decode it plainly."""
 
 
-def _ws(text: str, index: int) -> int:
-    """The index of the first non-whitespace character at or after ``index``."""
-    if text[index : index + 1] not in " \t\n\r":  # the usual case (compact JSON): no regex call
-        return index
-    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]  # always matches
-
-
 def _object_with_span(text: str, key: str) -> tuple[dict[str, Any], Span | None]:
     """Parse a top-level JSON object; also the character span of ``key``'s value.
 
     ``None`` for the span when ``key`` is absent or when *any* member name repeats: an upstream
     might read the first of two where the router read the last, so such a body is re-serialised
     from what the router read. Hook refusals (:class:`_Refusal`) propagate as they are.
+
+    Member names and values are read by the C scanners; the Python around them is kept to a
+    character test per separator (compact JSON, what SDKs send, has no whitespace to skip).
     """
-    end = _ws(text, 0)
-    if text[end : end + 1] != "{":
-        raise _NotSpannable("not an object")
-    end = _ws(text, end + 1)
+    skip = _WHITESPACE.match
     payload: dict[str, Any] = {}
     span: Span | None = None
     members = 0
-    if text[end : end + 1] == "}":
+    try:
+        end = 0 if text[0] not in _SPACE else skip(text, 0).end()  # type: ignore[union-attr]
+        if text[end] != "{":
+            raise _NotSpannable("not an object")
         end += 1
-    else:
-        while True:
-            if text[end : end + 1] != '"':
-                raise _NotSpannable("expected a member name")
-            name, end = scanstring(text, end + 1, True)
-            end = _ws(text, end)
-            if text[end : end + 1] != ":":
-                raise _NotSpannable("expected ':'")
-            start = end = _ws(text, end + 1)
-            try:
-                value, end = _SCAN(text, start)
-            except StopIteration:
-                raise _NotSpannable("expected a value") from None
-            if name == key:
-                span = (start, end)
-            payload[name] = value
-            members += 1
-            end = _ws(text, end)
-            separator = text[end : end + 1]
+        if text[end] in _SPACE:
+            end = skip(text, end).end()  # type: ignore[union-attr]
+        if text[end] == "}":
             end += 1
-            if separator == "}":
-                break
-            if separator != ",":
-                raise _NotSpannable("expected ',' or '}'")
-            end = _ws(text, end)
-    if _ws(text, end) != len(text):
+        else:
+            while True:
+                if text[end] != '"':
+                    raise _NotSpannable("expected a member name")
+                name, end = scanstring(text, end + 1, True)
+                char = text[end]
+                if char in _SPACE:
+                    end = skip(text, end).end()  # type: ignore[union-attr]
+                    char = text[end]
+                if char != ":":
+                    raise _NotSpannable("expected ':'")
+                start = end + 1
+                if text[start] in _SPACE:
+                    start = skip(text, start).end()  # type: ignore[union-attr]
+                try:
+                    value, end = _SCAN(text, start)
+                except StopIteration:
+                    raise _NotSpannable("expected a value") from None
+                if name == key:
+                    span = (start, end)
+                payload[name] = value
+                members += 1
+                char = text[end]
+                if char in _SPACE:
+                    end = skip(text, end).end()  # type: ignore[union-attr]
+                    char = text[end]
+                end += 1
+                if char == "}":
+                    break
+                if char != ",":
+                    raise _NotSpannable("expected ',' or '}'")
+                if text[end] in _SPACE:
+                    end = skip(text, end).end()  # type: ignore[union-attr]
+    except IndexError:  # ran off the end: the decoder says what is wrong
+        raise _NotSpannable("truncated") from None
+    if end != len(text) and skip(text, end).end() != len(text):  # type: ignore[union-attr]
         raise _NotSpannable("extra data after the object")
     return payload, (span if members == len(payload) else None)
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from asgi_router import InvalidRef, ModelRef, ModelRouter, Plan, RouterSettings, parse_model_ref
 from asgi_router.plan import Resolver
 from asgi_router.refs import MAX_MODEL_ID_LENGTH
+from asgi_router.safejson import JsonRefused, loads_with_span
 from asgi_router.screen import FORBIDDEN_FIELDS
 from asgi_router.upstream import ProviderRuntime
 
@@ -63,6 +64,59 @@ def test_model_ref_parsing_is_total_and_whatever_it_accepts_is_header_safe(value
         assert len(str(ref)) <= MAX_MODEL_ID_LENGTH + 65
     else:
         assert ref.message.isascii() and ref.message.isprintable()
+
+
+# --- the request parse's span walk ------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+_LAYOUTS = st.sampled_from(
+    [
+        {"separators": (",", ":")},
+        {"separators": (", ", ": ")},
+        {"separators": (" ,\t", " :\r\n ")},
+        {"indent": 2},
+    ]
+)
+
+
+def _chat_body(members: dict[str, Any], model: str, at: int, layout: dict[str, Any], ascii_only: bool) -> bytes:
+    items = [(name, value) for name, value in members.items() if name != "model"]
+    items.insert(min(at, len(items)), ("model", model))
+    return json.dumps(dict(items), ensure_ascii=ascii_only, **layout).encode()
+
+
+@_FAST
+@given(
+    members=st.dictionaries(st.text(max_size=6), json_values, max_size=5),
+    model=st.text(max_size=10),
+    at=st.integers(0, 5),
+    layout=_LAYOUTS,
+    ascii_only=st.booleans(),
+)
+def test_the_span_walk_reads_any_object_as_json_does_and_spans_exactly_its_model(
+    members: dict[str, Any], model: str, at: int, layout: dict[str, Any], ascii_only: bool
+) -> None:
+    body = _chat_body(members, model, at, layout, ascii_only)
+    parsed = loads_with_span(body, "model")
+    assert not isinstance(parsed, JsonRefused)
+    payload, span = parsed
+    assert payload == json.loads(body)
+    assert span is not None
+    assert json.loads(body[span[0] : span[1]]) == model
+
+
+@_FAST
+@given(members=st.dictionaries(st.text(max_size=6), json_values, max_size=4), layout=_LAYOUTS, cut=st.data())
+def test_any_truncated_object_is_refused_not_crashed_on(
+    members: dict[str, Any], layout: dict[str, Any], cut: st.DataObject
+) -> None:
+    body = _chat_body(members, "group/x", 0, layout, True)
+    end = cut.draw(st.integers(0, len(body.rstrip()) - 1))
+    assert isinstance(loads_with_span(body[:end], "model"), JsonRefused)
 
 
 # --- config validation -------------------------------------------------------------------------
