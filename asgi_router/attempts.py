@@ -90,12 +90,15 @@ async def read_to_end(
     Each read must arrive within ``idle`` seconds and before ``deadline``: ``watchdog`` cancels
     its scope (the caller's) otherwise.
     """
-    size = sum(len(part) for part in parts)
+    size = 0
+    for part in parts:
+        size += len(part)
     while True:
         watchdog.arm(min(idle, deadline - clock()))
-        chunk = await anext(chunks, None)
-        if chunk is None:
-            return b"".join(parts)
+        try:
+            chunk = await chunks.__anext__()  # no anext() wrapper per read
+        except StopAsyncIteration:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         size += len(chunk)
         if size > limit:
             return None

@@ -181,8 +181,9 @@ def _object_with_span(text: str, key: str) -> tuple[dict[str, Any], Span | None]
 
 def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefused:
     try:
-        # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes.
-        encoding = json.detect_encoding(body)
+        # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes (an object whose
+        # first member name starts at once, as SDKs send it, can only be UTF-8).
+        encoding = "utf-8" if body[:2] == b'{"' else json.detect_encoding(body)
         text = body.decode(encoding, "surrogatepass")
         value: Any
         span: Span | None = None
