@@ -280,7 +280,9 @@ class AttemptLoop:
             raise
         finally:
             if response is not None and (not handed_off or not stream):
-                await close_response(response)  # closed even when cancelled: never leak it
+                closing = close_response(response)  # closed even when cancelled: never leak it
+                if closing is not None:
+                    await closing
 
     async def _unserved(
         self,

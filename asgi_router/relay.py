@@ -145,7 +145,9 @@ async def relay_stream(
     finally:
         if record is not None:
             record.bytes_relayed = sent
-        await close_response(response)
+        closing = close_response(response)
+        if closing is not None:
+            await closing
 
 
 async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

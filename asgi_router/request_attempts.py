@@ -252,7 +252,9 @@ class RequestAttempts:
         if result is not None:
             self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
             if isinstance(result, Committed):
-                await close_response(result.response)
+                closing = close_response(result.response)
+                if closing is not None:
+                    await closing
         self._note(ready.key, "aborted", Failed(reason), elapsed, summary=False)
 
     async def abandon(self, decided: Committed | Refused | RouterError | None) -> None:
@@ -267,7 +269,9 @@ class RequestAttempts:
         if decided.lease is not None:
             decided.lease.finish("client_disconnected")
         self._loop._book.finished(key, self.facts, None)
-        await close_response(decided.response)
+        closing = close_response(decided.response)
+        if closing is not None:
+            await closing
         elapsed = self._loop._clock() - decided.started
         self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
 
