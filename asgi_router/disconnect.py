@@ -6,7 +6,7 @@ so noticing it while the router waits on an upstream takes a second task blocked
 of a fast request's whole cost, and a request answered within a few milliseconds never needs
 it: there is nothing left to cancel by the time a disconnect could be noticed.
 
-So the listener starts late: :class:`Watching` asks the loop's
+So the listener starts late: the request's cancel scope asks the loop's
 :class:`~asgi_router.watchdog.Ticker` to start it :data:`WATCH_AFTER` seconds into the upstream
 work (one or two ticker slots: 10 to 20 ms). A request done by then never creates it; a longer
 one (every real model call, every stream) gets it, and a client that leaves is noticed at most
@@ -14,16 +14,18 @@ that much later than with a listener from the first moment. Waiting on ``receive
 would not notice anything sooner in the common case anyway: servers report the disconnect
 when the connection closes, which a client that just sent its request rarely does within 20 ms.
 
-One object per request does it all (the context manager, the ticker's entry, the listener's
-callback), and it talks to the request through one :class:`Party` rather than through bound
-methods and partials: every object a request holds while it waits on an upstream is one more
-for each young-generation garbage collection to walk (see docs/performance.rst).
+:func:`watching` gives the block's scope. On the asyncio-native path it is one object, a
+:class:`ListeningScope`: the request's :class:`~asgi_router.watchdog.TaskScope`, its ticker
+entry and the listener's callback at once (every object a request holds while it waits on an
+upstream is one more for each young-generation garbage collection to walk, see
+docs/performance.rst). An anyio scope (hedged plans, the httpx transport) is wrapped by a
+:class:`Watching` instead. Either talks to the request through one :class:`Party`, not through
+bound methods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import MutableMapping
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -32,9 +34,9 @@ import anyio
 from starlette.types import Receive
 
 from .events import logger
-from .watchdog import ARRIVING, TaskScope, ticker_for
+from .watchdog import TaskScope, _Armed, new_scope
 
-__all__ = ["WATCH_AFTER", "Party", "Watching"]
+__all__ = ["WATCH_AFTER", "ListeningScope", "Party", "Watching", "watching"]
 
 #: Seconds into the upstream work at which the disconnect listener starts (plus up to one
 #: ticker slot, :data:`~asgi_router.watchdog.Ticker.RESOLUTION`).
@@ -55,22 +57,99 @@ class Party(Protocol):
         no abort."""
 
 
-class Watching:
-    """``with Watching(loop, scope, party):`` runs the block in ``scope``, which the client
-    leaving cancels (through ``party.client_left(scope)``).
+class _Listening:
+    """The listener: ``party.receive()``'s own awaitable run as a task, with a done-callback (no
+    coroutine of ours around it). A message other than ``http.disconnect`` starts the next
+    ``receive()``; a ``receive()`` that fails is logged and taken as the client being gone,
+    since nobody awaits the task. Started by the ticker (``_overrun``: the watch's time has
+    come), stopped on the way out of the block.
 
-    A plain context manager rather than a coroutine wrapping the block: the request's work is
-    awaited by the caller's own frame, so no extra coroutine frame is held per open stream.
-    From :data:`WATCH_AFTER` seconds into the block, the listener is ``party.receive()``'s own
-    awaitable run as a task with a done-callback (no coroutine of ours around it). A message
-    other than ``http.disconnect`` starts the next ``receive()``; a ``receive()`` that fails is
-    logged and taken as the client being gone, since nobody awaits the task.
-
-    Nothing refers back to this object but the ticker (while it waits for its slot) and the
-    listener's callback (until the listener ends), so a finished request leaves no cycle.
+    Nothing refers back to the object but the ticker (while it waits) and the listener's
+    callback (until the listener ends), so a finished request leaves no cycle.
     """
 
-    __slots__ = ("_after", "_listen_at", "_loop", "_party", "_scope", "_slot", "_task", "_ticker")
+    # Empty: the two classes below declare the slots (two bases with slots of their own cannot
+    # be combined); mypy cannot see that, hence the ignores where the mixin assigns them.
+    __slots__ = ()
+
+    _listen_loop: asyncio.AbstractEventLoop
+    _party: Party
+    _listener: asyncio.Future[MutableMapping[str, Any]] | None
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listener task is running (tests)."""
+        return self._listener is not None
+
+    def _watched_scope(self) -> TaskScope | anyio.CancelScope:
+        raise NotImplementedError
+
+    def _overrun(self) -> None:
+        """The ticker's call once :data:`WATCH_AFTER` has passed: the block is still going."""
+        self._listen()
+
+    def _listen(self) -> None:
+        task = asyncio.ensure_future(self._party.receive(), loop=self._listen_loop)
+        task.add_done_callback(self._heard)
+        self._listener = task  # type: ignore[misc]
+
+    def _heard(self, task: asyncio.Future[MutableMapping[str, Any]]) -> None:
+        if task is not self._listener or task.cancelled():  # stopped meanwhile
+            return
+        self._listener = None  # type: ignore[misc]
+        failure = task.exception()
+        if failure is not None:
+            logger.error("asgi_router: receive() failed while waiting for a disconnect", exc_info=failure)
+        elif task.result().get("type") != "http.disconnect":
+            self._listen()
+            return
+        self._party.client_left(self._watched_scope())
+
+    def _stop_listening(self) -> None:
+        # Cancelled, not awaited: it only waits in receive(), and ending it needs nothing from
+        # the request.
+        if self._listener is not None:
+            task, self._listener = self._listener, None  # type: ignore[misc]
+            task.cancel()
+
+
+class ListeningScope(_Listening, TaskScope):
+    """``with ListeningScope(loop, party):`` a :class:`~asgi_router.watchdog.TaskScope` whose own
+    ticker entry, armed for :data:`WATCH_AFTER` on entry, starts the disconnect listener instead
+    of cancelling; the client leaving cancels it (through ``party.client_left(scope)``)."""
+
+    __slots__ = ("_after", "_listen_loop", "_listener", "_party")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, party: Party, after: float = WATCH_AFTER) -> None:
+        TaskScope.__init__(self, loop)
+        self._listen_loop = loop
+        self._party = party
+        self._after = after
+        self._listener = None
+
+    def _watched_scope(self) -> TaskScope:
+        return self
+
+    def __enter__(self) -> ListeningScope:
+        TaskScope.__enter__(self)
+        self.arm(self._after)  # arrives at the ticker: a block over within the tick never slots
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self._party.complete()
+        self._stop_listening()
+        return TaskScope.__exit__(self, exc_type, exc, tb)
+
+
+class Watching(_Listening, _Armed):
+    """``with Watching(loop, scope, party):`` runs the block in ``scope`` (anyio's), which the
+    client leaving cancels; the listener starts as for :class:`ListeningScope`. A plain context
+    manager rather than a coroutine wrapping the block: the request's work is awaited by the
+    caller's own frame, so no extra coroutine frame is held per open stream."""
+
+    __slots__ = ("_after", "_listen_loop", "_listener", "_party", "_scope")
 
     def __init__(
         self,
@@ -79,70 +158,35 @@ class Watching:
         party: Party,
         after: float = WATCH_AFTER,
     ) -> None:
-        self._loop = loop
+        _Armed.__init__(self)
+        self._listen_loop = loop
         self._scope = scope
         self._party = party
         self._after = after
-        self._ticker = ticker_for(loop)
-        self._listen_at = math.inf
-        self._slot: int | None = None
-        self._task: asyncio.Future[MutableMapping[str, Any]] | None = None
+        self._listener = None
 
-    @property
-    def listening(self) -> bool:
-        """Whether the listener task is running (tests)."""
-        return self._task is not None
+    def _watched_scope(self) -> TaskScope | anyio.CancelScope:
+        return self._scope
 
     def __enter__(self) -> TaskScope | anyio.CancelScope:
         scope = self._scope
         scope.__enter__()
-        self._listen_at = self._loop.time() + self._after
-        self._slot = ARRIVING  # the next tick slots it (a block over by then never is)
-        self._ticker.arrive(self)
+        self._arm_on(self._listen_loop, self._after)
         return scope
-
-    def waiting(self) -> bool:
-        return self._slot is not None
-
-    def due(self, now: float) -> None:
-        """The ticker's call: its slot has come, or the tick after it arrived."""
-        if self._slot is None:  # the block is over
-            return
-        if now < self._listen_at:
-            self._slot = self._ticker.watch(self, self._listen_at)
-            return
-        self._slot = None
-        self._listen()
-
-    def _listen(self) -> None:
-        task = asyncio.ensure_future(self._party.receive(), loop=self._loop)
-        task.add_done_callback(self._heard)
-        self._task = task
-
-    def _heard(self, task: asyncio.Future[MutableMapping[str, Any]]) -> None:
-        if task is not self._task or task.cancelled():  # closed meanwhile
-            return
-        self._task = None
-        failure = task.exception()
-        if failure is not None:
-            logger.error("asgi_router: receive() failed while waiting for a disconnect", exc_info=failure)
-        elif task.result().get("type") != "http.disconnect":
-            self._listen()
-            return
-        self._party.client_left(self._scope)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         self._party.complete()
-        slot = self._slot
-        if slot is not None:  # never started: leave the ticker (an arrival is dropped by its tick)
-            if slot != ARRIVING:
-                self._ticker.unwatch(self, slot)
-            self._slot = None
-        if self._task is not None:
-            # Cancelled, not awaited: it only waits in receive(), and ending it needs nothing
-            # from the request.
-            task, self._task = self._task, None
-            task.cancel()
+        self.close()
+        self._stop_listening()
         return self._scope.__exit__(exc_type, exc, tb)
+
+
+def watching(loop: asyncio.AbstractEventLoop, native: bool, party: Party) -> ListeningScope | Watching:
+    """The block's scope, which the client leaving cancels: a :class:`ListeningScope` when the
+    code inside is asyncio-native (see :func:`~asgi_router.watchdog.new_scope`), else anyio's
+    scope in a :class:`Watching`."""
+    if native:
+        return ListeningScope(loop, party)
+    return Watching(loop, new_scope(False), party)

@@ -16,10 +16,13 @@ import math
 import os
 import re
 import threading
+import time
+from collections.abc import Generator
 from dataclasses import dataclass
+from types import CoroutineType, coroutine
 from typing import Any, Final
 
-from starlette.types import Receive, Scope
+from starlette.types import Message, Receive, Scope
 
 from .errors import RouterError
 from .safejson import JsonRefused, Span, loads_with_span
@@ -127,19 +130,30 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server
     cancelling the request still propagates) on the loop's one coarse timer; on other anyio
     backends an anyio scope and its deadline.
+
+    Most bodies need no deadline at all: a small request arrives with its headers, so the
+    server already holds the whole body when the app is called and ``receive()`` returns it
+    without ever suspending. :func:`_begin` finds that out by taking the first step of
+    ``receive()`` by hand; only a receive that has to wait (a body still on its way) goes on
+    under the deadline, from where it stopped (:func:`_resume`).
     """
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
+    started = time.monotonic()
+    first = _begin(receive)
+    if not isinstance(first, _Waiting) and first["type"] == "http.request" and not first.get("more_body", False):
+        body: bytes = first.get("body", b"")
+        return body if len(body) <= limit else _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     with new_scope(native=True) as deadline:
         watchdog = watchdog_for(deadline)
         if time_limit != math.inf:
-            watchdog.arm(time_limit)
+            watchdog.arm(time_limit - (time.monotonic() - started))
         try:
+            message = await _resume(first) if isinstance(first, _Waiting) else first
             while True:
-                message = await receive()
                 if message["type"] == "http.disconnect":
                     raise ClientGone
                 chunk: bytes = message.get("body", b"")
@@ -150,9 +164,60 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
                     chunks.append(chunk)
                 if not message.get("more_body", False):
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                message = await receive()
         finally:
             watchdog.close()
     return _timed_out(time_limit)  # only reached when the watchdog cancelled the read
+
+
+class _Waiting:
+    """A ``receive()`` that suspended on its first step: the rest of it, and what it waits on."""
+
+    __slots__ = ("rest", "waits_on")
+
+    def __init__(self, rest: Generator[Any, Any, Message], waits_on: object) -> None:
+        self.rest = rest
+        self.waits_on = waits_on
+
+
+def _begin(receive: Receive) -> Message | _Waiting:
+    """``receive()``'s first step, taken by hand: the message if it needed no waiting."""
+    awaitable = receive()
+    rest: Generator[Any, Any, Message] = (
+        awaitable if type(awaitable) is CoroutineType else awaitable.__await__()  # type: ignore[assignment]
+    )
+    try:
+        waits_on = rest.send(None)
+    except StopIteration as done:
+        message: Message = done.value
+        return message
+    return _Waiting(rest, waits_on)
+
+
+@coroutine
+def _resume(waiting: _Waiting) -> Generator[Any, Any, Message]:
+    """Await the rest of a ``receive()`` that :func:`_begin` started: hand what it waits on to
+    the task (an asyncio future, a trio trap: whatever the running library yielded), then pass
+    results, exceptions (a cancellation) and closing through, as ``await`` would have."""
+    rest, waits_on = waiting.rest, waiting.waits_on
+    while True:
+        try:
+            sent = yield waits_on
+        except GeneratorExit:
+            rest.close()
+            raise
+        except BaseException as exc:
+            try:
+                waits_on = rest.throw(exc)
+            except StopIteration as done:
+                message: Message = done.value
+                return message
+        else:
+            try:
+                waits_on = rest.send(sent)
+            except StopIteration as done:
+                message = done.value
+                return message
 
 
 def _timed_out(time_limit: float) -> RouterError:

@@ -43,7 +43,7 @@ from .auth import Admitted, Authorize, build_guard
 from .bookkeeping import Bookkeeper, Spend
 from .classify import Reason
 from .degraded import DegradedSettings, degraded_reply, should_degrade
-from .disconnect import Watching
+from .disconnect import watching
 from .errors import RouterError
 from .events import AttemptEvent, Outcome, RequestRecord, logger
 from .facts import RequestFacts
@@ -64,7 +64,7 @@ from .state import InMemoryState, RouterState
 from .stats import RoutingStats
 from .upstream import ProviderRuntime, make_transport
 from .usage import Tail
-from .watchdog import TaskScope, new_scope, running_loop
+from .watchdog import TaskScope, running_loop
 
 __all__ = ["ModelRouter"]
 
@@ -253,8 +253,7 @@ class ModelRouter:
                 if loop is None:
                     await self._watched(exchange, plan, request, facts)
                 else:
-                    cancel = new_scope(self._loop.native_cancel and not plan.hedged)
-                    with Watching(loop, cancel, exchange):
+                    with watching(loop, self._loop.native_cancel and not plan.hedged, exchange):
                         # The attempts are awaited from this frame, _respond only once they are
                         # decided: one coroutine frame fewer held while an upstream is awaited.
                         result = await self._attempts(exchange, plan, request, facts)

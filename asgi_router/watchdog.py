@@ -234,9 +234,11 @@ def watchdog_for(scope: TaskScope | anyio.CancelScope) -> Watchdog:
 
 
 class _LastLoop(threading.local):
-    """This thread's running loop, as last seen (weakly: a finished loop is not kept)."""
+    """This thread's running loop, as last seen (weakly: a finished loop is not kept), and the
+    :class:`Ticker` last asked for."""
 
     loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+    ticker: Ticker | None = None
 
 
 _last_loop = _LastLoop()
@@ -412,22 +414,19 @@ class Ticker:
 # Keyed by ``id(loop)`` (a weak key would be kept alive by that same handle); an id reused by a
 # later loop is caught by the ticker's own weak reference to its loop.
 _tickers: weakref.WeakValueDictionary[int, Ticker] = weakref.WeakValueDictionary()
-# The last loop asked about and its ticker, both weakly.
-_last: tuple[weakref.ref[asyncio.AbstractEventLoop], weakref.ref[Ticker]] | None = None
 
 
 def ticker_for(loop: asyncio.AbstractEventLoop) -> Ticker:
-    """``loop``'s :class:`Ticker` (a process normally runs one loop: then it is a global read)."""
-    global _last
-    last = _last
-    if last is not None and last[0]() is loop:
-        ticker = last[1]()
-        if ticker is not None:
-            return ticker
+    """``loop``'s :class:`Ticker`. The thread's last one is kept (strongly: it holds its loop
+    only weakly, so a finished loop still goes), which makes this an attribute read and a weak
+    reference call when a process runs one loop, as servers do."""
+    ticker = _last_loop.ticker
+    if ticker is not None and ticker._loop() is loop:
+        return ticker
     ticker = _tickers.get(id(loop))
     if ticker is None or ticker.loop is not loop:
         ticker = _tickers[id(loop)] = Ticker(loop)
-    _last = (weakref.ref(loop), weakref.ref(ticker))
+    _last_loop.ticker = ticker
     return ticker
 
 

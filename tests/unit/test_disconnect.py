@@ -1,4 +1,4 @@
-"""Watching: the disconnect listener starts only for requests still going after a tick."""
+"""ListeningScope and Watching: the disconnect listener starts only for requests still going after a tick."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from typing import Any
 import anyio
 import pytest
 
-from asgi_router.disconnect import WATCH_AFTER, Watching
-from asgi_router.watchdog import TaskScope, Ticker, ticker_for
+from asgi_router.disconnect import WATCH_AFTER, ListeningScope, Watching
+from asgi_router.watchdog import TaskScope, Ticker, new_scope, ticker_for
 
 pytestmark = pytest.mark.anyio
+
+# The asyncio-native path's one object, and the wrapper around an anyio scope.
+KINDS = pytest.mark.parametrize("kind", ["listening scope", "watching an anyio scope"])
 
 
 class _Client:
@@ -58,21 +61,30 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_work_done_within_the_first_tick_never_calls_receive_and_leaves_the_ticker() -> None:
+def _watch(kind: str, client: _Client, after: float = WATCH_AFTER) -> ListeningScope | Watching:
+    loop = asyncio.get_running_loop()
+    if kind == "listening scope":
+        return ListeningScope(loop, client, after)
+    return Watching(loop, new_scope(False), client, after)
+
+
+@KINDS
+async def test_work_done_within_the_first_tick_never_calls_receive_and_leaves_the_ticker(kind: str) -> None:
     loop = asyncio.get_running_loop()
     client = _Client()
     before = ticker_for(loop).pending()
-    with Watching(loop, TaskScope(), client) as scope:
+    with _watch(kind, client) as scope:
         await asyncio.sleep(0)  # a fast answer: a loop turn or two
     await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
     assert client.calls == 0 and not scope.cancelled_caught and client.told == ["done"]
     assert ticker_for(loop).pending() == before
 
 
-async def test_longer_work_listens_and_a_client_leaving_cancels_the_block_before_it_is_marked_done() -> None:
+@KINDS
+async def test_longer_work_listens_and_a_client_leaving_cancels_the_block_before_it_is_marked_done(kind: str) -> None:
     loop = asyncio.get_running_loop()
     client = _Client()
-    watching = Watching(loop, TaskScope(), client)
+    watching = _watch(kind, client)
     loop.call_later(WATCH_AFTER + 3 * Ticker.RESOLUTION, client.left.set)
     with watching as scope:
         await asyncio.sleep(WATCH_AFTER + 2 * Ticker.RESOLUTION)
@@ -81,10 +93,10 @@ async def test_longer_work_listens_and_a_client_leaving_cancels_the_block_before
     assert scope.cancelled_caught and client.told == ["left", "done"] and not watching.listening
 
 
-async def test_other_messages_are_skipped_until_the_disconnect() -> None:
-    loop = asyncio.get_running_loop()
+@KINDS
+async def test_other_messages_are_skipped_until_the_disconnect(kind: str) -> None:
     client = _Client(before_leaving=[{"type": "http.request", "body": b"", "more_body": False}], cancel_on_leave=False)
-    with Watching(loop, TaskScope(), client, after=0):
+    with _watch(kind, client, 0):
         await asyncio.sleep(2 * Ticker.RESOLUTION)
         assert client.calls == 2 and client.told == []
         client.left.set()
@@ -92,10 +104,10 @@ async def test_other_messages_are_skipped_until_the_disconnect() -> None:
         assert client.told == ["left"]
 
 
-async def test_leaving_the_block_cancels_a_started_listener_and_reports_nothing() -> None:
-    loop = asyncio.get_running_loop()
+@KINDS
+async def test_leaving_the_block_cancels_a_started_listener_and_reports_nothing(kind: str) -> None:
     client = _Client()
-    watching = Watching(loop, TaskScope(), client, after=0)
+    watching = _watch(kind, client, 0)
     with watching:
         await asyncio.sleep(2 * Ticker.RESOLUTION)
         assert watching.listening
@@ -103,25 +115,27 @@ async def test_leaving_the_block_cancels_a_started_listener_and_reports_nothing(
     assert client.cancelled == 1 and client.told == ["done"] and not watching.listening
 
 
-async def test_a_failing_receive_is_logged_and_taken_as_the_client_gone(caplog: pytest.LogCaptureFixture) -> None:
-    loop = asyncio.get_running_loop()
+@KINDS
+async def test_a_failing_receive_is_logged_and_taken_as_the_client_gone(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     client = _BrokenClient(cancel_on_leave=False)
     with caplog.at_level(logging.ERROR, logger="asgi_router"):
-        with Watching(loop, TaskScope(), client, after=0):
+        with _watch(kind, client, 0):
             await asyncio.sleep(2 * Ticker.RESOLUTION)
             await _settle()
     assert client.told == ["left", "done"]
     assert any("receive() failed" in record.getMessage() for record in caplog.records)
 
 
-async def test_a_finished_watch_leaves_nothing_for_the_cyclic_collector() -> None:
-    loop = asyncio.get_running_loop()
+@KINDS
+async def test_a_finished_watch_leaves_nothing_for_the_cyclic_collector(kind: str) -> None:
     gc.collect()
     gc.disable()
     try:
         for after in (WATCH_AFTER, 0):
             client = _Client()
-            with Watching(loop, TaskScope(), client, after=after):
+            with _watch(kind, client, after):
                 await asyncio.sleep(2 * Ticker.RESOLUTION)
             await _settle()
         del client

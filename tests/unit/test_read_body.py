@@ -1,0 +1,128 @@
+"""read_body: a body already in the server's hands needs no deadline; one still arriving gets one.
+
+The first ``receive()`` is stepped by hand (``_begin``): these pin that a receive which does not
+suspend is read with no cancel scope at all, and that one which does is awaited to the end as
+``await`` would (its result, its exceptions, a cancellation), under the body's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import asgi_router.inbound as inbound
+from asgi_router.errors import RouterError
+from asgi_router.inbound import ClientGone, read_body
+
+pytestmark = pytest.mark.anyio
+
+_SCOPE: dict[str, Any] = {"type": "http", "headers": []}
+
+
+def _request(body: bytes, more: bool = False) -> dict[str, Any]:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+async def test_a_body_the_server_already_holds_is_read_without_a_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_scope(native: bool) -> None:
+        raise AssertionError("a receive that did not wait needs no cancel scope")
+
+    monkeypatch.setattr(inbound, "new_scope", no_scope)
+
+    async def receive() -> dict[str, Any]:
+        return _request(b'{"model":"m"}')
+
+    assert await read_body(_SCOPE, receive, 1024, 30.0) == b'{"model":"m"}'
+
+
+async def test_a_body_still_arriving_is_awaited_to_the_end_and_joined() -> None:
+    parts = asyncio.Queue[dict[str, Any]]()
+
+    async def receive() -> dict[str, Any]:
+        return await parts.get()  # suspends on its first step: nothing has arrived yet
+
+    async def client() -> None:
+        await asyncio.sleep(0.01)
+        await parts.put(_request(b'{"model":', more=True))
+        await asyncio.sleep(0.01)
+        await parts.put(_request(b'"m"}'))
+
+    sending = asyncio.ensure_future(client())
+    assert await read_body(_SCOPE, receive, 1024, 5.0) == b'{"model":"m"}'
+    await sending
+
+
+class _NeverDelivers:
+    """A ``receive`` whose first call waits for ever; records being cancelled."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    async def __call__(self) -> dict[str, Any]:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            self.ended.append("cancelled")
+            raise
+        return _request(b"")
+
+
+async def test_a_first_receive_that_never_delivers_is_a_408_and_is_cancelled() -> None:
+    receive = _NeverDelivers()
+    refused = await read_body(_SCOPE, receive, 1024, 0.05)
+    assert isinstance(refused, RouterError) and refused.status == 408
+    assert receive.ended == ["cancelled"]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_cancelled_request_cancels_a_waiting_first_receive_and_propagates() -> None:
+    receive = _NeverDelivers()
+    reading = asyncio.ensure_future(read_body(_SCOPE, receive, 1024, 30.0))
+    await asyncio.sleep(0.01)
+    reading.cancel()  # e.g. the server shutting down
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert receive.ended == ["cancelled"]
+
+
+@pytest.mark.parametrize("waits_first", [False, True], ids=["at-once", "after-waiting"])
+async def test_a_failing_receive_raises_as_awaiting_it_would(waits_first: bool) -> None:
+    async def receive() -> dict[str, Any]:
+        if waits_first:
+            await asyncio.sleep(0)
+        raise RuntimeError("server bug")
+
+    with pytest.raises(RuntimeError, match="server bug"):
+        await read_body(_SCOPE, receive, 1024, 30.0)
+
+
+@pytest.mark.parametrize("waits_first", [False, True], ids=["at-once", "after-waiting"])
+async def test_a_client_gone_before_its_body_is_reported_either_way(waits_first: bool) -> None:
+    async def receive() -> dict[str, Any]:
+        if waits_first:
+            await asyncio.sleep(0)
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(ClientGone):
+        await read_body(_SCOPE, receive, 1024, 30.0)
+
+
+async def test_an_oversized_body_held_at_once_is_a_413() -> None:
+    async def receive() -> dict[str, Any]:
+        return _request(b"x" * 2048)
+
+    refused = await read_body(_SCOPE, receive, 1024, 30.0)
+    assert isinstance(refused, RouterError) and refused.status == 413
+
+
+async def test_a_receive_returning_a_plain_future_works_too() -> None:
+    loop = asyncio.get_running_loop()
+
+    def receive() -> asyncio.Future[dict[str, Any]]:
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        loop.call_later(0.01, future.set_result, _request(b"{}"))
+        return future
+
+    assert await read_body(_SCOPE, receive, 1024, 5.0) == b"{}"  # type: ignore[arg-type]
