@@ -73,7 +73,7 @@ class _Listening:
     __slots__ = ()
 
     _listen_loop: asyncio.AbstractEventLoop
-    _party: Party
+    _party: Party | None  # dropped on the way out: the ticker may hold this object a tick longer
     _listener: asyncio.Future[MutableMapping[str, Any]] | None
 
     @property
@@ -89,6 +89,8 @@ class _Listening:
         self._listen()
 
     def _listen(self) -> None:
+        if self._party is None:  # pragma: no cover - the block is over: the ticker dropped it
+            return
         task = asyncio.ensure_future(self._party.receive(), loop=self._listen_loop)
         task.add_done_callback(self._heard)
         self._listener = task  # type: ignore[misc]
@@ -103,9 +105,16 @@ class _Listening:
         elif task.result().get("type") != "http.disconnect":
             self._listen()
             return
-        self._party.client_left(self._watched_scope())
+        if self._party is not None:
+            self._party.client_left(self._watched_scope())
 
-    def _stop_listening(self) -> None:
+    def _leave(self) -> None:
+        """On the way out of the block: tell the party, stop the listener, let the party go (an
+        arriving entry stays in the ticker's list until its tick, and must not keep the request
+        alive that long)."""
+        if self._party is not None:
+            self._party.complete()
+            self._party = None  # type: ignore[misc]
         # Cancelled, not awaited: it only waits in receive(), and ending it needs nothing from
         # the request.
         if self._listener is not None:
@@ -138,8 +147,7 @@ class ListeningScope(_Listening, TaskScope):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        self._party.complete()
-        self._stop_listening()
+        self._leave()
         return TaskScope.__exit__(self, exc_type, exc, tb)
 
 
@@ -177,9 +185,8 @@ class Watching(_Listening, _Armed):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        self._party.complete()
+        self._leave()
         self.close()
-        self._stop_listening()
         return self._scope.__exit__(exc_type, exc, tb)
 
 

@@ -185,6 +185,9 @@ class Resolver:
             counter = partial(state.next_rotation, name)
             self._groups[name] = self._group_picker(group, members, policy, context, counter, settings.retries)
         self._aliases: dict[str, ModelRef] = {}
+        # ``model`` strings already parsed into a configured group or alias: a bounded set (the
+        # configuration's names), unlike direct refs, whose model ids are the client's to choose.
+        self._known_refs: dict[str, ModelRef] = {}
         for name, target in settings.aliases.items():
             ref = parse_model_ref(target)
             if isinstance(ref, ModelRef):
@@ -257,7 +260,12 @@ class Resolver:
 
     def resolve_string(self, value: object, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """Parse then resolve; the whole front half of the pipeline for one ``model`` value."""
-        ref = parse_model_ref(value)
-        if isinstance(ref, InvalidRef):
-            return ResolveError(400, "invalid_model_reference", ref.message)
+        ref = self._known_refs.get(value) if type(value) is str else None
+        if ref is None:
+            parsed = parse_model_ref(value)
+            if isinstance(parsed, InvalidRef):
+                return ResolveError(400, "invalid_model_reference", parsed.message)
+            ref = parsed
+            if ref.kind is not RefKind.DIRECT and (ref.name in self._groups or ref.name in self._aliases):
+                self._known_refs[str(ref)] = ref
         return self.resolve(ref, facts)

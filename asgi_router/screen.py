@@ -74,6 +74,39 @@ def _normal(name: str) -> str:
 
 _FORBIDDEN: Final[dict[str, str]] = {_normal(name): name for name in FORBIDDEN_FIELDS}
 
+# Chat-completion parameters as OpenAI spells them: none is forbidden, so they skip the
+# normalisation (what almost every request carries costs a set lookup per field).
+_COMMON: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "stop",
+        "seed",
+        "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "reasoning_effort",
+        "metadata",
+        "store",
+    }
+)
+if any(_normal(name) in _FORBIDDEN for name in _COMMON):  # pragma: no cover - a bad edit above
+    raise AssertionError("a common chat parameter normalises to a forbidden field")
+
 
 def forbidden_field(payload: Mapping[str, Any]) -> RouterError | None:
     """A 400 naming the first forbidden top-level field of ``payload``, if it has one.
@@ -81,6 +114,8 @@ def forbidden_field(payload: Mapping[str, Any]) -> RouterError | None:
     The message names the field as this module spells it, never as the client did.
     """
     for key in payload:
+        if key in _COMMON:
+            continue
         canonical = _FORBIDDEN.get(_normal(key))
         if canonical is not None:
             return RouterError(
@@ -93,6 +128,8 @@ def forbidden_field(payload: Mapping[str, Any]) -> RouterError | None:
 
 
 def _media_type(value: bytes) -> bytes:
+    if value == b"application/json":  # as nearly every client sends it
+        return value
     return value.split(b";", 1)[0].strip().lower()
 
 
