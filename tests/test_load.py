@@ -261,17 +261,22 @@ async def test_abandoned_streams_through_a_two_connection_pool_leak_nothing(
             for index in range(count):
                 tasks.start_soon(one, f"{prefix}{index:04d}-{uuid.uuid4().hex[:8]}")
 
-    async def settle() -> None:
-        # Quiet pool, no upstream stream open, and every record through the sinks (a record still
-        # queued for the log sink is alive, and would be counted as a leftover below).
+    async def settle(requests: int) -> None:
+        # Quiet pool, no upstream stream open, every request finished (its record logged: the
+        # router's thread may still be finishing one after its upstream closed) and every record
+        # through the sinks (a record still queued for the log sink is alive, and would be
+        # counted as a leftover below).
+        def logged() -> int:
+            return sum(count for key, count in outcomes.items() if key.startswith("status:"))
+
         with anyio.fail_after(15):
-            while not pool_is_quiet(router) or upstream.open or router.events.pending:
+            while not pool_is_quiet(router) or upstream.open or logged() < requests or router.events.pending:
                 await anyio.sleep(0.05)
 
     with ServerThread(router) as server, quiet(*LOUD_LOGGERS), request_outcomes() as outcomes:
         async with httpx2.AsyncClient(base_url=server.url, timeout=60) as client:
             await abandon_many(client, 200, "warm")  # the baseline includes first-time allocations
-            await settle()
+            await settle(200)
             gc.collect()
             rss_before = rss_bytes()
             firsts.clear()
@@ -281,7 +286,7 @@ async def test_abandoned_streams_through_a_two_connection_pool_leak_nothing(
             with anyio.fail_after(120):
                 await abandon_many(client, ABANDONED, "soak")
             elapsed = time.monotonic() - started
-            await settle()
+            await settle(ABANDONED)
             gc.collect()
             rss_after = rss_bytes()
             pooled = router._transport.connections()
