@@ -47,6 +47,10 @@ class Spend:
     cost_usd: float | None
 
 
+#: What a response whose tokens are not counted used, as far as the router knows (shared).
+_NOTHING_COUNTED: Final = Spend(None, None)
+
+
 class Bookkeeper:
     """Admission checks and statistics upkeep around attempts; one per router."""
 
@@ -126,7 +130,7 @@ class Bookkeeper:
         if key in self._tracked:
             self.stats.release(key)
         if data is None or not self.wants_tokens(key):
-            return Spend(None, None)
+            return _NOTHING_COUNTED
         tokens = count_tokens(data, facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)

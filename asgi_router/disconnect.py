@@ -168,16 +168,17 @@ class Watching(_Listening, _Armed):
     ) -> None:
         _Armed.__init__(self)
         self._listen_loop = loop
-        self._scope = scope
+        self._scope: TaskScope | anyio.CancelScope | None = scope
         self._party = party
         self._after = after
         self._listener = None
 
     def _watched_scope(self) -> TaskScope | anyio.CancelScope:
+        assert self._scope is not None, "inside the block"
         return self._scope
 
     def __enter__(self) -> TaskScope | anyio.CancelScope:
-        scope = self._scope
+        scope = self._watched_scope()
         scope.__enter__()
         self._arm_on(self._listen_loop, self._after)
         return scope
@@ -187,7 +188,8 @@ class Watching(_Listening, _Armed):
     ) -> bool | None:
         self._leave()
         self.close()
-        return self._scope.__exit__(exc_type, exc, tb)
+        scope, self._scope = self._watched_scope(), None  # the ticker may hold this a tick longer
+        return scope.__exit__(exc_type, exc, tb)
 
 
 def watching(loop: asyncio.AbstractEventLoop, native: bool, party: Party) -> ListeningScope | Watching:

@@ -121,12 +121,19 @@ def request_headers_for_upstream(
     ``forward_headers``); the denylist and the inbound ``Connection`` tokens are applied on top.
     """
     headers = dict(base)
-    named = _connection_tokens(inbound)
+    named = _NO_TOKENS
     for name, value in inbound:
-        if name in allowed and name not in named and not never_forwarded(name):
-            key = name.decode("latin-1")
-            if key not in headers:
-                headers[key] = value.decode("latin-1")
+        if name in allowed:
+            if not never_forwarded(name):
+                key = name.decode("latin-1")
+                if key not in headers:
+                    headers[key] = value.decode("latin-1")
+        elif name == b"connection":  # rare enough to undo what it names afterwards
+            named = named | _connection_tokens(((name, value),))
+    for token in named:
+        key = token.decode("latin-1")
+        if key not in base:
+            headers.pop(key, None)
     headers["x-request-id"] = request_id
     return headers
 
@@ -135,11 +142,15 @@ def response_headers_for_client(
     upstream: Iterable[tuple[bytes, bytes]],
 ) -> list[tuple[bytes, bytes]]:
     """Upstream response headers minus everything that must not be relayed (names lowercased)."""
-    pairs = [(name.lower(), value) for name, value in upstream]
-    named = _connection_tokens(pairs)
-    # Every x-router-* header is the router's to set: an upstream must not forge one.
-    return [
-        (name, value)
-        for name, value in pairs
-        if name not in _DROPPED_RESPONSE_HEADERS and name not in named and not name.startswith(b"x-router-")
-    ]
+    relayed: list[tuple[bytes, bytes]] = []
+    named = _NO_TOKENS
+    for name, value in upstream:
+        name = name.lower()
+        if name in _DROPPED_RESPONSE_HEADERS:
+            if name == b"connection":
+                named = named | _connection_tokens(((name, value),))
+        elif not name.startswith(b"x-router-"):  # the router's own to set: never an upstream's
+            relayed.append((name, value))
+    if named:
+        relayed = [(name, value) for name, value in relayed if name not in named]
+    return relayed

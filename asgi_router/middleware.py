@@ -32,7 +32,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import httpx2
@@ -69,14 +69,34 @@ from .watchdog import TaskScope, running_loop
 __all__ = ["ModelRouter"]
 
 
+# The router's own header pairs, built once each: small counts, and the first names seen
+# (candidates and rules; a direct ref's model id is the client's to choose, hence the cap).
+_ATTEMPTS_HEADERS: Final = tuple((b"x-router-attempts", str(count).encode()) for count in range(16))
+_MODEL_HEADERS: dict[str, tuple[bytes, bytes]] = {}
+_ROUTE_HEADERS: dict[str, tuple[bytes, bytes]] = {}
+_NAMED_PAIRS_KEPT: Final = 1024
+
+
+def _named_pair(kept: dict[str, tuple[bytes, bytes]], name: bytes, value: str) -> tuple[bytes, bytes]:
+    pair = kept.get(value)
+    if pair is None:
+        pair = (name, value.encode())
+        if len(kept) < _NAMED_PAIRS_KEPT:
+            kept[value] = pair
+    return pair
+
+
 def _router_headers(
     request_id: str, winner: str | None, attempts: int, route: str | None = None
 ) -> list[tuple[bytes, bytes]]:
-    headers = [(b"x-request-id", request_id.encode()), (b"x-router-attempts", str(attempts).encode())]
+    headers = [
+        (b"x-request-id", request_id.encode()),
+        _ATTEMPTS_HEADERS[attempts] if attempts < 16 else (b"x-router-attempts", str(attempts).encode()),
+    ]
     if winner is not None:
-        headers.append((b"x-router-model", winner.encode()))
+        headers.append(_named_pair(_MODEL_HEADERS, b"x-router-model", winner))
     if route is not None:  # rule names and "default" are validated header-safe names
-        headers.append((b"x-router-route", route.encode()))
+        headers.append(_named_pair(_ROUTE_HEADERS, b"x-router-route", route))
     return headers
 
 

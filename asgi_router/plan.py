@@ -71,15 +71,14 @@ class Plan:
     retries: int = 0
     #: The candidates' ``provider/model-id`` names, in order (the request record's ``plan``).
     labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: Whether the attempt loop races this plan's candidates (``hedging.py``).
+    hedged: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(candidate.key for candidate in self.candidates))
-
-    @property
-    def hedged(self) -> bool:
-        """Whether the attempt loop races this plan's candidates (``hedging.py``)."""
         policy = self.policy
-        return policy is not None and policy.hedge_after is not None and len(self.candidates) > 1
+        hedged = policy is not None and policy.hedge_after is not None and len(self.candidates) > 1
+        object.__setattr__(self, "hedged", hedged)
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,7 +238,7 @@ class _LastLoop(threading.local):
     :class:`Ticker` last asked for."""
 
     loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-    ticker: Ticker | None = None
+    ticker: weakref.ref[Ticker] | None = None
 
 
 _last_loop = _LastLoop()
@@ -417,16 +417,18 @@ _tickers: weakref.WeakValueDictionary[int, Ticker] = weakref.WeakValueDictionary
 
 
 def ticker_for(loop: asyncio.AbstractEventLoop) -> Ticker:
-    """``loop``'s :class:`Ticker`. The thread's last one is kept (strongly: it holds its loop
-    only weakly, so a finished loop still goes), which makes this an attribute read and a weak
-    reference call when a process runs one loop, as servers do."""
-    ticker = _last_loop.ticker
-    if ticker is not None and ticker._loop() is loop:
-        return ticker
+    """``loop``'s :class:`Ticker`. The thread's last one is remembered (weakly, as everywhere
+    here: a finished loop's ticker, and whatever its arrivals still hold, must go with it), so
+    this is an attribute read and two weak reference calls when a process runs one loop."""
+    last = _last_loop.ticker
+    if last is not None:
+        ticker = last()
+        if ticker is not None and ticker._loop() is loop:
+            return ticker
     ticker = _tickers.get(id(loop))
     if ticker is None or ticker.loop is not loop:
         ticker = _tickers[id(loop)] = Ticker(loop)
-    _last_loop.ticker = ticker
+    _last_loop.ticker = weakref.ref(ticker)
     return ticker
 
 
@@ -438,7 +440,7 @@ class ReadWatchdog(_Armed):
 
     def __init__(self, scope: TaskScope | anyio.CancelScope) -> None:
         super().__init__()
-        self._scope = scope
+        self._scope: TaskScope | anyio.CancelScope | None = scope
         # Off asyncio (trio) there is no ticker: the scope's own deadline is used instead.
         self._loop = running_loop()
 
@@ -461,5 +463,12 @@ class ReadWatchdog(_Armed):
         assert isinstance(scope, anyio.CancelScope)  # what new_scope() builds off asyncio
         return scope
 
+    def close(self) -> None:
+        """Leave the ticker and let the scope go (an arriving watchdog outlives its block by up
+        to a tick, and the scope holds the task)."""
+        super().close()
+        self._scope = None
+
     def _overrun(self) -> None:
-        self._scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from asgi_router.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
-from asgi_router.headers import request_headers_for_upstream, response_headers_for_client
+from asgi_router.headers import FORWARDED_REQUEST_HEADERS, request_headers_for_upstream, response_headers_for_client
 from asgi_router.inbound import InboundRequest, fresh_request_id, parse_request, request_id_for
 from asgi_router.wire import WireBody, wire_targets
 
@@ -244,6 +244,19 @@ def test_request_headers_provider_base_wins_over_inbound() -> None:
 def test_request_headers_set_x_request_id_from_the_router_not_the_client() -> None:
     headers = request_headers_for_upstream(_HOSTILE_INBOUND, _BASE, "rid-42")
     assert headers["x-request-id"] == "rid-42"
+
+
+@pytest.mark.parametrize("connection_first", [True, False], ids=["connection-first", "connection-last"])
+def test_an_allowed_header_the_client_names_in_connection_is_not_forwarded_but_the_base_is_kept(
+    connection_first: bool,
+) -> None:
+    named = (b"connection", b"keep-alive, X-Team, user-agent")
+    others = [(b"x-team", b"a"), (b"accept", b"*/*"), (b"user-agent", b"client")]
+    inbound = [named, *others] if connection_first else [*others, named]
+    headers = request_headers_for_upstream(inbound, _BASE, "rid-1", FORWARDED_REQUEST_HEADERS | {b"x-team"})
+    assert "x-team" not in headers  # hop-by-hop for this message, allowlisted or not
+    assert headers["accept"] == "*/*"
+    assert headers["user-agent"] == "provider-configured-agent"  # the provider's own stays
 
 
 def test_request_headers_do_not_mutate_the_provider_base() -> None:
