@@ -93,6 +93,8 @@ async def read_to_end(
     size = 0
     for part in parts:
         size += len(part)
+    if size > limit:  # the first chunk alone may be over it
+        return None
     while True:
         watchdog.arm(min(idle, deadline - clock()))
         try:
@@ -256,13 +258,15 @@ class AttemptLoop:
                     ttfb = clock() - started
                     if not first:
                         return Failed("stream_interrupted", status, ttfb=ttfb)
-                    if not stream:
+                    if not stream and not response.drained:  # more of the body to come
                         whole = await read_to_end(
                             chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
                         )
                         if whole is None:
                             return Failed("upstream_5xx", status, ttfb=ttfb)
                         first = whole
+                    elif not stream and len(first) > self._max_response_bytes:
+                        return Failed("upstream_5xx", status, ttfb=ttfb)
                     handed_off = True
                     return Committed(candidate, response, first, provider, started, relay_deadline, ttfb, attempts)
                 finally:

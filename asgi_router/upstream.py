@@ -54,6 +54,11 @@ class UpstreamResponse(Protocol):
     def chunks(self) -> AsyncIterator[bytes]:
         """Raw body chunks; one iterator for the response's whole life."""
 
+    @property
+    def drained(self) -> bool:
+        """Whether :attr:`chunks` is known to have nothing more to give (``False`` when in
+        doubt): a whole response then needs no further read to learn that it has ended."""
+
     async def aclose(self) -> None:
         """Release the connection (closing it if the body was not read to the end)."""
 
@@ -170,6 +175,9 @@ class HttpxResponse:
     """:class:`UpstreamResponse` over an ``httpx2.Response`` opened with ``stream=True``."""
 
     __slots__ = ("_response", "chunks", "raw_headers", "status")
+
+    #: httpx says nothing cheap about it: a whole response reads on to the end of its chunks.
+    drained = False
 
     def __init__(self, response: httpx2.Response) -> None:
         self._response = response

@@ -79,6 +79,11 @@ class AiohttpResponse(aiohttp.ClientResponse):
             chunks = self._relay_chunks = self.content.iter_any()
         return chunks
 
+    @property
+    def drained(self) -> bool:
+        """Every body byte has arrived and been read (aiohttp has seen the end of the body)."""
+        return self.content.at_eof()
+
     def close_now(self) -> None:
         """Release at once; synchronous, so no cancellation can interrupt it (no shield needed)."""
         # release() returns a fully read connection to the pool and closes one whose body was

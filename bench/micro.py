@@ -91,19 +91,24 @@ def micro() -> dict[str, float]:
 
 
 class _Canned:
-    """An upstream response from memory."""
+    """An upstream response from memory; ``drained`` once its last part is read, as aiohttp's."""
 
-    __slots__ = ("chunks", "raw_headers", "status")
+    __slots__ = ("_left", "chunks", "raw_headers", "status")
 
     def __init__(self, parts: list[bytes], content_type: bytes) -> None:
         self.status = 200
         self.raw_headers = [(b"content-type", content_type)]
-        self.chunks = self._iterate(parts)
+        self._left = list(reversed(parts))
+        self.chunks = self._iterate(self._left)
+
+    @property
+    def drained(self) -> bool:
+        return not self._left
 
     @staticmethod
-    async def _iterate(parts: list[bytes]) -> AsyncIterator[bytes]:
-        for part in parts:
-            yield part
+    async def _iterate(left: list[bytes]) -> AsyncIterator[bytes]:
+        while left:
+            yield left.pop()
 
     def close_now(self) -> None:
         pass

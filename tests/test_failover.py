@@ -210,6 +210,19 @@ async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: Moc
     assert len(response.json()["choices"][0]["message"]["content"]) == 16 * 1024
 
 
+async def test_a_small_body_over_the_response_cap_that_arrives_at_once_fails_over_too(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    # A ~2 KiB body comes with its headers: the attempt sees it whole without another read.
+    async with routed(
+        upstream, refused_url, max_response_bytes=1024, groups={"g": {"members": ["mock/big-2", "mock2/ok"]}}
+    ) as client:
+        response = await chat(client, "group/g")
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert response.headers["x-router-attempts"] == "2"
+
+
 async def test_failover_on_without_a_transport_reason_stops_on_that_failure(
     upstream: MockUpstream, refused_url: str
 ) -> None:

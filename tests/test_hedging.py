@@ -148,6 +148,7 @@ class _GatedResponse:
     def __init__(self, gate: anyio.Event) -> None:
         self.status = 200
         self.raw_headers = [(b"content-type", b"text/event-stream")]
+        self.drained = False
         self.closed = False
         self._gate = gate
         self.chunks = self._chunks()

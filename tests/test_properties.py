@@ -225,6 +225,7 @@ class _Scripted:
     def __init__(self, status: int, content_type: bytes, chunks: list[bytes]) -> None:
         self.status = status
         self.raw_headers = [(b"content-type", content_type)]
+        self.drained = False
         self.chunks = self._chunks(chunks)
         self.closed = False
 

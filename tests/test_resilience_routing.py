@@ -94,6 +94,7 @@ class _Scripted:
     def __init__(self, go: anyio.Event, closable: anyio.Event | None = None) -> None:
         self.status = 200
         self.raw_headers = [(b"content-type", b"text/event-stream")]
+        self.drained = False
         self.closed = False
         self._go = go
         self._closable = closable

@@ -203,6 +203,7 @@ class _EndlessResponse:
     def __init__(self) -> None:
         self.status = 200
         self.raw_headers = [(b"content-type", b"text/event-stream")]
+        self.drained = False
         self.pulled = 0
         self.closed = False
         self.chunks = self._chunks()
