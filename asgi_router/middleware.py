@@ -257,8 +257,26 @@ class ModelRouter:
         started = self._clock()
         exchange = _Exchange(scope, receive, send, request_id_for(scope))
         try:
-            prepared = await self._exchange(exchange)
-            if prepared is not None:
+            # Auth and the header screen, then the body, then its parse and plan: each refusal is
+            # answered here (the steps themselves are plain functions: no coroutine per step).
+            admitted = self._guard.verdict(scope)
+            if not isinstance(admitted, (Admitted, RouterError)):
+                admitted = await admitted
+            refused = self._admit(exchange, admitted)
+            prepared: tuple[Plan, InboundRequest, RequestFacts] | RouterError | None = None
+            if refused is None:
+                try:
+                    body = await read_body(scope, receive, self.settings.max_body_bytes, self.settings.body_timeout)
+                except ClientGone:
+                    exchange.record.status = 499
+                else:
+                    prepared = self._prepare(exchange, body)
+                    del body  # the parsed request holds it, until request.release() at commit
+            if isinstance(prepared, RouterError):
+                refused, prepared = prepared, None
+            if refused is not None:
+                await exchange.send_error(refused)
+            elif prepared is not None:
                 plan, request, facts = prepared
                 del prepared
                 # From here upstreams are involved: a client that leaves cancels the work.
@@ -344,40 +362,30 @@ class ModelRouter:
             await stop.wait()
             tasks.cancel_scope.cancel()
 
-    async def _exchange(self, exchange: _Exchange) -> tuple[Plan, InboundRequest, RequestFacts] | None:
-        scope, record = exchange.scope, exchange.record
-        admitted = self._guard.verdict(scope)
-        if not isinstance(admitted, (Admitted, RouterError)):
-            admitted = await admitted
+    def _admit(self, exchange: _Exchange, admitted: Admitted | RouterError) -> RouterError | None:
+        """Inbound auth's verdict and the header screen, before a byte of the body is read."""
         if isinstance(admitted, RouterError):
-            await exchange.send_error(admitted)
-            return None
-        record.principal = admitted.principal
-        unreadable = screen_headers(scope)
-        if unreadable is not None:
-            await exchange.send_error(unreadable)
-            return None
-        try:
-            body = await read_body(scope, exchange.receive, self.settings.max_body_bytes, self.settings.body_timeout)
-        except ClientGone:
-            record.status = 499
-            return None
+            return admitted
+        exchange.record.principal = admitted.principal
+        return screen_headers(exchange.scope)
+
+    def _prepare(
+        self, exchange: _Exchange, body: bytes | RouterError
+    ) -> tuple[Plan, InboundRequest, RequestFacts] | RouterError:
+        """The body parsed and its plan resolved, or why not."""
         if isinstance(body, RouterError):
-            await exchange.send_error(body)
-            return None
+            return body
         request = parse_request(body)
-        del body  # request.body holds it, until request.release() at commit
         if isinstance(request, RouterError):
-            await exchange.send_error(request)
-            return None
+            return request
+        record = exchange.record
         record.stream = request.stream
-        facts = RequestFacts(request.payload, scope["headers"])
+        facts = RequestFacts(request.payload, exchange.scope["headers"])
         plan = self._resolver.resolve_string(request.payload["model"], facts)
         if isinstance(plan, ResolveError):
             if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
                 record.ref = request.payload["model"]
-            await exchange.send_error(RouterError(plan.status, plan.code, plan.message))
-            return None
+            return RouterError(plan.status, plan.code, plan.message)
         record.ref = request.payload["model"]  # validated by the parser: safe to log
         record.route = exchange.route = plan.route
         record.plan = plan.labels
@@ -458,7 +466,7 @@ class ModelRouter:
                 exchange.response_started = True  # as for the relay: sent through the server's send
                 await send_whole(exchange.send, result.response.status, headers, result.body)
                 record.bytes_relayed = len(result.body)
-                spend = self._finish(record, winner, facts, result.body, None)
+                spend = self._finish(record, winner, facts, result.body if wants_tokens else None, None)
                 self._note_served(record, result, "served", spend)
                 return
             # Committed: nothing reads the request again but the token estimate; free the rest
