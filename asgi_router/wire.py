@@ -31,26 +31,39 @@ _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _COMPACT_ASCII: Final = json.JSONEncoder(separators=(",", ":"))
 
 
-class SplicedBody:
-    """The client's body bytes with the ``model`` value (at ``span``) replaced per candidate."""
+# Below this many bytes, slicing the body's two sides is cheaper than a memoryview of it.
+_COPY_UNDER: Final = 4096
 
-    __slots__ = ("_head", "_tail")
+
+class SplicedBody:
+    """The client's body bytes with the ``model`` value (at ``span``) replaced per candidate.
+
+    It keeps the body itself and the span, not copies of the two sides: a long prompt is held
+    once, not twice, while upstreams are tried (each candidate's bytes are built when asked for).
+    """
+
+    __slots__ = ("_body", "_end", "_start")
 
     def __init__(self, body: bytes, span: Span) -> None:
-        self._head = body[: span[0]]
-        self._tail = body[span[1] :]
+        self._body = body
+        self._start, self._end = span
 
     def for_model(self, model_id: str) -> bytes:
-        return b"".join((self._head, b'"', model_id.encode(), b'"', self._tail))
+        body: bytes | memoryview = self._body
+        if len(body) > _COPY_UNDER:  # the join copies a long body's sides once, straight from it
+            body = memoryview(body)
+        return b"".join((body[: self._start], b'"', model_id.encode(), b'"', body[self._end :]))
 
     def targets(self, wire: bytes, model_id: str) -> bool:
         """Target guard: is ``model_id`` the ``model`` value in ``wire``, with nothing else changed around it?"""
         expected = b'"' + model_id.encode() + b'"'
-        at = len(self._head)
+        body, at, end = self._body, self._start, self._end
+        after = at + len(expected)
         return (
-            len(wire) == at + len(expected) + len(self._tail)
-            and wire.startswith(self._head)
-            and wire[at : at + len(expected)] == expected
+            len(wire) == after + len(body) - end
+            and wire[at:after] == expected
+            and wire.startswith(body[:at])
+            and wire.endswith(body[end:])
         )
 
 

@@ -17,6 +17,8 @@ VALID = [
     b'{"model":"p/m"}',
     b"{}",
     b'{"a":"\\u00e9\\ud83c\\udf89","model":"p/m"}',
+    # long enough for the splice to read the body through a memoryview (wire.py, _COPY_UNDER)
+    json.dumps({"messages": [{"content": "x" * 6000}], "model": "p/m", "tail": "y" * 5000}).encode(),
 ]
 
 
@@ -46,6 +48,12 @@ def test_splice_replaces_only_the_top_level_model_and_keeps_every_other_byte(bod
     assert spliced.targets(wire, "qwen2.5-coder:7b")
     assert not spliced.targets(wire, "qwen2.5-coder:7")
     assert not spliced.targets(spliced.for_model("other"), "qwen2.5-coder:7b")
+    if len(wire) > 2:  # a byte changed on either side of the model is caught too
+        tampered_head = b"!" + wire[1:] if span[0] > 0 else None
+        tampered_tail = wire[:-1] + b"!"
+        assert not spliced.targets(tampered_tail, "qwen2.5-coder:7b")
+        if tampered_head is not None:
+            assert not spliced.targets(tampered_head, "qwen2.5-coder:7b")
 
 
 @pytest.mark.parametrize(
