@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import CoroutineType, coroutine
 from typing import Any, Final
@@ -152,7 +152,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
         if time_limit != math.inf:
             watchdog.arm(time_limit - (time.monotonic() - started))
         try:
-            message = await _resume(first) if isinstance(first, _Waiting) else first
+            message = await first.rest if isinstance(first, _Waiting) else first
             while True:
                 if message["type"] == "http.disconnect":
                     raise ClientGone
@@ -171,35 +171,36 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
 
 
 class _Waiting:
-    """A ``receive()`` that suspended on its first step: the rest of it, and what it waits on."""
+    """A ``receive()`` that has to wait: what is left of it, to await under the deadline."""
 
-    __slots__ = ("rest", "waits_on")
+    __slots__ = ("rest",)
 
-    def __init__(self, rest: Generator[Any, Any, Message], waits_on: object) -> None:
+    def __init__(self, rest: Awaitable[Message]) -> None:
         self.rest = rest
-        self.waits_on = waits_on
 
 
 def _begin(receive: Receive) -> Message | _Waiting:
-    """``receive()``'s first step, taken by hand: the message if it needed no waiting."""
+    """``receive()``'s first step, taken by hand: the message if it needed no waiting.
+
+    Only a coroutine (what servers' ``receive`` is) is stepped; any other awaitable (a future,
+    say) is left whole, to be awaited under the deadline as it is.
+    """
     awaitable = receive()
-    rest: Generator[Any, Any, Message] = (
-        awaitable if type(awaitable) is CoroutineType else awaitable.__await__()  # type: ignore[assignment]
-    )
+    if type(awaitable) is not CoroutineType:
+        return _Waiting(awaitable)
     try:
-        waits_on = rest.send(None)
+        waits_on = awaitable.send(None)
     except StopIteration as done:
         message: Message = done.value
         return message
-    return _Waiting(rest, waits_on)
+    return _Waiting(_resume(awaitable, waits_on))
 
 
 @coroutine
-def _resume(waiting: _Waiting) -> Generator[Any, Any, Message]:
+def _resume(rest: Coroutine[Any, Any, Message], waits_on: object) -> Generator[Any, Any, Message]:
     """Await the rest of a ``receive()`` that :func:`_begin` started: hand what it waits on to
     the task (an asyncio future, a trio trap: whatever the running library yielded), then pass
     results, exceptions (a cancellation) and closing through, as ``await`` would have."""
-    rest, waits_on = waiting.rest, waiting.waits_on
     while True:
         try:
             sent = yield waits_on
