@@ -258,15 +258,15 @@ class AttemptLoop:
                     ttfb = clock() - started
                     if not first:
                         return Failed("stream_interrupted", status, ttfb=ttfb)
-                    if not stream and not response.drained:  # more of the body to come
-                        whole = await read_to_end(
-                            chunks, [first], self._max_response_bytes, timeouts.idle, deadline, clock, watchdog
-                        )
+                    if not stream:
+                        limit = self._max_response_bytes
+                        if response.drained:  # all of it came with the first chunk
+                            whole: bytes | None = first if len(first) <= limit else None
+                        else:
+                            whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, watchdog)
                         if whole is None:
                             return Failed("upstream_5xx", status, ttfb=ttfb)
                         first = whole
-                    elif not stream and len(first) > self._max_response_bytes:
-                        return Failed("upstream_5xx", status, ttfb=ttfb)
                     handed_off = True
                     return Committed(candidate, response, first, provider, started, relay_deadline, ttfb, attempts)
                 finally:

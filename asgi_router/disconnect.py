@@ -72,7 +72,7 @@ class _Listening:
     # be combined); mypy cannot see that, hence the ignores where the mixin assigns them.
     __slots__ = ()
 
-    _listen_loop: asyncio.AbstractEventLoop
+    _loop: asyncio.AbstractEventLoop | None  # the scope's loop (a TaskScope's own, for ListeningScope)
     _party: Party | None  # dropped on the way out: the ticker may hold this object a tick longer
     _listener: asyncio.Future[MutableMapping[str, Any]] | None
 
@@ -91,7 +91,7 @@ class _Listening:
     def _listen(self) -> None:
         if self._party is None:  # pragma: no cover - the block is over: the ticker dropped it
             return
-        task = asyncio.ensure_future(self._party.receive(), loop=self._listen_loop)
+        task = asyncio.ensure_future(self._party.receive(), loop=self._loop)
         task.add_done_callback(self._heard)
         self._listener = task  # type: ignore[misc]
 
@@ -127,11 +127,10 @@ class ListeningScope(_Listening, TaskScope):
     ticker entry, armed for :data:`WATCH_AFTER` on entry, starts the disconnect listener instead
     of cancelling; the client leaving cancels it (through ``party.client_left(scope)``)."""
 
-    __slots__ = ("_after", "_listen_loop", "_listener", "_party")
+    __slots__ = ("_after", "_listener", "_party")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, party: Party, after: float = WATCH_AFTER) -> None:
         TaskScope.__init__(self, loop)
-        self._listen_loop = loop
         self._party = party
         self._after = after
         self._listener = None
@@ -157,7 +156,7 @@ class Watching(_Listening, _Armed):
     manager rather than a coroutine wrapping the block: the request's work is awaited by the
     caller's own frame, so no extra coroutine frame is held per open stream."""
 
-    __slots__ = ("_after", "_listen_loop", "_listener", "_party", "_scope")
+    __slots__ = ("_after", "_listener", "_loop", "_party", "_scope")
 
     def __init__(
         self,
@@ -167,7 +166,7 @@ class Watching(_Listening, _Armed):
         after: float = WATCH_AFTER,
     ) -> None:
         _Armed.__init__(self)
-        self._listen_loop = loop
+        self._loop = loop
         self._scope: TaskScope | anyio.CancelScope | None = scope
         self._party = party
         self._after = after
@@ -180,7 +179,8 @@ class Watching(_Listening, _Armed):
     def __enter__(self) -> TaskScope | anyio.CancelScope:
         scope = self._watched_scope()
         scope.__enter__()
-        self._arm_on(self._listen_loop, self._after)
+        assert self._loop is not None  # set by __init__
+        self._arm_on(self._loop, self._after)
         return scope
 
     def __exit__(

@@ -95,16 +95,9 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
 _NO_TOKENS: Final[frozenset[bytes]] = frozenset()
 
 
-def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """Header names that a ``Connection`` header declares hop-by-hop for this message
-    (``headers`` with lowercase names, as ASGI gives them)."""
-    tokens: set[bytes] | None = None
-    for name, value in headers:
-        if name == b"connection":
-            if tokens is None:
-                tokens = set()
-            tokens.update(token.strip().lower() for token in value.split(b","))
-    return _NO_TOKENS if tokens is None else frozenset(tokens)
+def _connection_tokens(value: bytes) -> frozenset[bytes]:
+    """Header names that a ``Connection`` header's ``value`` declares hop-by-hop for this message."""
+    return frozenset(token.strip().lower() for token in value.split(b","))
 
 
 def request_headers_for_upstream(
@@ -129,7 +122,7 @@ def request_headers_for_upstream(
                 if key not in headers:
                     headers[key] = value.decode("latin-1")
         elif name == b"connection":  # rare enough to undo what it names afterwards
-            named = named | _connection_tokens(((name, value),))
+            named = named | _connection_tokens(value)
     for token in named:
         key = token.decode("latin-1")
         if key not in base:
@@ -148,7 +141,7 @@ def response_headers_for_client(
         name = name.lower()
         if name in _DROPPED_RESPONSE_HEADERS:
             if name == b"connection":
-                named = named | _connection_tokens(((name, value),))
+                named = named | _connection_tokens(value)
         elif not name.startswith(b"x-router-"):  # the router's own to set: never an upstream's
             relayed.append((name, value))
     if named:

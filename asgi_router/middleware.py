@@ -314,9 +314,7 @@ class ModelRouter:
         """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
         model names are the gateway's configuration, not something to show anonymous callers."""
         assert self._models is not None
-        admitted = self._guard.verdict(scope)
-        if not isinstance(admitted, (Admitted, RouterError)):
-            admitted = await admitted
+        admitted = await self._guard.check(scope)
         if isinstance(admitted, RouterError):
             exchange = _Exchange(scope, receive, send, request_id_for(scope))
             await exchange.send_error(admitted)
