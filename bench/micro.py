@@ -33,6 +33,7 @@ from asgi_router.plan import Resolver
 from asgi_router.upstream import ProviderRuntime
 from asgi_router.wire import SplicedBody, WireBody
 
+from .asgi_calls import receive_once
 from .host import settings_for
 from .upstream import COMPLETION, sse_events
 
@@ -158,21 +159,11 @@ async def _router_loop(stream: bool, count: int) -> float:
     never = asyncio.Event()
 
     async def one() -> None:
-        delivered = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await never.wait()
-            return {"type": "http.disconnect"}
-
         async def send(message: Any) -> None:
             pass
 
         scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
-        await router(scope, receive, send)
+        await router(scope, receive_once(body, never.wait), send)
         await asyncio.sleep(0)  # let the loop run what the request scheduled, as a server would
 
     for _ in range(500):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
@@ -162,21 +162,6 @@ async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
 def pool_is_quiet(router: ModelRouter) -> bool:
     """No request holds an upstream connection and no connection is mid-response."""
     return router._transport.is_quiet()
-
-
-def receive_once(body: bytes, then: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """An ASGI ``receive`` that delivers ``body`` whole, then awaits ``then()`` and reports a disconnect."""
-    delivered = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await then()
-        return {"type": "http.disconnect"}
-
-    return receive
 
 
 class SentMessages(list[dict[str, Any]]):

@@ -14,8 +14,9 @@ import pytest
 
 from asgi_router import ModelRouter
 from asgi_router.breaker import Phase
+from bench.asgi_calls import receive_once
 
-from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings, receive_once
+from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 

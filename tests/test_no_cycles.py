@@ -20,9 +20,10 @@ import anyio
 import pytest
 
 from asgi_router import ModelRouter
+from bench.asgi_calls import receive_once
 from bench.procs import Server
 
-from .conftest import SentMessages, chat_scope, host_app, make_settings, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings
 
 pytestmark = pytest.mark.anyio
 

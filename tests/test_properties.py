@@ -27,8 +27,9 @@ from asgi_router.refs import MAX_MODEL_ID_LENGTH
 from asgi_router.safejson import JsonRefused, loads_with_span
 from asgi_router.screen import FORBIDDEN_FIELDS
 from asgi_router.upstream import ProviderRuntime
+from bench.asgi_calls import receive_once
 
-from .conftest import SentMessages, host_app, make_settings, receive_once
+from .conftest import SentMessages, host_app, make_settings
 
 _FAST = settings(
     max_examples=150,

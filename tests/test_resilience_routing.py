@@ -10,8 +10,9 @@ import anyio
 import pytest
 
 from asgi_router.upstream import ProviderRuntime
+from bench.asgi_calls import receive_once
 
-from .conftest import SentMessages, pool_is_quiet, receive_once
+from .conftest import SentMessages, pool_is_quiet
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 

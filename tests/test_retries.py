@@ -14,8 +14,9 @@ import anyio
 import pytest
 
 from asgi_router import ModelRouter
+from bench.asgi_calls import receive_once
 
-from .conftest import SentMessages, chat_scope, host_app, make_settings, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import chat, events_of, routed_router, tag
 

@@ -13,8 +13,9 @@ import pytest
 
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.upstream import ProviderRuntime
+from bench.asgi_calls import receive_once
 
-from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet, receive_once
+from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet
 from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
 from .servers import ServerThread
 
