@@ -26,6 +26,16 @@ __all__ = ["banner", "curl_commands", "main", "parse_args", "python_snippet", "s
 
 log = logging.getLogger("demo_app")
 
+_DOWN = "nothing listens (connection refused)"
+#: What to put in ``model``: the banner and ``--help`` list the same.
+_MODELS = (
+    "group/demo         flaky/mock-1, then steady/mock-1: every other call fails over",
+    "group/slow-first   slow/mock-1, then steady/mock-1: first-byte timeout, then failover",
+    "group/rotate       steady/mock-a and steady/mock-b, starting point rotates per request",
+    "group/unreachable  down/mock-1, then slow/mock-1: nothing answers, a 502 lists both attempts",
+    "steady/any-id      one provider directly; 'demo' is an alias of group/demo",
+)
+
 _ASK = "Hello, who is there?"
 _ASK_STREAM = "Tell me something, word by word"
 
@@ -82,16 +92,12 @@ def banner(base: str, mocks: MockUpstreams, first_byte_timeout: float, env: dict
     ]
     for name, spec in mocks.specs.items():
         lines.append(f"  {name:<8} {urls[name]:<30} {spec.describe()}")
-    lines.append(f"  {mocks.DOWN:<8} {urls[mocks.DOWN]:<30} nothing listens (connection refused)")
+    lines.append(f"  {mocks.DOWN:<8} {urls[mocks.DOWN]:<30} {_DOWN}")
     lines += [
         f"  (the router gives each mock {first_byte_timeout:g} s to send its first byte)",
         "",
         "Models to ask for:",
-        "  group/demo         flaky/mock-1, then steady/mock-1: every other call fails over",
-        "  group/slow-first   slow/mock-1, then steady/mock-1: first-byte timeout, then failover",
-        "  group/rotate       steady/mock-a and steady/mock-b, starting point rotates per request",
-        "  group/unreachable  down/mock-1, then slow/mock-1: nothing answers, a 502 lists both attempts",
-        "  steady/any-id      one provider directly; 'demo' is an alias of group/demo",
+        *(f"  {line}" for line in _MODELS),
     ]
     joined = [real for real in REAL_PROVIDERS if env.get(real.key_env)]
     for real in joined:
@@ -114,11 +120,29 @@ def banner(base: str, mocks: MockUpstreams, first_byte_timeout: float, env: dict
     return "\n".join(lines)
 
 
+def _epilog() -> str:
+    """``--help``'s account of the mocks (at their default settings) and the models to ask for."""
+    mocks = [f"  {name:<8} {spec.describe()}" for name, spec in default_specs().items()]
+    mocks.append(f"  {MockUpstreams.DOWN:<8} {_DOWN}")
+    return "\n".join(
+        [
+            "mock upstreams (in this process, on free loopback ports; defaults shown):",
+            *mocks,
+            "",
+            "models to ask for:",
+            *(f"  {line}" for line in _MODELS),
+        ]
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m demo_app",
-        description="Serve a FastAPI app with asgi_router's ModelRouter mounted, routing to built-in "
-        "mock upstreams (one steady, one flaky, one slow). No API keys needed.",
+        description="Serve a FastAPI app with asgi_router's ModelRouter mounted, routing to\n"
+        "built-in mock upstreams (steady, flaky, slow, and down, which refuses connections).\n"
+        "No API keys needed.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="host app address (default: %(default)s)")
     parser.add_argument(

@@ -97,3 +97,18 @@ def test_python_m_demo_app_serves_the_sdk_and_stops_cleanly_on_sigterm() -> None
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_python_m_demo_app_help_lists_every_mock_including_down_and_the_models() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "demo_app", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    mocks = finished.stdout.split("mock upstreams", 1)[1]
+    for name, what in [
+        ("steady", "answers"),
+        ("flaky", "503"),
+        ("slow", "waits"),
+        ("down", "connection refused"),
+    ]:
+        assert re.search(rf"^  {name} +.*{what}", mocks, re.MULTILINE), (name, finished.stdout)
+    assert "group/unreachable" in finished.stdout
