@@ -4,7 +4,7 @@
 See README.rst for configuration and semantics, and DESIGN.md for the contract.
 """
 
-from .auth import Authorize
+from .auth import Authorize, Forbidden
 from .catalog import ModelInfo
 from .classify import Reason
 from .degraded import DegradedSettings
@@ -45,6 +45,7 @@ __all__ = [
     "ConfigError",
     "DegradedSettings",
     "EventSettings",
+    "Forbidden",
     "GroupSettings",
     "HealthSettings",
     "InMemoryState",

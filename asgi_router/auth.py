@@ -2,24 +2,29 @@
 
 A middleware runs *before* the host app's routing, so the app's own auth (FastAPI dependencies,
 route decorators) never sees the requests the router answers. Anyone who reaches an unguarded
-router spends the operator's provider keys. So :func:`build_guard` insists on exactly one of:
+router spends the operator's provider keys. So the settings insist on exactly one of (checked
+when they are built, see :mod:`asgi_router.settings`; :func:`build_guard` checks again):
 
-``authorize=``
-    a callable ``(scope, headers) -> bool | principal`` from the host app, sync or async.
-    ``False`` or ``None`` refuses the request; ``True`` admits it; any other value admits it and
-    becomes the request's principal (what event sinks see, e.g. a user or tenant id).
-``RouterSettings(api_keys=[...])``
+``authorize``
+    a callable ``(scope, headers) -> bool | principal`` from the host app, sync or async (or its
+    import string). ``False`` or ``None`` refuses the request as unauthenticated; ``True``
+    admits it; any other value admits it and becomes the request's principal (what event sinks
+    see, e.g. a user or tenant id). Raising :class:`Forbidden` refuses a principal it *knows*.
+``api_keys``
     keys a client presents as ``Authorization: Bearer <key>`` or, failing that, ``x-api-key``.
     Compared in constant time: both sides are hashed to SHA-256 and every configured key is
     compared (no early exit), so neither timing nor length says how close a guess was. The
     principal is the key's name when ``api_keys`` is a mapping, else ``key-`` and the first
     8 hex digits of the key's SHA-256 (stable across restarts, useless to an attacker).
-``RouterSettings(allow_unauthenticated=True)``
+``allow_unauthenticated=True``
     no check at all, for local development; :class:`~asgi_router.ModelRouter` logs a warning.
 
-A refusal is 401 when the request carried no credentials (no bearer token, no ``x-api-key``)
-and 403 when it carried some that were refused, OpenAI-shaped, before any upstream is chosen or
-the body is read. Error messages never echo what the client sent.
+The statuses are OpenAI's (and LiteLLM's), because client code branches on them: **401** with
+``WWW-Authenticate: Bearer`` when no credentials came or the ones that came are not valid (an
+unknown key: the SDKs raise ``AuthenticationError``, which is what code catching a bad key
+expects), **403** only for a known principal that ``authorize`` refuses with
+:class:`Forbidden` (``PermissionDeniedError``). Both are OpenAI-shaped and answered before any
+upstream is chosen or the body is read. Error messages never echo what the client sent.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -36,20 +41,25 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 
 from .errors import RouterError
-from .settings import ConfigError, RouterSettings
+from .settings import NO_INBOUND_AUTH, Authorize, ConfigError, RouterSettings
 
-__all__ = ["Admitted", "Authorize", "Guard", "build_guard", "presented_key"]
+__all__ = ["Admitted", "Authorize", "Forbidden", "Guard", "build_guard", "presented_key"]
 
-#: The host app's check: ``(scope, headers) -> bool | principal``, or an awaitable of that.
-Authorize = Callable[[Scope, Headers], object | Awaitable[object]]
+_FORBIDDEN: Final = "these credentials are not allowed to use this endpoint"
 
-_NO_AUTH: Final = (
-    "ModelRouter refuses to start without inbound auth: a middleware runs before the host app's "
-    "own auth, so anyone who can reach it would spend the providers' keys. Choose one of: "
-    "authorize=<callable (scope, headers) -> bool | principal>; "
-    "RouterSettings(api_keys=[...]); "
-    "RouterSettings(allow_unauthenticated=True) (development only)."
-)
+
+class Forbidden(Exception):
+    """Raised by an ``authorize`` callable to refuse a principal it recognised: a **403**.
+
+    Returning ``False`` or ``None`` says "I do not know who this is" (a 401, which clients read
+    as "fix your key"); ``raise Forbidden()`` says "I know you, and the answer is no" (a 403,
+    ``PermissionDeniedError`` in the ``openai`` SDK). ``message`` is sent to the client as is,
+    so it must not carry anything the client should not read.
+    """
+
+    def __init__(self, message: str = _FORBIDDEN) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +96,21 @@ class _Guard:
         return verdict if isinstance(verdict, (Admitted, RouterError)) else await verdict
 
 
-def _unauthenticated(message: str) -> RouterError:
-    return RouterError(401, "unauthenticated", message, headers=((b"www-authenticate", b"Bearer"),))
+_CHALLENGE: Final = ((b"www-authenticate", b"Bearer"),)
+_NO_KEY: Final = RouterError(
+    401,
+    "unauthenticated",
+    "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+    headers=_CHALLENGE,
+)
+_NO_CREDENTIALS: Final = RouterError(401, "unauthenticated", "this endpoint needs credentials", headers=_CHALLENGE)
+_INVALID: Final = RouterError(
+    401, "invalid_api_key", "the credentials presented are not valid here", headers=_CHALLENGE
+)
 
 
-_DENIED: Final = RouterError(403, "permission_denied", "the credentials presented are not accepted here")
+def _forbidden(refusal: Forbidden) -> RouterError:
+    return RouterError(403, "permission_denied", refusal.message or _FORBIDDEN)
 
 
 def presented_key(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
@@ -134,15 +154,13 @@ class _Keys(_Guard):
     def verdict(self, scope: Scope) -> Verdict:
         token = presented_key(scope["headers"])
         if token is None:
-            return _unauthenticated(
-                "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
-            )
+            return _NO_KEY
         digest = hashlib.sha256(token).digest()
         principal: str | None = None
         for known, name in self._digests:  # no early exit: every key costs the same
             if hmac.compare_digest(digest, known):
                 principal = name
-        return _DENIED if principal is None else Admitted(principal)
+        return _INVALID if principal is None else Admitted(principal)  # unknown key: 401, as OpenAI
 
 
 class _Callable(_Guard):
@@ -152,41 +170,39 @@ class _Callable(_Guard):
         self._authorize = authorize
 
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
-        verdict = self._authorize(scope, Headers(scope=scope))
+        try:
+            verdict = self._authorize(scope, Headers(scope=scope))
+        except Forbidden as refusal:
+            return _forbidden(refusal)
         if inspect.isawaitable(verdict):
             return self._awaited(scope, verdict)
         return self._decide(scope, verdict)
 
     async def _awaited(self, scope: Scope, verdict: Awaitable[object]) -> Verdict:
-        return self._decide(scope, await verdict)
+        try:
+            return self._decide(scope, await verdict)
+        except Forbidden as refusal:
+            return _forbidden(refusal)
 
     def _decide(self, scope: Scope, verdict: object) -> Verdict:
         if verdict is None or verdict is False:
-            if _has_credentials(scope["headers"]):
-                return _DENIED
-            return _unauthenticated("this endpoint needs credentials")
+            # Not a principal the host app knows: 401 whether credentials came or not.
+            return _INVALID if _has_credentials(scope["headers"]) else _NO_CREDENTIALS
         return Admitted(None if verdict is True else verdict)
 
 
-def build_guard(settings: RouterSettings, authorize: Authorize | None) -> Guard:
-    """The guard for these settings, or :class:`ConfigError` unless exactly one option is set."""
-    chosen = [
-        name
-        for name, on in (
-            ("authorize=", authorize is not None),
-            ("api_keys", settings.api_keys is not None),
-            ("allow_unauthenticated=True", settings.allow_unauthenticated),
-        )
-        if on
-    ]
-    if not chosen:
-        raise ConfigError(_NO_AUTH)
-    if len(chosen) > 1:
-        raise ConfigError(f"inbound auth is configured twice ({' and '.join(chosen)}); choose one")
-    if authorize is not None:
-        if not callable(authorize):
-            raise ConfigError("authorize= must be a callable (scope, headers) -> bool | principal")
-        return _Callable(authorize)
+def build_guard(settings: RouterSettings) -> Guard:
+    """The guard for these settings.
+
+    Settings cannot be built without exactly one inbound auth option; settings made without
+    validation (``model_construct``) are checked again here, as :class:`ConfigError`.
+    """
+    if settings.authorize is not None:
+        if not callable(settings.authorize):
+            raise ConfigError("authorize must be a callable (scope, headers) -> bool | principal")
+        return _Callable(settings.authorize)
     if settings.api_keys is not None:
         return _Keys(settings.api_keys)
-    return _Open()
+    if settings.allow_unauthenticated:
+        return _Open()
+    raise ConfigError(NO_INBOUND_AUTH)

@@ -6,8 +6,9 @@ Shape (DESIGN.md §4)::
 
 ``attempts`` is present when upstreams were involved: one object per candidate tried, in the
 order tried, and ``message`` then has exactly one line per candidate
-(``provider/model-id: reason (status)``). Nothing here ever sees an API key: messages are
-built from candidates, reasons and statuses only.
+(``provider/model-id: reason (status)``, or ``(detail)`` where the router knows more than a
+status: ``provider_not_configured (OPENAI_API_KEY is not set)``). Nothing here ever sees an API
+key: messages are built from candidates, reasons, statuses and configuration names only.
 """
 
 from __future__ import annotations
@@ -62,12 +63,18 @@ class AttemptSummary:
     retry_after: float | None = None
     #: Never contacted (no key, context too small, over budget): does not decide the status.
     skipped: bool = False
+    #: What the operator can fix, when the router knows (e.g. ``OPENAI_API_KEY is not set``).
+    detail: str | None = None
 
     def line(self) -> str:
-        return f"{self.candidate}: {self.reason}" + (f" ({self.status})" if self.status else "")
+        said = self.detail or self.status
+        return f"{self.candidate}: {self.reason}" + (f" ({said})" if said else "")
 
     def as_json(self) -> dict[str, object]:
-        return {"candidate": self.candidate, "reason": self.reason, "status": self.status}
+        summary: dict[str, object] = {"candidate": self.candidate, "reason": self.reason, "status": self.status}
+        if self.detail is not None:
+            summary["detail"] = self.detail
+        return summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,9 +168,11 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
-    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize=`` a callable
-    ``(scope, headers) -> bool | principal``, or ``api_keys`` / ``allow_unauthenticated`` in
-    the settings; without one the constructor raises :class:`ConfigError`.
+    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize``, ``api_keys`` or
+    ``allow_unauthenticated`` in the settings, which refuse to be built without one.
+    ``authorize=`` here is that setting, for the settings the router builds itself (from
+    ``config=`` or the environment). A constructor that fails logs why on the ``asgi_router``
+    logger at ERROR before raising (:class:`ConfigError` for configuration).
     ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
     selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to
     close. ``clock`` (monotonic seconds) and ``random`` (uniform in
@@ -197,44 +199,59 @@ class ModelRouter:
         rng: random.Random | None = None,
         authorize: Authorize | None = None,
     ) -> None:
-        self.app = app
-        self.settings = load_settings(settings, config)
-        self._guard = build_guard(self.settings, authorize)
-        register_secrets(secrets_of(self.settings))
-        if self.settings.allow_unauthenticated:
-            logger.warning(
-                "allow_unauthenticated=True: anyone who can reach %s spends the configured "
-                "providers' keys; use api_keys or authorize= outside local development",
-                ", ".join(self.settings.routes),
+        # Starlette builds its middleware on the app's first event, and an ASGI server whose
+        # lifespan is "auto" swallows a failure there: the operator must see it in the log.
+        try:
+            self.app = app
+            self.settings = load_settings(settings, config, authorize)
+            self._guard = build_guard(self.settings)
+            register_secrets(secrets_of(self.settings))
+            if self.settings.allow_unauthenticated:
+                logger.warning(
+                    "allow_unauthenticated=True: anyone who can reach %s spends the configured "
+                    "providers' keys; use api_keys or authorize= outside local development",
+                    ", ".join(self.settings.routes),
+                )
+            self.state: RouterState = (
+                state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
             )
-        self.state: RouterState = state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
-        self._routes = frozenset(self.settings.routes)
-        self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
-        self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
-        self._providers = {
-            name: ProviderRuntime.build(name, provider, self.settings.routes)
-            for name, provider in self.settings.providers.items()
-        }
-        self._transport = make_transport(self.settings.transport, self.settings.pool, http_client)
-        self._gate = Gate(self.settings, self.state, clock)
-        self._loop = AttemptLoop(
-            self._transport,
-            self._providers,
-            self.settings.max_response_bytes,
-            clock,
-            bookkeeper=self._book,
-            gate=self._gate,
-            policy=RetryPolicy.from_settings(self.settings),
-            random=random,
-        )
-        self._clock = clock
-        models_route = self.settings.models_route
-        self._models = ModelsEndpoint(self.settings, models_route) if models_route is not None else None
-        #: The most recent finished requests, newest last.
-        self.recent = RecentRequests(self.settings.events.recent)
-        #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
-        self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
-        self._health = HealthProber(self.settings, self._providers, self._gate)
+            self._routes = frozenset(self.settings.routes)
+            self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
+            self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
+            self._providers = {
+                name: ProviderRuntime.build(name, provider, self.settings.routes)
+                for name, provider in self.settings.providers.items()
+            }
+            for runtime in self._providers.values():
+                if runtime.missing_key_env is not None:  # said once, here, rather than per request
+                    logger.warning(
+                        "provider %r is skipped (provider_not_configured): its api_key_env %s is not set",
+                        runtime.name,
+                        runtime.missing_key_env,
+                    )
+            self._transport = make_transport(self.settings.transport, self.settings.pool, http_client)
+            self._gate = Gate(self.settings, self.state, clock)
+            self._loop = AttemptLoop(
+                self._transport,
+                self._providers,
+                self.settings.max_response_bytes,
+                clock,
+                bookkeeper=self._book,
+                gate=self._gate,
+                policy=RetryPolicy.from_settings(self.settings),
+                random=random,
+            )
+            self._clock = clock
+            models_route = self.settings.models_route
+            self._models = ModelsEndpoint(self.settings, models_route) if models_route is not None else None
+            #: The most recent finished requests, newest last.
+            self.recent = RecentRequests(self.settings.events.recent)
+            #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
+            self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
+            self._health = HealthProber(self.settings, self._providers, self._gate)
+        except Exception as exc:
+            logger.error("asgi_router: ModelRouter could not start: %s", exc)
+            raise
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a chat request in this very frame (a coroutine fewer for every request, held for
@@ -300,9 +317,7 @@ class ModelRouter:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
         except Exception:
-            logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
-            if not exchange.response_started:
-                await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
+            await self._failed(exchange)
         finally:
             if exchange.lease is not None:  # the relay never reported: cancelled or crashed
                 exchange.lease.finish("client_disconnected")
@@ -310,16 +325,28 @@ class ModelRouter:
             self.recent.add(exchange.record)
             self.events.publish(exchange.record)
 
+    @staticmethod
+    async def _failed(exchange: _Exchange) -> None:
+        """An unexpected error inside the router (a host's ``authorize`` that raised, a bug): the
+        traceback goes to the router's logger, which scrubs keys from it, and the client gets
+        an OpenAI-shaped 500 if nothing was sent yet, never the server's plain-text one."""
+        logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
+        if not exchange.response_started:
+            await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
+
     async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
         model names are the gateway's configuration, not something to show anonymous callers."""
         assert self._models is not None
-        admitted = await self._guard.check(scope)
-        if isinstance(admitted, RouterError):
-            exchange = _Exchange(scope, receive, send, request_id_for(scope))
-            await exchange.send_error(admitted)
-            return
-        await self._models(scope, receive, send)
+        exchange = _Exchange(scope, receive, send, request_id_for(scope))
+        try:
+            admitted = await self._guard.check(scope)
+            if isinstance(admitted, RouterError):
+                await exchange.send_error(admitted)
+                return
+            await self._models(scope, receive, exchange.send_tracked)
+        except Exception:
+            await self._failed(exchange)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         stop = anyio.Event()

@@ -117,7 +117,8 @@ class RequestAttempts:
         key = candidate.key
         provider = loop._providers.get(candidate.provider)
         if provider is None or not provider.configured:
-            self.skip(key, Skip("provider_not_configured"))
+            unset = provider.missing_key_env if provider is not None else None
+            self.skip(key, Skip("provider_not_configured", detail=f"{unset} is not set" if unset else None))
             return None
         if self.attempts >= loop._policy.max_attempts or loop._clock() >= self.deadline:
             self.skip(key, Skip("budget_exhausted"))
@@ -286,14 +287,24 @@ class RequestAttempts:
 
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""
-        self._note(name, "skipped", Failed(skip.reason, retry_after=skip.retry_after, skipped=True), 0.0)
+        failure = Failed(skip.reason, retry_after=skip.retry_after, skipped=True)
+        self._note(name, "skipped", failure, 0.0, detail=skip.detail)
 
-    def _note(self, name: str, outcome: Outcome, failure: Failed, latency: float, *, summary: bool = True) -> None:
+    def _note(
+        self,
+        name: str,
+        outcome: Outcome,
+        failure: Failed,
+        latency: float,
+        *,
+        summary: bool = True,
+        detail: str | None = None,
+    ) -> None:
         if summary:
             if self._summaries is None:
                 self._summaries = []
             self._summaries.append(
-                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped)
+                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped, detail)
             )
         self.record.events.append(
             AttemptEvent(

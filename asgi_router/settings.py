@@ -6,7 +6,14 @@ Everything that can be checked without I/O is checked here, at load, so that a b
 the app's start-up with a message naming the key rather than failing a request at 3 a.m.:
 a provider named ``group``, a group member naming an unknown provider or group, an empty group,
 a nesting cycle (spelled out), nesting deeper than :data:`MAX_GROUP_DEPTH`, a dangling alias,
-a catalog key or rule route that names nothing configured.
+a catalog key or rule route that names nothing configured, and inbound auth chosen not exactly
+once. Settings are built before the app serves anything (typically at import, as
+``settings = RouterSettings.from_toml(...)``), whereas an ASGI server may only build the
+middleware on the first request and then answer 500 to every route: every refusal that can be
+decided from the settings alone belongs here, not in ``ModelRouter``.
+
+Errors say where the bad value came from: the environment variable that set it, or the TOML
+file; never the value itself (it may be a key).
 
 Group members are written as plain ``"provider/model-id"`` strings or as tables carrying a
 ``weight`` (``weighted``) and ``rpm``/``tpm`` limits (``usage``, and budget checks everywhere).
@@ -16,15 +23,18 @@ the weight of the member that names it, so proportions inside the inner group su
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 import httpx2
 from pydantic import (
     Field,
+    ImportString,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -37,11 +47,14 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
     TomlConfigSettingsSource,
 )
+from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from .catalog import ModelInfo
 from .classify import DEFAULT_FAILOVER, Reason
@@ -58,10 +71,13 @@ from .resilience_settings import (
     StrictSettings,
 )
 from .rules import RuleSettings
+from .settings_errors import ENV_DELIMITER, ENV_PREFIX, describe_refusal, describe_undecodable
 
 __all__ = [
     "MAX_GROUP_DEPTH",
     "MIN_INBOUND_KEY_LENGTH",
+    "NO_INBOUND_AUTH",
+    "Authorize",
     "ConfigError",
     "GroupSettings",
     "MemberSettings",
@@ -78,6 +94,22 @@ MAX_GROUP_DEPTH: Final = 8
 MIN_INBOUND_KEY_LENGTH: Final = 16
 
 _toml_path: ContextVar[Path | None] = ContextVar("asgi_router_toml_path", default=None)
+
+#: The host app's check: ``(scope, headers) -> bool | principal``, or an awaitable of that.
+Authorize = Callable[[Scope, Headers], object | Awaitable[object]]
+
+#: Why settings without inbound auth are refused, and the choices.
+NO_INBOUND_AUTH: Final = (
+    "inbound auth is required: the router is a middleware and runs before the host app's own "
+    "auth, so anyone who can reach it would spend the providers' keys. Choose exactly one of: "
+    "authorize=<callable (scope, headers) -> bool | principal, or its import string "
+    "'package.module:function' (TOML, or ASGI_ROUTER_AUTHORIZE)>; "
+    "api_keys=[...] (or ASGI_ROUTER_API_KEYS=key1,key2); "
+    "allow_unauthenticated=True (development only). "
+    "ModelRouter(app, authorize=fn) supplies authorize= when the router builds the settings "
+    "itself (from config= or the environment); settings you build yourself take "
+    "RouterSettings(authorize=fn)."
+)
 
 
 class ConfigError(ValueError):
@@ -250,8 +282,8 @@ class RouterSettings(BaseSettings):
     """Everything the router needs; see README.rst "Configuration reference" for each field."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ASGI_ROUTER_",
-        env_nested_delimiter="__",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
         extra="forbid",
         frozen=True,
         hide_input_in_errors=True,
@@ -302,12 +334,16 @@ class RouterSettings(BaseSettings):
     #: Seconds the whole request body may take to arrive (408 after): a client trickling a
     #: body byte by byte must not hold a request open for ever.
     body_timeout: PositiveFloat = 30.0
+    # Inbound auth: exactly one of these three is required (NO_INBOUND_AUTH says why).
     #: Inbound API keys a client must present (``Authorization: Bearer`` or ``x-api-key``).
-    #: A list, or a mapping ``name -> key`` whose names become the request's principal.
-    api_keys: list[SecretStr] | dict[str, SecretStr] | None = None
+    #: A list, or a mapping ``name -> key`` whose names become the request's principal. From
+    #: the environment: comma-separated, or JSON (a list, or an object for names).
+    api_keys: Annotated[list[SecretStr] | dict[str, SecretStr] | None, NoDecode] = None
+    #: The host app's own check ``(scope, headers) -> bool | principal`` (sync or async), or
+    #: its import string ``"package.module:function"`` (how TOML and the environment name it).
+    authorize: ImportString[Authorize] | None = None
     #: Serve anyone who can reach the router, spending the providers' keys. Development only:
-    #: the router logs a warning at start-up. One of this, ``api_keys`` or ModelRouter's
-    #: ``authorize=`` is required (the router refuses to start otherwise).
+    #: the router logs a warning at start-up.
     allow_unauthenticated: bool = False
 
     _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
@@ -328,7 +364,12 @@ class RouterSettings(BaseSettings):
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str], **overrides: Any) -> Self:
-        """Load from a TOML file; environment variables and ``overrides`` take precedence."""
+        """Load from a TOML file; environment variables and ``overrides`` take precedence.
+
+        Any refusal is a :class:`ConfigError` naming the key and where its value came from (an
+        environment variable or the file), so a module-level ``settings = from_toml(...)``
+        stops the app's import with a message an operator can act on.
+        """
         file = Path(path)
         if not file.is_file():
             raise ConfigError(f"config file not found: {file}")
@@ -339,9 +380,37 @@ class RouterSettings(BaseSettings):
             raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
         token = _toml_path.set(file)
         try:
-            return cls(**overrides)
+            return cls._built(file, overrides)
         finally:
             _toml_path.reset(token)
+
+    @classmethod
+    def _built(cls, file: Path | None, overrides: dict[str, Any]) -> Self:
+        """``cls(**overrides)``, its refusals as one :class:`ConfigError` that says where each
+        bad value came from."""
+        # ``from None``: the message says it all, and pydantic's own rendering of the error (a
+        # page of its schema's internals) would otherwise follow it in every traceback.
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            raise ConfigError(describe_refusal(exc, cls, file, overrides)) from None
+        except SettingsError as exc:
+            raise ConfigError(describe_undecodable(exc)) from None
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_api_keys(cls, value: Any) -> Any:
+        # A string is how the environment gives it: JSON, or keys separated by commas (a key
+        # never holds a space; a key with a comma in it takes the JSON form).
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith(("[", "{")):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:  # its message gives a position, never the text
+                raise ValueError(f"api_keys is neither JSON nor comma-separated keys ({exc.msg})") from None
+        return [key.strip() for key in text.split(",") if key.strip()]
 
     @field_validator("routes")
     @classmethod
@@ -384,12 +453,6 @@ class RouterSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_auth(self) -> Self:
-        if self.allow_unauthenticated and self.api_keys is not None:
-            raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")
-        return self
-
-    @model_validator(mode="after")
     def _check_references(self) -> Self:
         for name in self.providers:
             if name == GROUP_NAMESPACE:
@@ -416,6 +479,26 @@ class RouterSettings(BaseSettings):
                 raise ValueError(f"catalog.{key}: names unknown provider {ref.name!r}")
         self._check_rules()
         self._flat = {name: self._flatten(name, (name,)) for name in self.groups}
+        return self
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Self:
+        # Defined after _check_references: a config with a bad reference says so first.
+        chosen = [
+            name
+            for name, on in (
+                ("authorize=", self.authorize is not None),
+                ("api_keys", self.api_keys is not None),
+                ("allow_unauthenticated=True", self.allow_unauthenticated),
+            )
+            if on
+        ]
+        if not chosen:
+            raise ValueError(NO_INBOUND_AUTH)
+        if chosen == ["api_keys", "allow_unauthenticated=True"]:
+            raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")
+        if len(chosen) > 1:
+            raise ValueError(f"inbound auth is configured twice ({' and '.join(chosen)}); choose one")
         return self
 
     def _check_rules(self) -> None:
@@ -480,17 +563,27 @@ class RouterSettings(BaseSettings):
 
 
 def load_settings(
-    settings: RouterSettings | None = None, config: str | os.PathLike[str] | None = None
+    settings: RouterSettings | None = None,
+    config: str | os.PathLike[str] | None = None,
+    authorize: Authorize | None = None,
 ) -> RouterSettings:
-    """Build settings from the one source given (or the environment), as :class:`ConfigError`."""
+    """Build settings from the one source given (or the environment), as :class:`ConfigError`.
+
+    ``authorize`` is ``ModelRouter``'s keyword: a keyword override of the file and the
+    environment when the settings are built here. Settings built already cannot take it (they
+    had to choose their inbound auth when they were built): the error says how to pass it.
+    """
     if settings is not None and config is not None:
         raise ConfigError("pass either settings= or config=, not both")
     if settings is not None:
+        if authorize is not None:
+            raise ConfigError(
+                "authorize= cannot be added to settings built already (they chose their inbound auth "
+                "when they were built): pass RouterSettings(authorize=fn) (or from_toml(path, authorize=fn)) "
+                "instead of ModelRouter(authorize=fn)"
+            )
         return settings
-    try:
-        if config is not None:
-            return RouterSettings.from_toml(config)
-        return RouterSettings()
-    except (ValidationError, SettingsError) as exc:
-        where = f" in {config}" if config is not None else ""
-        raise ConfigError(f"invalid router configuration{where}:\n{exc}") from exc
+    overrides: dict[str, Any] = {} if authorize is None else {"authorize": authorize}
+    if config is not None:
+        return RouterSettings.from_toml(config, **overrides)
+    return RouterSettings._built(None, overrides)

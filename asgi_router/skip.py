@@ -24,3 +24,6 @@ class Skip:
     retry_after: float | None = None
     #: ``circuit_open``: when the breaker opened (the all-open fallback tries the oldest).
     opened_at: float | None = None
+    #: What the operator can fix, for the client's error line (``provider_not_configured``:
+    #: which variable is unset).
+    detail: str | None = None

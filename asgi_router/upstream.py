@@ -142,6 +142,8 @@ class ProviderRuntime:
     httpx_timeout: httpx2.Timeout = field(repr=False)
     #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
     forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
+    #: Why it is not configured: the unset variable its ``api_key_env`` names (a name, not a key).
+    missing_key_env: str | None = None
 
     @classmethod
     def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
@@ -164,6 +166,7 @@ class ProviderRuntime:
             # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
             httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
             forward=FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers},
+            missing_key_env=None if settings.is_configured else settings.api_key_env,
         )
 
 

@@ -89,9 +89,9 @@ def make_settings(upstream_url: str, refused_url: str | None = None, **overrides
     """Providers ``mock`` (the fake upstream) and ``down`` (refuses connections), fast timeouts.
 
     Inbound auth is off (``allow_unauthenticated=True``) unless an override configures it:
-    most tests are not about auth, and the router refuses to start without a choice.
+    most tests are not about auth, and settings are refused without a choice.
     """
-    if "api_keys" not in overrides:
+    if "api_keys" not in overrides and "authorize" not in overrides:
         overrides.setdefault("allow_unauthenticated", True)
     timeouts = overrides.pop("timeouts", {"connect": 1, "first_byte": 1, "idle": 1, "total": 10})
     providers: dict[str, Any] = {

@@ -12,9 +12,10 @@ import httpx2
 import openai
 import pytest
 from asgi_lifespan import LifespanManager, LifespanNotSupported
+from pydantic import ValidationError
 from starlette.datastructures import Headers
 
-from asgi_router import ConfigError, ModelRouter, RequestRecord, RouterSettings
+from asgi_router import ConfigError, Forbidden, ModelRouter, RequestRecord, RouterSettings
 
 from .conftest import CLIENT_KEY, SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
@@ -45,32 +46,40 @@ def records_of(caplog: pytest.LogCaptureFixture) -> list[RequestRecord]:
 # --- refusing to start ------------------------------------------------------------------------
 
 
-def test_router_without_any_auth_option_refuses_to_start_naming_the_three(upstream: MockUpstream) -> None:
-    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError) as caught:
-        ModelRouter(host_app(), settings=settings)
+def test_settings_without_any_auth_option_are_refused_naming_the_three(upstream: MockUpstream) -> None:
+    with pytest.raises(ValidationError) as caught:
+        make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
     message = str(caught.value)
     for option in ("authorize=", "api_keys", "allow_unauthenticated=True"):
         assert option in message
 
 
-async def test_add_middleware_without_auth_fails_the_apps_startup(upstream: MockUpstream) -> None:
+def test_router_from_a_toml_file_without_auth_refuses_to_start_and_logs_why(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text('[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
+    caplog.set_level(logging.ERROR, logger="asgi_router")
+    with pytest.raises(ConfigError, match="allow_unauthenticated"):
+        ModelRouter(host_app(), config=config)
+    # Starlette builds middleware on the first event and an ASGI server may swallow the error
+    # there: the router's own logger says why, at ERROR, before the exception leaves.
+    [logged] = [r for r in caplog.records if r.name == "asgi_router" and r.levelno == logging.ERROR]
+    assert "could not start" in logged.getMessage() and "inbound auth is required" in logged.getMessage()
+    config.write_text('allow_unauthenticated = true\n[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
+    assert ModelRouter(host_app(), config=config).settings.allow_unauthenticated
+
+
+async def test_add_middleware_with_a_broken_config_fails_the_apps_startup(tmp_path: Any) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text('[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
     app = host_app()
-    app.add_middleware(ModelRouter, settings=make_settings(upstream.url, allow_unauthenticated=False))  # type: ignore[attr-defined]
+    app.add_middleware(ModelRouter, config=config)
     with pytest.raises(LifespanNotSupported) as caught:  # asgi-lifespan's word for "startup crashed"
         async with LifespanManager(app):
             pass  # pragma: no cover - startup must fail
     assert isinstance(caught.value.__cause__, ConfigError)
-    assert "refuses to start" in str(caught.value.__cause__)
-
-
-def test_router_from_a_toml_file_without_auth_refuses_to_start(tmp_path: Any) -> None:
-    config = tmp_path / "router.toml"
-    config.write_text('[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
-    with pytest.raises(ConfigError, match="allow_unauthenticated"):
-        ModelRouter(host_app(), config=config)
-    config.write_text('allow_unauthenticated = true\n[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
-    assert ModelRouter(host_app(), config=config).settings.allow_unauthenticated
+    assert "inbound auth is required" in str(caught.value.__cause__)
 
 
 def test_allow_unauthenticated_logs_a_warning_at_start_up(
@@ -96,8 +105,8 @@ def test_api_keys_start_without_a_warning(upstream: MockUpstream, caplog: pytest
     ("headers", "status", "code"),
     [
         ({}, 401, "unauthenticated"),
-        ({"authorization": "Bearer not-the-key-0123456789"}, 403, "permission_denied"),
-        ({"x-api-key": "not-the-key-0123456789"}, 403, "permission_denied"),
+        ({"authorization": "Bearer not-the-key-0123456789"}, 401, "invalid_api_key"),
+        ({"x-api-key": "not-the-key-0123456789"}, 401, "invalid_api_key"),
     ],
     ids=["no-credentials", "wrong-bearer", "wrong-x-api-key"],
 )
@@ -110,9 +119,9 @@ async def test_refused_request_is_openai_shaped_and_no_upstream_is_contacted(
     assert response.status_code == status
     error = response.json()["error"]
     assert error["code"] == code
-    assert error["type"] == ("authentication_error" if status == 401 else "permission_error")
+    assert error["type"] == "authentication_error"
     assert error["param"] is None and error["message"]
-    assert ("www-authenticate" in response.headers) == (status == 401)
+    assert response.headers["www-authenticate"] == "Bearer"
     assert "x-router-model" not in response.headers
     assert upstream.hits == hits
 
@@ -177,8 +186,8 @@ async def test_async_authorize_callable_guards_the_router_and_names_the_principa
         calls.append(headers.get("x-session"))
         return {"user": "u-1"} if headers.get("x-session") == "valid" else False
 
-    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
-    async with routed(ModelRouter(host_app(), settings=settings, authorize=authorize)) as client:
+    settings = make_settings(upstream.url, authorize=authorize)  # type: ignore[attr-defined]
+    async with routed(ModelRouter(host_app(), settings=settings)) as client:
         refused = await client.post("/v1/chat/completions", json=CHAT)
         served = await client.post("/v1/chat/completions", json=CHAT, headers={"x-session": "valid"})
         host = await client.get("/hello")
@@ -189,13 +198,15 @@ async def test_async_authorize_callable_guards_the_router_and_names_the_principa
     assert [r.principal for r in records_of(caplog)] == [None, {"user": "u-1"}]
 
 
-async def test_add_middleware_passes_authorize_through(upstream: MockUpstream) -> None:
+async def test_add_middleware_passes_authorize_through_to_the_settings_it_builds(tmp_path: Any) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text('[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n')
     app = host_app()
-    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
-    app.add_middleware(ModelRouter, settings=settings, authorize=lambda scope, headers: False)
+    app.add_middleware(ModelRouter, config=config, authorize=lambda scope, headers: False)
     async with routed(app) as client:  # type: ignore[arg-type]
         response = await client.post("/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer x"})
-    assert response.status_code == 403
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
 
 
 async def test_authorize_that_raises_fails_closed_with_a_500_and_no_traceback(
@@ -206,8 +217,8 @@ async def test_authorize_that_raises_fails_closed_with_a_500_and_no_traceback(
 
     caplog.set_level(logging.ERROR, logger="asgi_router")
     hits = dict(upstream.hits)
-    settings = make_settings(upstream.url, allow_unauthenticated=False)  # type: ignore[attr-defined]
-    async with routed(ModelRouter(host_app(), settings=settings, authorize=authorize)) as client:
+    settings = make_settings(upstream.url, authorize=authorize)  # type: ignore[attr-defined]
+    async with routed(ModelRouter(host_app(), settings=settings)) as client:
         response = await client.post("/v1/chat/completions", json=CHAT)
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "router_error"
@@ -217,23 +228,73 @@ async def test_authorize_that_raises_fails_closed_with_a_500_and_no_traceback(
     assert upstream.hits == hits
 
 
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/mock/ok"])
+async def test_authorize_that_raises_on_the_models_listing_gets_the_same_500_and_the_routers_log(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    def authorize(scope: Any, headers: Headers) -> bool:
+        raise RuntimeError("session store is down")
+
+    caplog.set_level(logging.ERROR)
+    settings = make_settings(upstream.url, authorize=authorize)  # type: ignore[attr-defined]
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+        async with httpx2.AsyncClient(base_url=server.url) as client:
+            response = await client.get(path)
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert (error["code"], error["type"], error["param"]) == ("router_error", "server_error", None)
+    assert "session store" not in response.text and "Traceback" not in response.text
+    # The traceback is the router's to log (its logger scrubs keys), not the server's.
+    logged = [(r.name, type(r.exc_info[1])) for r in caplog.records if r.exc_info]
+    assert logged == [("asgi_router", RuntimeError)]
+
+
 # --- the official SDK sees the right exception ------------------------------------------------
 
 
-async def test_openai_sdk_raises_authentication_and_permission_errors(upstream: MockUpstream) -> None:
+async def test_openai_sdk_raises_authentication_error_for_a_missing_or_wrong_key(upstream: MockUpstream) -> None:
     with ServerThread(ModelRouter(host_app(), settings=keyed(upstream))) as server:
         base = f"{server.url}/v1"
         messages: Any = CHAT["messages"]
         async with openai.AsyncOpenAI(base_url=base, api_key="sk-wrong-0123456789", max_retries=0) as wrong:
-            with pytest.raises(openai.PermissionDeniedError):
+            with pytest.raises(openai.AuthenticationError) as caught:
                 await wrong.chat.completions.create(model="mock/ok", messages=messages)
+            assert caught.value.code == "invalid_api_key"
+            with pytest.raises(openai.AuthenticationError):
+                await wrong.models.list()
         async with openai.AsyncOpenAI(base_url=base, api_key=CLIENT_KEY, max_retries=0) as right:
             completion = await right.chat.completions.create(model="mock/ok", messages=messages)
         async with openai.AsyncOpenAI(
             base_url=base, api_key="unused", max_retries=0, default_headers={"authorization": ""}
         ) as anonymous:
-            with pytest.raises(openai.AuthenticationError):
+            with pytest.raises(openai.AuthenticationError) as caught:
                 await anonymous.chat.completions.create(model="mock/ok", messages=messages)
+            assert caught.value.code == "unauthenticated"
+    assert completion.choices[0].message.content == "hello from ok"
+
+
+async def test_openai_sdk_raises_permission_denied_for_a_principal_authorize_refuses(upstream: MockUpstream) -> None:
+    def authorize(scope: Any, headers: Headers) -> object:
+        token = headers.get("authorization", "")
+        if token == "Bearer batch-key-0123456789":
+            raise Forbidden("the batch key may not use chat completions")
+        return "web" if token == "Bearer web-key-0123456789" else None
+
+    settings = make_settings(upstream.url, authorize=authorize)  # type: ignore[attr-defined]
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+        base = f"{server.url}/v1"
+        messages: Any = CHAT["messages"]
+        async with openai.AsyncOpenAI(base_url=base, api_key="batch-key-0123456789", max_retries=0) as batch:
+            with pytest.raises(openai.PermissionDeniedError) as refused:
+                await batch.chat.completions.create(model="mock/ok", messages=messages)
+        async with openai.AsyncOpenAI(base_url=base, api_key="stranger-key-0123456789", max_retries=0) as stranger:
+            with pytest.raises(openai.AuthenticationError):
+                await stranger.chat.completions.create(model="mock/ok", messages=messages)
+        async with openai.AsyncOpenAI(base_url=base, api_key="web-key-0123456789", max_retries=0) as web:
+            completion = await web.chat.completions.create(model="mock/ok", messages=messages)
+    assert refused.value.code == "permission_denied"
+    assert "may not use chat completions" in refused.value.message
     assert completion.choices[0].message.content == "hello from ok"
 
 
@@ -244,6 +305,7 @@ async def test_models_listing_needs_the_same_credentials_as_completions(upstream
         admitted = await client.get("/v1/models", headers={"authorization": f"Bearer {CLIENT_KEY}"})
     assert anonymous.status_code == 401
     assert anonymous.json()["error"]["code"] == "unauthenticated"
-    assert wrong.status_code == 403
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "invalid_api_key"
     assert admitted.status_code == 200
     assert admitted.json()["object"] == "list"

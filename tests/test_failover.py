@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -180,7 +181,7 @@ async def test_alias_resolves_to_its_target(upstream: MockUpstream, refused_url:
     assert response.headers["x-router-model"] == "mock/ok"
 
 
-async def test_provider_without_its_key_is_skipped_not_failed(
+async def test_provider_without_its_key_is_skipped_not_failed_and_the_error_names_the_variable(
     upstream: MockUpstream, refused_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ASGI_ROUTER_TEST_MISSING_KEY", raising=False)
@@ -195,9 +196,41 @@ async def test_provider_without_its_key_is_skipped_not_failed(
     assert response.status_code == 200
     assert response.headers["x-router-attempts"] == "1"  # the skip is not an attempt
     assert only.status_code == 502
-    assert only.json()["error"]["attempts"] == [
-        {"candidate": "keyless/ok", "reason": "provider_not_configured", "status": None}
+    error = only.json()["error"]
+    assert error["message"] == "keyless/ok: provider_not_configured (ASGI_ROUTER_TEST_MISSING_KEY is not set)"
+    assert error["attempts"] == [
+        {
+            "candidate": "keyless/ok",
+            "reason": "provider_not_configured",
+            "status": None,
+            "detail": "ASGI_ROUTER_TEST_MISSING_KEY is not set",
+        }
     ]
+
+
+def test_provider_without_its_key_is_named_in_one_warning_at_start_up(
+    upstream: MockUpstream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("ASGI_ROUTER_TEST_MISSING_KEY", raising=False)
+    monkeypatch.delenv("ASGI_ROUTER_TEST_OTHER_MISSING_KEY", raising=False)
+    caplog.set_level(logging.WARNING, logger="asgi_router")
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        providers={
+            "keyless": {"base_url": f"{upstream.url}/v1", "api_key_env": "ASGI_ROUTER_TEST_MISSING_KEY"},  # type: ignore[attr-defined]
+            "other": {"base_url": f"{upstream.url}/v1", "api_key_env": "ASGI_ROUTER_TEST_OTHER_MISSING_KEY"},  # type: ignore[attr-defined]
+        },
+        groups={"g": {"members": ["keyless/a", "keyless/b", "other/c", "mock/ok"]}},
+    )
+    ModelRouter(host_app(), settings=settings)
+    named = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "asgi_router" and r.levelno == logging.WARNING and "api_key_env" in r.getMessage()
+    ]
+    assert len(named) == 2  # once per provider, not per model or request
+    assert "'keyless'" in named[0] and "ASGI_ROUTER_TEST_MISSING_KEY is not set" in named[0]
+    assert "'other'" in named[1] and "ASGI_ROUTER_TEST_OTHER_MISSING_KEY is not set" in named[1]
 
 
 async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: MockUpstream, refused_url: str) -> None:

@@ -10,6 +10,7 @@ import httpx2
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from asgi_router import ModelRouter, RouterSettings
 
@@ -77,6 +78,49 @@ async def test_add_middleware_mount_serves_router_and_host_over_real_sockets(set
     assert routed.status_code == 200
     assert routed.json()["choices"][0]["message"]["content"] == "hello from ok"
     assert hosted.json() == {"hello": "host"}
+
+
+_ORIGIN = "https://app.example"
+
+
+def _with_cors(app: FastAPI) -> None:
+    app.add_middleware(CORSMiddleware, allow_origins=[_ORIGIN], allow_methods=["*"], allow_headers=["*"])
+
+
+async def _cross_origin_calls(app: FastAPI) -> tuple[httpx2.Response, httpx2.Response, httpx2.Response]:
+    """A browser's preflight, then its chat call and a host route, from another origin."""
+    with ServerThread(app) as server:
+        async with httpx2.AsyncClient(base_url=server.url, headers={"origin": _ORIGIN}) as client:
+            preflight = await client.options(
+                "/v1/chat/completions",
+                headers={"access-control-request-method": "POST", "access-control-request-headers": "authorization"},
+            )
+            chat = await client.post("/v1/chat/completions", json={"model": "mock/ok", "messages": []})
+            hosted = await client.get("/hello")
+    return preflight, chat, hosted
+
+
+async def test_cors_middleware_added_after_the_router_wraps_the_routers_answers_too(settings: RouterSettings) -> None:
+    app = host_app()
+    app.add_middleware(ModelRouter, settings=settings)
+    _with_cors(app)  # added last: outermost, as the README says
+    preflight, chat, hosted = await _cross_origin_calls(app)
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == _ORIGIN
+    assert chat.status_code == 200
+    assert chat.headers["access-control-allow-origin"] == _ORIGIN
+    assert hosted.headers["access-control-allow-origin"] == _ORIGIN
+
+
+async def test_cors_middleware_added_before_the_router_misses_the_routers_answers(settings: RouterSettings) -> None:
+    """The order the README warns against: CORS inside the router sees only the host's requests."""
+    app = host_app()
+    _with_cors(app)
+    app.add_middleware(ModelRouter, settings=settings)
+    _, chat, hosted = await _cross_origin_calls(app)
+    assert chat.status_code == 200
+    assert "access-control-allow-origin" not in chat.headers
+    assert hosted.headers["access-control-allow-origin"] == _ORIGIN
 
 
 async def test_router_works_when_the_host_app_has_no_lifespan(settings: RouterSettings) -> None:

@@ -176,6 +176,7 @@ def plausible_configs(draw: st.DrawFn) -> dict[str, Any]:
             name: {"members": members(), "strategy": draw(st.sampled_from(["order", "rotate"]))} for name in group_names
         },
         "aliases": draw(st.dictionaries(st.sampled_from(["fast", "cheap"]), member, max_size=2)),
+        "allow_unauthenticated": True,  # settings are refused without an inbound auth choice
     }
 
 

@@ -7,9 +7,10 @@ import inspect
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from starlette.datastructures import Headers
 
-from asgi_router import ConfigError, RouterSettings
+from asgi_router import ConfigError, Forbidden, RouterSettings
 from asgi_router.auth import Admitted, build_guard, presented_key
 from asgi_router.errors import RouterError
 
@@ -31,44 +32,65 @@ def _settings(**kwargs: Any) -> RouterSettings:
 # --- choosing exactly one option --------------------------------------------------------------
 
 
-def test_no_auth_option_is_a_config_error_naming_all_three() -> None:
-    with pytest.raises(ConfigError) as caught:
-        build_guard(_settings(), None)
+def test_settings_without_an_auth_option_are_refused_naming_all_three() -> None:
+    with pytest.raises(ValidationError) as caught:
+        _settings()
     message = str(caught.value)
     assert "authorize=" in message
     assert "api_keys" in message
     assert "allow_unauthenticated=True" in message
 
 
+def test_settings_made_without_validation_still_get_no_guard_without_auth() -> None:
+    with pytest.raises(ConfigError, match="inbound auth is required"):
+        build_guard(RouterSettings.model_construct())
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "authorize", "named"),
+    ("kwargs", "named"),
     [
-        ({"api_keys": [KEY_A]}, lambda scope, headers: True, ("authorize=", "api_keys")),
-        ({"allow_unauthenticated": True}, lambda scope, headers: True, ("authorize=", "allow_unauthenticated")),
+        ({"api_keys": [KEY_A], "authorize": lambda scope, headers: True}, ("authorize=", "api_keys")),
+        (
+            {"allow_unauthenticated": True, "authorize": lambda scope, headers: True},
+            ("authorize=", "allow_unauthenticated"),
+        ),
     ],
 )
-def test_two_auth_options_at_once_are_a_config_error_naming_both(
-    kwargs: dict[str, Any], authorize: Any, named: tuple[str, str]
-) -> None:
-    with pytest.raises(ConfigError) as caught:
-        build_guard(_settings(**kwargs), authorize)
+def test_two_auth_options_at_once_are_refused_naming_both(kwargs: dict[str, Any], named: tuple[str, str]) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _settings(**kwargs)
     assert all(name in str(caught.value) for name in named)
 
 
-def test_authorize_that_is_not_callable_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="callable"):
-        build_guard(_settings(), "yes please")  # type: ignore[arg-type]
+def test_authorize_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(ValidationError, match="callable"):
+        _settings(authorize=42)
+
+
+def test_authorize_as_an_import_string_names_the_callable() -> None:
+    settings = _settings(authorize="tests.unit.test_auth:admit_everyone")
+    assert settings.authorize is admit_everyone
+
+
+def test_authorize_import_string_that_imports_nothing_is_refused() -> None:
+    with pytest.raises(ValidationError, match="authorize"):
+        _settings(authorize="tests.unit.no_such_module:check")
+
+
+def admit_everyone(scope: Any, headers: Headers) -> bool:
+    """An ``authorize`` for the import-string test."""
+    return True
 
 
 async def test_allow_unauthenticated_admits_a_request_without_credentials_as_nobody() -> None:
-    guard = build_guard(_settings(allow_unauthenticated=True), None)
+    guard = build_guard(_settings(allow_unauthenticated=True))
     assert await guard.check(_scope()) == Admitted(None)
 
 
 def test_key_and_open_guards_decide_without_anything_to_await() -> None:
     # The router awaits a verdict only when it is awaitable: these two never need a coroutine.
-    assert build_guard(_settings(allow_unauthenticated=True), None).verdict(_scope()) == Admitted(None)
-    verdict = build_guard(_settings(api_keys=[KEY_A]), None).verdict(_scope((b"x-api-key", KEY_A.encode())))
+    assert build_guard(_settings(allow_unauthenticated=True)).verdict(_scope()) == Admitted(None)
+    verdict = build_guard(_settings(api_keys=[KEY_A])).verdict(_scope((b"x-api-key", KEY_A.encode())))
     assert isinstance(verdict, Admitted)
 
 
@@ -76,10 +98,10 @@ async def test_an_async_authorize_verdict_is_awaited_and_a_sync_one_is_not() -> 
     async def later(scope: Any, headers: Any) -> str:
         return "tenant-a"
 
-    pending = build_guard(_settings(), later).verdict(_scope())
+    pending = build_guard(_settings(authorize=later)).verdict(_scope())
     assert inspect.isawaitable(pending)
     assert await pending == Admitted("tenant-a")
-    assert build_guard(_settings(), lambda scope, headers: "tenant-b").verdict(_scope()) == Admitted("tenant-b")
+    assert build_guard(_settings(authorize=lambda scope, headers: "tenant-b")).verdict(_scope()) == Admitted("tenant-b")
 
 
 # --- api_keys -----------------------------------------------------------------------------
@@ -96,7 +118,7 @@ async def test_an_async_authorize_verdict_is_awaited_and_a_sync_one_is_not() -> 
     ids=["bearer", "bearer-lowercase-padded", "x-api-key", "basic-then-x-api-key"],
 )
 async def test_api_key_presented_as_bearer_or_x_api_key_is_admitted(headers: list[tuple[bytes, bytes]]) -> None:
-    guard = build_guard(_settings(api_keys=[KEY_A, KEY_B]), None)
+    guard = build_guard(_settings(api_keys=[KEY_A, KEY_B]))
     admitted = await guard.check(_scope(*headers))
     assert isinstance(admitted, Admitted)
 
@@ -113,7 +135,7 @@ async def test_api_key_presented_as_bearer_or_x_api_key_is_admitted(headers: lis
     ids=["none", "empty-bearer", "basic-only", "blank-x-api-key", "cookie"],
 )
 async def test_no_usable_api_key_is_401_with_www_authenticate(headers: list[tuple[bytes, bytes]]) -> None:
-    guard = build_guard(_settings(api_keys=[KEY_A]), None)
+    guard = build_guard(_settings(api_keys=[KEY_A]))
     refused = await guard.check(_scope(*headers))
     assert isinstance(refused, RouterError)
     assert (refused.status, refused.code) == (401, "unauthenticated")
@@ -126,31 +148,32 @@ async def test_no_usable_api_key_is_401_with_www_authenticate(headers: list[tupl
     [KEY_A[:-1], KEY_A + "x", KEY_A.upper(), "x" * 5000, KEY_A[:5]],
     ids=["one-short", "one-long", "wrong-case", "huge", "prefix"],
 )
-async def test_wrong_api_key_is_403_and_the_message_does_not_echo_it(token: str) -> None:
-    guard = build_guard(_settings(api_keys=[KEY_A]), None)
+async def test_wrong_api_key_is_401_invalid_api_key_and_the_message_does_not_echo_it(token: str) -> None:
+    guard = build_guard(_settings(api_keys=[KEY_A]))
     refused = await guard.check(_scope((b"authorization", f"Bearer {token}".encode())))
     assert isinstance(refused, RouterError)
-    assert (refused.status, refused.code) == (403, "permission_denied")
+    assert (refused.status, refused.code) == (401, "invalid_api_key")  # as OpenAI answers an unknown key
+    assert (b"www-authenticate", b"Bearer") in refused.headers
     assert token not in refused.message and KEY_A[:5] not in refused.message
 
 
 async def test_bearer_token_wins_over_x_api_key_when_both_are_sent() -> None:
-    guard = build_guard(_settings(api_keys=[KEY_A]), None)
+    guard = build_guard(_settings(api_keys=[KEY_A]))
     refused = await guard.check(
         _scope((b"authorization", b"Bearer wrong-key-0000000000"), (b"x-api-key", KEY_A.encode()))
     )
-    assert isinstance(refused, RouterError) and refused.status == 403
+    assert isinstance(refused, RouterError) and refused.status == 401
 
 
 async def test_listed_key_principal_is_a_sha256_fingerprint_not_the_key() -> None:
-    guard = build_guard(_settings(api_keys=[KEY_A, KEY_B]), None)
+    guard = build_guard(_settings(api_keys=[KEY_A, KEY_B]))
     admitted = await guard.check(_scope((b"x-api-key", KEY_B.encode())))
     assert admitted == Admitted(f"key-{hashlib.sha256(KEY_B.encode()).hexdigest()[:8]}")
     assert isinstance(admitted, Admitted) and KEY_B[:5] not in str(admitted.principal)
 
 
 async def test_named_key_principal_is_its_name() -> None:
-    guard = build_guard(_settings(api_keys={"alice": KEY_A, "bob": KEY_B}), None)
+    guard = build_guard(_settings(api_keys={"alice": KEY_A, "bob": KEY_B}))
     assert await guard.check(_scope((b"authorization", f"Bearer {KEY_A}".encode()))) == Admitted("alice")
     assert await guard.check(_scope((b"authorization", f"Bearer {KEY_B}".encode()))) == Admitted("bob")
 
@@ -171,7 +194,7 @@ async def test_sync_authorize_receives_scope_and_case_insensitive_headers() -> N
         seen.append((scope["path"], headers.get("X-Tenant")))
         return True
 
-    guard = build_guard(_settings(), authorize)
+    guard = build_guard(_settings(authorize=authorize))
     assert await guard.check(_scope((b"x-tenant", b"acme"))) == Admitted(None)
     assert seen == [("/v1/chat/completions", "acme")]
 
@@ -180,26 +203,48 @@ async def test_async_authorize_is_awaited_and_its_value_becomes_the_principal() 
     async def authorize(scope: Any, headers: Headers) -> object:
         return {"tenant": headers.get("x-tenant")}
 
-    guard = build_guard(_settings(), authorize)
+    guard = build_guard(_settings(authorize=authorize))
     assert await guard.check(_scope((b"x-tenant", b"acme"))) == Admitted({"tenant": "acme"})
 
 
 @pytest.mark.parametrize("verdict", [False, None])
 @pytest.mark.parametrize(
-    ("headers", "status"),
-    [([], 401), ([(b"authorization", b"Bearer whatever")], 403), ([(b"x-api-key", b"whatever")], 403)],
+    ("headers", "code"),
+    [
+        ([], "unauthenticated"),
+        ([(b"authorization", b"Bearer whatever")], "invalid_api_key"),
+        ([(b"x-api-key", b"whatever")], "invalid_api_key"),
+    ],
     ids=["no-credentials", "bearer", "x-api-key"],
 )
-async def test_authorize_refusal_is_401_without_credentials_and_403_with(
-    verdict: object, headers: list[tuple[bytes, bytes]], status: int
+async def test_authorize_returning_false_or_none_is_401_with_or_without_credentials(
+    verdict: object, headers: list[tuple[bytes, bytes]], code: str
 ) -> None:
-    guard = build_guard(_settings(), lambda scope, h: verdict)
+    guard = build_guard(_settings(authorize=lambda scope, h: verdict))
     refused = await guard.check(_scope(*headers))
     assert isinstance(refused, RouterError)
-    assert refused.status == status
+    assert (refused.status, refused.code) == (401, code)
+    assert (b"www-authenticate", b"Bearer") in refused.headers
+
+
+async def test_authorize_raising_forbidden_is_403_with_its_message_sync_or_async() -> None:
+    def sync(scope: Any, headers: Headers) -> object:
+        raise Forbidden("the batch key may not use interactive models")
+
+    async def later(scope: Any, headers: Headers) -> object:
+        raise Forbidden()
+
+    refused = await build_guard(_settings(authorize=sync)).check(_scope((b"x-api-key", b"k")))
+    assert isinstance(refused, RouterError)
+    assert (refused.status, refused.code) == (403, "permission_denied")
+    assert refused.message == "the batch key may not use interactive models"
+    assert not refused.headers  # no challenge: other credentials would not help
+    refused = await build_guard(_settings(authorize=later)).check(_scope())
+    assert isinstance(refused, RouterError)
+    assert (refused.status, refused.code) == (403, "permission_denied") and refused.message
 
 
 @pytest.mark.parametrize("principal", [0, "", "user-7", ["a"]])
 async def test_authorize_admits_any_value_other_than_false_or_none(principal: object) -> None:
-    guard = build_guard(_settings(), lambda scope, h: principal)
+    guard = build_guard(_settings(authorize=lambda scope, h: principal))
     assert await guard.check(_scope()) == Admitted(principal)

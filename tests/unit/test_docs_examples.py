@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import re
 import shlex
 import textwrap
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +155,21 @@ def test_toml_example_loads_and_mounts(block: Block, tmp_path: Path, monkeypatch
     assert router.settings == settings
 
 
+@pytest.fixture
+def _logging_restored() -> Iterator[None]:
+    """Examples configure logging (a root handler, the router's logger at INFO) as an app would:
+    undone afterwards, so that no other test runs with it."""
+    root, router = logging.getLogger(), logging.getLogger("asgi_router")
+    handlers, root_level, router_level = list(root.handlers), root.level, router.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(root_level)
+    router.setLevel(router_level)
+
+
+@pytest.mark.usefixtures("_logging_restored")
 def test_python_examples_run_build_settings_and_mount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "router.toml").write_text(_quick_start_file().text, encoding="utf-8")

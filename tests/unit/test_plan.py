@@ -26,7 +26,7 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _resolver(**kwargs: Any) -> Resolver:
-    return Resolver(RouterSettings(providers=_PROVIDERS, **kwargs))
+    return Resolver(RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS, **kwargs))
 
 
 def _plan(result: Plan | ResolveError) -> Plan:
@@ -100,7 +100,9 @@ def test_rotate_counter_advances_once_per_request_not_per_candidate() -> None:
 
 def test_rotate_counters_are_per_resolver_instance() -> None:
     settings = RouterSettings(
-        providers=_PROVIDERS, groups={"r": {"strategy": "rotate", "members": ["openai/a", "local/b"]}}
+        allow_unauthenticated=True,
+        providers=_PROVIDERS,
+        groups={"r": {"strategy": "rotate", "members": ["openai/a", "local/b"]}},
     )
     first, second = Resolver(settings), Resolver(settings)
     assert _names(first.resolve_string("group/r"))[0] == "openai/a"

@@ -14,6 +14,7 @@ from asgi_router.stats import Limits
 _PROVIDERS: dict[str, Any] = {name: {"base_url": f"https://{name}.example/v1"} for name in ("a", "b", "c")}
 
 _SETTINGS = RouterSettings(
+    allow_unauthenticated=True,
     providers=_PROVIDERS,
     groups={
         "auto": {"rules": True, "members": ["a/default"], "degraded": {"content": "busy"}},

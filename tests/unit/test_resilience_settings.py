@@ -24,7 +24,7 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    settings = RouterSettings(providers=_PROVIDERS)
+    settings = RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS)
     assert settings.retries == 2
     assert (settings.backoff.base, settings.backoff.cap) == (0.25, 4.0)
     assert settings.max_retry_wait == 10.0
@@ -78,7 +78,7 @@ def test_toml_spells_every_resilience_key(tmp_path: Path) -> None:
         ),
         encoding="utf-8",
     )
-    settings = RouterSettings.from_toml(path)
+    settings = RouterSettings.from_toml(path, allow_unauthenticated=True)
     assert settings.retries == 3
     assert settings.max_retry_wait == 5
     assert settings.deadline == 60
@@ -100,7 +100,7 @@ def test_toml_spells_every_resilience_key(tmp_path: Path) -> None:
 def test_environment_sets_nested_breaker_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASGI_ROUTER_BREAKER__OPEN_FOR", "12")
     monkeypatch.setenv("ASGI_ROUTER_RETRIES", "0")
-    settings = RouterSettings(providers=_PROVIDERS)
+    settings = RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS)
     assert settings.breaker.open_for == 12
     assert settings.retries == 0
 
@@ -125,7 +125,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
 def test_invalid_resilience_settings_are_refused_naming_the_key(overrides: dict[str, Any], named: str) -> None:
     kwargs: dict[str, Any] = {"providers": _PROVIDERS, **overrides}
     with pytest.raises(ValidationError) as info:
-        RouterSettings(**kwargs)
+        RouterSettings(allow_unauthenticated=True, **kwargs)
     assert named in str(info.value)
 
 
@@ -137,6 +137,7 @@ def _plan(settings: RouterSettings, ref: str) -> Plan:
 
 def test_plan_retries_one_candidate_fails_over_several_unless_the_group_says() -> None:
     settings = RouterSettings(
+        allow_unauthenticated=True,
         providers=_PROVIDERS,
         retries=3,
         groups={

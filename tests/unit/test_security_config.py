@@ -43,7 +43,7 @@ def test_api_keys_from_the_environment_are_json(monkeypatch: pytest.MonkeyPatch)
 def test_allow_unauthenticated_from_the_environment_keeps_its_exact_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASGI_ROUTER_ALLOW_UNAUTHENTICATED", "true")
     assert RouterSettings().allow_unauthenticated is True
-    assert RouterSettings(allow_unauthenticated=False).allow_unauthenticated is False
+    assert RouterSettings(allow_unauthenticated=False, api_keys=[KEY]).allow_unauthenticated is False
 
 
 @pytest.mark.parametrize(
@@ -74,16 +74,18 @@ def test_allow_unauthenticated_together_with_api_keys_is_refused() -> None:
 
 
 def test_body_timeout_must_be_positive() -> None:
-    assert RouterSettings(body_timeout=0.5).body_timeout == 0.5
+    assert RouterSettings(body_timeout=0.5, allow_unauthenticated=True).body_timeout == 0.5
     with pytest.raises(ValidationError, match="body_timeout"):
-        RouterSettings(body_timeout=0)
+        RouterSettings(body_timeout=0, allow_unauthenticated=True)
 
 
 # --- forward_headers and static headers ------------------------------------------------------
 
 
 def test_forward_headers_are_lowercased_and_reach_the_provider_runtime() -> None:
-    settings = RouterSettings(providers=_provider(forward_headers=["TraceParent", "x-tenant"]))
+    settings = RouterSettings(
+        providers=_provider(forward_headers=["TraceParent", "x-tenant"]), allow_unauthenticated=True
+    )
     runtime = ProviderRuntime.build("openai", settings.providers["openai"], settings.routes)
     assert runtime.forward == FORWARDED_REQUEST_HEADERS | {b"traceparent", b"x-tenant"}
 

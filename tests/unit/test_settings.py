@@ -41,10 +41,15 @@ members = ["openai/gpt-4o-mini", "local/qwen2.5-coder"]
 
 @pytest.fixture(autouse=True)
 def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ASGI_ROUTER_* variable from the outer environment may leak into these tests."""
+    """No ASGI_ROUTER_* variable from the outer environment may leak into these tests.
+
+    Inbound auth (required of every settings object) comes from the environment here, as
+    ``allow_unauthenticated``: these tests are about the other keys, in every spelling.
+    """
     for name in list(os.environ):
         if name.upper().startswith("ASGI_ROUTER_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("ASGI_ROUTER_ALLOW_UNAUTHENTICATED", "true")
 
 
 def _write(tmp_path: Path, text: str, name: str = "router.toml") -> Path:

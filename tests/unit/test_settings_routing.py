@@ -27,7 +27,7 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _error_text(**kwargs: Any) -> str:
     with pytest.raises(ValidationError) as info:
-        RouterSettings(providers=_PROVIDERS, **kwargs)
+        RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS, **kwargs)
     return str(info.value)
 
 
@@ -75,7 +75,7 @@ route = "openai/gpt-4o-mini"
 def test_toml_with_member_tables_catalog_rules_hedging_and_degraded_loads(tmp_path: Path) -> None:
     path = tmp_path / "router.toml"
     path.write_text(textwrap.dedent(_TOML), encoding="utf-8")
-    settings = RouterSettings.from_toml(path)
+    settings = RouterSettings.from_toml(path, allow_unauthenticated=True)
     assert settings.latency_half_life == 30
     assert settings.catalog["openai/gpt-4o-mini"].context_window == 128000
     assert settings.flat_member_settings("mix") == (
@@ -92,13 +92,16 @@ def test_toml_with_member_tables_catalog_rules_hedging_and_degraded_loads(tmp_pa
 
 
 def test_plain_string_members_stay_strings_and_read_as_weight_one() -> None:
-    settings = RouterSettings(providers=_PROVIDERS, groups={"g": {"members": ["openai/a", {"ref": "local/b"}]}})
+    settings = RouterSettings(
+        allow_unauthenticated=True, providers=_PROVIDERS, groups={"g": {"members": ["openai/a", {"ref": "local/b"}]}}
+    )
     assert settings.groups["g"].members[0] == "openai/a"
     assert settings.flat_member_settings("g") == (MemberSettings(ref="openai/a"), MemberSettings(ref="local/b"))
 
 
 def test_flattening_keeps_the_first_occurrence_with_its_own_weight_and_limits() -> None:
     settings = RouterSettings(
+        allow_unauthenticated=True,
         providers=_PROVIDERS,
         groups={
             "outer": {"members": [{"ref": "openai/a", "weight": 5, "rpm": 7}, {"ref": "group/inner", "weight": 2}]},
@@ -190,10 +193,12 @@ def test_bad_group_options_are_refused_naming_the_key(group: dict[str, Any], key
 
 
 def test_models_route_can_be_turned_off_but_not_misspelled() -> None:
-    assert RouterSettings(models_route=None).models_route is None
-    assert RouterSettings(models_route="").models_route is None  # how TOML and env say "off"
+    assert RouterSettings(allow_unauthenticated=True, models_route=None).models_route is None
+    assert (
+        RouterSettings(allow_unauthenticated=True, models_route="").models_route is None
+    )  # how TOML and env say "off"
     with pytest.raises(ValidationError, match="models_route"):
-        RouterSettings(models_route="v1/models")
+        RouterSettings(allow_unauthenticated=True, models_route="v1/models")
 
 
 def test_catalog_and_rules_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +206,7 @@ def test_catalog_and_rules_can_come_from_the_environment(monkeypatch: pytest.Mon
     monkeypatch.setenv("ASGI_ROUTER_CATALOG", '{"openai/gpt-4o": {"context_window": 128000}}')
     monkeypatch.setenv("ASGI_ROUTER_GROUPS", '{"auto": {"rules": true, "members": ["openai/gpt-4o"]}}')
     monkeypatch.setenv("ASGI_ROUTER_RULES", '[{"name": "img", "images": true, "route": "openai/gpt-4o"}]')
-    settings = RouterSettings()
+    settings = RouterSettings(allow_unauthenticated=True)
     assert settings.catalog["openai/gpt-4o"].context_window == 128000
     assert settings.rules[0].images is True
 

@@ -33,7 +33,9 @@ def _resolver(
 ) -> tuple[Resolver, InMemoryStats]:
     stats = stats or InMemoryStats(FakeClock())
     resolver = Resolver(
-        RouterSettings(providers=_PROVIDERS, groups={"g": group}, **settings), stats=stats, rng=random.Random(seed)
+        RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS, groups={"g": group}, **settings),
+        stats=stats,
+        rng=random.Random(seed),
     )
     return resolver, stats
 
@@ -83,6 +85,7 @@ def test_weighted_is_reproducible_with_the_same_seed() -> None:
 def test_weighted_nested_group_weights_multiply_through() -> None:
     resolver = Resolver(
         RouterSettings(
+            allow_unauthenticated=True,
             providers=_PROVIDERS,
             groups={
                 "g": {"strategy": "weighted", "members": [{"ref": "group/inner", "weight": 2}, "c/m"]},
