@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -18,6 +21,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from asgi_router import ModelRouter
+from asgi_router.breaker import BreakerView
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream
@@ -73,27 +77,82 @@ class _LoopClosed:
     async def aclose(self) -> None: ...
 
 
-@pytest.mark.anyio
-async def test_a_failure_of_the_routers_own_client_counts_against_no_breaker_or_statistic(
-    upstream: MockUpstream,
-) -> None:
+class _BreaksMidStream:
+    """A transport whose response's client breaks after the first chunk (the router's side)."""
+
+    status = 200
+    drained = False
+
+    def __init__(self) -> None:
+        self.raw_headers = [(b"content-type", b"text/event-stream")]
+        self.chunks = self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        yield b'data: {"choices": []}\n\n'
+        raise RuntimeError("Event loop is closed")
+
+    async def aclose(self) -> None: ...
+
+    def start(self) -> None: ...
+
+    async def send(self, *args: Any) -> _BreaksMidStream:
+        return self
+
+
+@dataclass
+class _Broken:
+    """The answer while the router's own client was broken, the router's numbers just after,
+    and the next answer once it works again."""
+
+    answer: httpx2.Response
+    breakers: list[BreakerView | None]
+    latency: float | None
+    in_flight: int
+    after: httpx2.Response
+
+
+async def _own_client_broken(upstream: MockUpstream, broken: object, stream: bool) -> _Broken:
+    """One request of group ``g`` (mock/ok, then mock2/ok) over ``broken``, whose breaker opens at
+    the first failure counted against it, then one over the working transport."""
     groups = {"g": {"members": ["mock/ok", "mock2/ok"]}}
     async with routed_router(upstream, groups=groups, breaker={"consecutive_failures": 1}) as (client, router):
         working = router._loop._transport
-        router._loop._transport = _LoopClosed()  # type: ignore[assignment]
-        broken = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g"})
+        router._loop._transport = broken  # type: ignore[assignment]
+        answer = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g", "stream": stream})
         breakers = [router.state.breaker(key) for key in ("mock/ok", "mock")]
         latency, in_flight = router.state.latency("mock/ok"), router.state.in_flight("mock/ok")
         router._loop._transport = working
         after = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g"})
-    error = broken.json()["error"]
-    assert (broken.status_code, error["code"], error["type"]) == (500, "router_error", "server_error")
+    return _Broken(answer, breakers, latency, in_flight, after)
+
+
+@pytest.mark.anyio
+async def test_a_failure_of_the_routers_own_client_counts_against_no_breaker_or_statistic(
+    upstream: MockUpstream,
+) -> None:
+    broken = await _own_client_broken(upstream, _LoopClosed(), stream=False)
+    error = broken.answer.json()["error"]
+    assert (broken.answer.status_code, error["code"], error["type"]) == (500, "router_error", "server_error")
     assert error["attempts"] == [{"candidate": "mock/ok", "reason": "router_error", "status": None}]
     # One failure would have opened mock/ok's breaker had it been blamed on the upstream.
+    after = broken.after
     assert (after.status_code, after.headers["x-router-model"], after.headers["x-router-attempts"]) == (
         200,
         "mock/ok",
         "1",
     )
-    assert all(view is None or view.consecutive_failures == 0 for view in breakers)
-    assert (latency, in_flight) == (None, 0)  # no first-byte-timeout penalty observed; slot released
+    assert all(view is None or view.consecutive_failures == 0 for view in broken.breakers)
+    assert (broken.latency, broken.in_flight) == (None, 0)  # no first-byte-timeout penalty; slot released
+
+
+@pytest.mark.anyio
+async def test_a_stream_cut_by_the_routers_own_client_says_router_error_and_blames_no_upstream(
+    upstream: MockUpstream,
+) -> None:
+    broken = await _own_client_broken(upstream, _BreaksMidStream(), stream=True)
+    cut = broken.answer
+    error = json.loads(cut.text.rstrip("\n").rsplit("\n\n", 1)[-1].removeprefix("data: "))["error"]
+    assert (cut.status_code, error["code"]) == (200, "router_error")
+    assert "see the server log" in error["message"] and "[DONE]" not in cut.text
+    assert (broken.after.headers["x-router-model"], broken.after.headers["x-router-attempts"]) == ("mock/ok", "1")
+    assert all(view is None or view.consecutive_failures == 0 for view in broken.breakers)
