@@ -277,8 +277,10 @@ class AttemptLoop:
             try:
                 return Failed(classify_exception(exc), response.status if response else None)
             except UnrecognisedFailure:
-                logger.exception("asgi_router: unrecognised failure calling %s; not retried", candidate)
-                return Failed("upstream_5xx", response.status if response else None, fatal=True)
+                # The router's own failure (its client, or a bug), not the upstream's: not
+                # retried, and counted against no breaker or statistic (classify.py).
+                logger.exception("asgi_router: the router failed calling %s; not retried", candidate)
+                return Failed("router_error", response.status if response else None, fatal=True)
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             request.aborted(ready)
             raise

@@ -35,8 +35,10 @@ from .usage import TokenCount, count_tokens
 
 __all__ = ["Bookkeeper", "Skip", "Spend"]
 
-# Failures that say nothing about the member's speed: the request's fault or a skip.
-_NOT_PENALISED: Final[frozenset[Reason]] = frozenset({"client_error", "context_window", "client_disconnected"})
+# Failures that say nothing about the member's speed: the request's fault, the router's own, a skip.
+_NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
+    {"client_error", "context_window", "client_disconnected", "router_error"}
+)
 
 
 @dataclass(frozen=True, slots=True)

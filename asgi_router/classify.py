@@ -34,6 +34,8 @@ slower of two raced candidates, cancelled when the other committed.
 
 An exception this module does not recognise is *not* retried (Bifrost's rule): an unknown
 failure is more likely a bug here than a flaky upstream, and retrying it would only hide it.
+It is the router's own failure (``router_error``: its own client broke, say, "Event loop is
+closed"), so it counts against no upstream: neither breaker nor routing statistics see it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ Reason = Literal[
     "over_budget",
     "context_window",
     "hedge_lost",
+    "router_error",
 ]
 
 #: Reasons that move on to the next candidate unless a group's ``failover_on`` says otherwise.

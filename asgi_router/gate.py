@@ -13,7 +13,8 @@ How a reason counts:
 
 * candidate breaker: a reason in ``breaker.failure_reasons`` is a failure; ``served`` and
   ``client_error`` (the upstream answered properly; the request was wrong) are successes;
-  anything else (429, auth, a client that left) does not count either way.
+  anything else (429, auth, a client that left, the router's own ``router_error``) does not
+  count either way.
 * provider breaker: ``connect_error`` or ``timeout`` before any response is a failure; any
   response at all is a success, recorded as soon as the status line arrives.
 """
@@ -33,6 +34,8 @@ from .state import RouterState
 __all__ = ["Gate", "Lease", "Skip"]
 
 _PROVIDER_FAILURES: Final[frozenset[Reason]] = frozenset({"connect_error", "timeout"})
+# The router's own failure is never the upstream's, whatever ``failure_reasons`` lists.
+_NEVER_FAILURES: Final[frozenset[Reason]] = frozenset({"router_error"})
 _SUCCESSES: Final[frozenset[Reason]] = frozenset({"served", "client_error"})
 
 
@@ -79,7 +82,7 @@ class Gate:
         self._clock = clock
         self._policy = settings.breaker
         self._breakers = settings.breaker.enabled
-        self._failures = settings.breaker.failure_reasons
+        self._failures = settings.breaker.failure_reasons - _NEVER_FAILURES
         self._budget = settings.retry_budget
         self._limits = {name: provider.max_concurrent for name, provider in settings.providers.items()}
 

@@ -55,6 +55,11 @@ class HealthProber:
             if provider.health is not None and runtimes[name].configured
         ]
 
+    @property
+    def providers(self) -> list[str]:
+        """The providers probed (from lifespan startup to shutdown)."""
+        return [target.provider for target in self._targets]
+
     async def run(self) -> None:
         if not self._targets:
             return

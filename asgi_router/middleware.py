@@ -22,7 +22,10 @@ OpenAI-shaped 500: the router never takes the host app down with it.
 
 Between lifespan startup and shutdown the router also runs its background work: the event
 sink workers and the opt-in health probes. Each finished request is published to the sinks
-(the log line among them) without waiting for them.
+(the log line among them) without waiting for them. Without a lifespan (a sub-app mounted
+under a prefix gets none) requests are served all the same, on an upstream client of the
+running loop, and the log line is written on the request's task; what needs the lifespan is
+named once in a warning. Routes are matched on the path below ``root_path`` (``mounting.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from .headers import response_headers_for_client
 from .health import HealthProber
 from .inbound import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from .models_endpoint import ModelsEndpoint
+from .mounting import route_path
 from .outcomes import Committed, Refused
 from .plan import Plan, ResolveError, Resolver
 from .redact import register_secrets, secrets_of
@@ -107,6 +111,7 @@ class _Exchange:
         "disconnected",
         "finished",
         "lease",
+        "path",
         "receive",
         "record",
         "response_started",
@@ -115,8 +120,10 @@ class _Exchange:
         "send",
     )
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str, path: str = "") -> None:
         self.scope = scope
+        #: The route asked for: the path below ``root_path`` (``mounting.py``).
+        self.path = path
         self.receive = receive
         self.send = send
         self.record = RequestRecord(request_id, "-")
@@ -249,6 +256,8 @@ class ModelRouter:
             #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
             self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
             self._health = HealthProber(self.settings, self._providers, self._gate)
+            #: Whether a lifespan startup reached the router, or the lack of one was reported.
+            self._lifespan_seen = False
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
@@ -257,7 +266,7 @@ class ModelRouter:
         """Serve a chat request in this very frame (a coroutine fewer for every request, held for
         as long as it is open); hand everything else on: ``lifespan`` and ``GET /v1/models`` to
         the router's own handlers, the rest to the host app."""
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self._routes:
+        if scope["type"] != "http" or scope["method"] != "POST" or (path := route_path(scope)) not in self._routes:
             kind = scope["type"]
             if kind == "lifespan":
                 await self._lifespan(scope, receive, send)
@@ -265,14 +274,14 @@ class ModelRouter:
                 kind == "http"
                 and self._models is not None
                 and scope["method"] in ("GET", "HEAD")
-                and self._models.handles(scope["path"])
+                and self._models.handles(route_path(scope))
             ):
                 await self._list_models(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
-        exchange = _Exchange(scope, receive, send, request_id_for(scope))
+        exchange = _Exchange(scope, receive, send, request_id_for(scope), path)
         try:
             # Auth and the header screen, then the body, then its parse and plan: each refusal is
             # answered here (the steps themselves are plain functions: no coroutine per step).
@@ -323,6 +332,8 @@ class ModelRouter:
                 exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
             self.recent.add(exchange.record)
+            if not self._lifespan_seen:
+                self._warn_without_lifespan()
             self.events.publish(exchange.record)
 
     @staticmethod
@@ -349,11 +360,22 @@ class ModelRouter:
             await self._failed(exchange)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The host app's lifespan, with the router's own work around it: the upstream client
+        opened on startup, sink workers and health probes from startup to shutdown.
+
+        The app's ``lifespan.shutdown.complete`` (or ``.failed``) is held back until all of that
+        has ended, and forwarded as the very last thing: a server takes it as leave to stop the
+        loop (uvicorn returns and ``asyncio.run`` cancels whatever still runs), so anything of
+        the router's still winding down after it would die as a ``CancelledError`` traceback
+        (uvicorn's "Exception in 'lifespan' protocol" on every clean Ctrl-C).
+        """
         stop = anyio.Event()
+        ended: list[Message] = []
 
         async def receive_startup(*_: Any) -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self._lifespan_seen = True
                 self._transport.start()
                 background.start_soon(self._background, stop)
             return message
@@ -362,8 +384,9 @@ class ModelRouter:
             if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
                 await self.events.drain(self.settings.events.shutdown_grace)
                 stop.set()
-                await self._transport.aclose()
-            elif message["type"] == "lifespan.startup.complete" and self.settings.gc_freeze:
+                ended.append(message)  # forwarded once the router's own work has ended
+                return
+            if message["type"] == "lifespan.startup.complete" and self.settings.gc_freeze:
                 gc.collect()
                 gc.freeze()  # the startup heap stays: stop re-scanning it on every full collection
             await send(message)
@@ -376,8 +399,32 @@ class ModelRouter:
                 failure = exc
             finally:
                 stop.set()
+        await self._transport.aclose()
+        if ended:
+            await send(ended[0])  # the last await: the server may end the loop from here on
         if failure is not None:
             raise failure
+
+    def _warn_without_lifespan(self) -> None:
+        """Say once what does not run when requests come without a lifespan startup (a mounted
+        sub-app gets none, nor does ``TestClient(app)`` without ``with``): requests are served
+        and the log line written either way; other sinks and health probes need the lifespan."""
+        self._lifespan_seen = True
+        idle = []
+        sinks = self.events.lifespan_only()
+        if sinks:
+            idle.append("event sinks " + ", ".join(sinks))
+        if self._health.providers:
+            idle.append("health probes of " + ", ".join(self._health.providers))
+        if self.settings.gc_freeze:
+            idle.append("gc_freeze")
+        if idle:
+            logger.warning(
+                "asgi_router: serving without a lifespan startup (a mounted sub-app, or a server or "
+                "test client without lifespan); these run only from lifespan startup to shutdown "
+                "and do not run: %s",
+                "; ".join(idle),
+            )
 
     async def _background(self, stop: anyio.Event) -> None:
         """Event sink workers and health probes, from lifespan startup until ``stop``."""
@@ -447,8 +494,7 @@ class ModelRouter:
         self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
     ) -> Coroutine[Any, Any, Committed | Refused | RouterError]:
         """The attempt loop's pass over ``plan`` (the call itself, to await)."""
-        scope = exchange.scope
-        return self._loop.run(plan, request, scope["path"], scope["headers"], exchange.record, facts)
+        return self._loop.run(plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts)
 
     async def _respond(
         self,

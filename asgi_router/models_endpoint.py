@@ -19,6 +19,7 @@ from typing import Final
 from starlette.types import Receive, Scope, Send
 
 from .errors import error_body
+from .mounting import route_path
 from .refs import GROUP_NAMESPACE, InvalidRef, RefKind, parse_model_ref
 from .settings import RouterSettings
 
@@ -67,7 +68,7 @@ class ModelsEndpoint:
         return path == self.route or path.startswith(self._prefix)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope["path"]
+        path = route_path(scope)
         if path == self.route:
             status, body = 200, self._list
         else:

@@ -57,7 +57,7 @@ class Failed:
     status: int | None = None
     retry_after: float | None = None
     ttfb: float | None = None
-    #: An unrecognised failure: never retried (the loop stops with a 502).
+    #: The router's own failure (``router_error``): never retried (the loop stops with a 500).
     fatal: bool = False
     #: Not contacted (no key, context too small, over budget, breaker open, saturated, ...).
     skipped: bool = False

@@ -57,9 +57,9 @@ def _event_boundary(last: bytes) -> bytes:
 def _late_reason(exc: Exception, candidate: str) -> Reason:
     try:
         reason = classify_exception(exc)
-    except UnrecognisedFailure:
-        logger.exception("asgi_router: unrecognised failure relaying %s", candidate)
-        return "stream_interrupted"
+    except UnrecognisedFailure:  # the router's own failure: not held against the upstream
+        logger.exception("asgi_router: the router failed relaying %s", candidate)
+        return "router_error"
     return "timeout" if reason == "timeout" else "stream_interrupted"
 
 
@@ -120,7 +120,9 @@ async def relay_stream(
             if failure is not None or scope.cancelled_caught:
                 reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
                 detail = (
-                    "upstream connection broke"
+                    "the router failed; see the server log"
+                    if reason == "router_error"
+                    else "upstream connection broke"
                     if reason != "timeout"
                     else "the attempt's total timeout ran out"
                     if clock() >= deadline

@@ -213,7 +213,7 @@ class RequestAttempts:
         if result.fatal:
             summaries = self._summaries or []
             lines = "\n".join(summary.line() for summary in summaries)
-            return RouterError(502, "router_error", lines, tuple(summaries))
+            return RouterError(500, "router_error", lines, tuple(summaries))
         if result.reason not in self.plan.failover_on:
             # A group that does not fail over on this reason (say, timeouts) stops here; with
             # no response to pass through, the client gets the plan's error so far.

@@ -10,8 +10,11 @@ logged once and counted (:attr:`EventBus.failures`); the next record still reach
 Async sinks run on the event loop (they must not block it); plain functions run in a worker
 thread of their own, a batch at a time, so blocking I/O (a log handler writing to a file) is
 fine there. Workers run from the app's lifespan startup to its shutdown, where queued records
-get a short grace period to drain. Without a lifespan, nothing is delivered: records are
-dropped, counted, and a warning says why.
+get a short grace period to drain. Without a lifespan (a mounted sub-app gets none) a
+synchronous sink marked ``direct = True`` is called on the request's task instead: the built-in
+log line is, since a request without its line is worse than one logging call on the loop.
+Other sinks get nothing then: their records fill the queue, are dropped and counted (the router
+warns once that they do not run).
 
 Records are shared between sinks: treat them as read-only. A sink object may have a
 ``quiet()`` method: while it returns true, records are not even queued for it (the logging
@@ -77,6 +80,8 @@ class _SinkWorker:
         self.sink = sink
         self.capacity = capacity
         self.is_async = _is_async(sink)
+        #: Called on the publishing task while no worker runs (see the module docstring).
+        self.direct = not self.is_async and getattr(sink, "direct", False) is True
         self.queue: deque[RequestRecord] = deque()
         self.dropped = 0
         self.failures = 0
@@ -87,6 +92,15 @@ class _SinkWorker:
         self.settled: anyio.Event | None = None
         # One thread per synchronous sink: a blocked sink cannot take the host app's threads.
         self._limiter: anyio.CapacityLimiter | None = None
+
+    def call_now(self, record: RequestRecord) -> None:
+        """Deliver ``record`` on the caller's task (a ``direct`` sink while no worker runs)."""
+        if self._quiet is not None and self._quiet():
+            return
+        try:
+            self.sink(record)
+        except Exception:
+            self._failed()
 
     def offer(self, record: RequestRecord) -> bool:
         if self._quiet is not None and self._quiet():
@@ -151,7 +165,6 @@ class EventBus:
     def __init__(self, sinks: Iterable[Sink], capacity: int) -> None:
         self._workers = [_SinkWorker(sink, capacity) for sink in sinks]
         self._running = False
-        self._warned = False
 
     @property
     def dropped(self) -> int:
@@ -169,11 +182,18 @@ class EventBus:
         return any(worker.queue or worker.busy for worker in self._workers)
 
     def publish(self, record: RequestRecord) -> None:
-        """Queue ``record`` for every sink; never blocks, never raises."""
+        """Queue ``record`` for every sink (or, with no worker running, call a ``direct`` one);
+        never blocks, never raises."""
+        running = self._running
         for worker in self._workers:
-            if not worker.offer(record) and not self._running and not self._warned:
-                self._warned = True
-                logger.warning("asgi_router: event sinks are not running (no lifespan startup); records are dropped")
+            if running or not worker.direct:
+                worker.offer(record)
+            else:
+                worker.call_now(record)
+
+    def lifespan_only(self) -> list[str]:
+        """The names of the sinks that get nothing without a lifespan (all but ``direct`` ones)."""
+        return [_name(worker.sink) for worker in self._workers if not worker.direct]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled (the router runs this from lifespan startup to shutdown)."""
@@ -196,8 +216,16 @@ class EventBus:
         return not self.pending
 
 
+def _name(sink: Sink) -> str:
+    name = getattr(sink, "__qualname__", None)
+    return name if isinstance(name, str) else type(sink).__qualname__
+
+
 class LogSink:
     """The stdlib ``logging`` sink: one structured line per request (:func:`log_request`)."""
+
+    #: Written on the request's task while no worker runs (no lifespan): the line is not lost.
+    direct = True
 
     def __call__(self, record: RequestRecord) -> None:
         log_request(record)

@@ -6,7 +6,8 @@ implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`ma
 :class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
 official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
 :class:`~asgi_router.upstream_aiohttp.AiohttpTransport`, the default because it is the faster
-(``docs/performance.rst``). Either way: one client per router, shared by every request.
+(``docs/performance.rst``). Either way: one client per router and running event loop
+(``loop_clients.py``), shared by every request on that loop.
 
 Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
 re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
@@ -27,6 +28,7 @@ import anyio
 import httpx2
 
 from .headers import FORWARDED_REQUEST_HEADERS
+from .loop_clients import LoopClients
 from .settings import PoolSettings, ProviderSettings, Timeouts
 
 __all__ = [
@@ -92,14 +94,14 @@ class Transport(Protocol):
         """The request, to await (an ``async def`` will do)."""
 
     def start(self) -> None:
-        """Open pools (called on lifespan startup; sending also opens lazily)."""
+        """Open the running loop's pool (called on lifespan startup; sending also opens lazily)."""
 
     async def aclose(self) -> None:
-        """Close what :meth:`start` opened (called after the host app's shutdown)."""
+        """Close the running loop's pool (called after the host app's shutdown)."""
 
     @property
     def is_open(self) -> bool:
-        """Whether the pool is open (introspection for tests and health checks)."""
+        """Whether a pool is open, on any loop (introspection for tests and health checks)."""
 
     def is_quiet(self) -> bool:
         """No request holds an upstream connection and none is mid-response (leak checks)."""
@@ -195,54 +197,66 @@ class HttpxResponse:
 
 
 class HttpxTransport:
-    """:class:`Transport` over one shared ``httpx2.AsyncClient``.
+    """:class:`Transport` over one shared ``httpx2.AsyncClient`` per running event loop.
 
-    The client is created lazily (a host app without lifespan support still works) and
-    closed by :meth:`aclose` on lifespan shutdown. A client passed in (tests inject one with
-    ``httpx2.MockTransport``) belongs to the caller: it is used as is and never closed here.
+    httpcore's pool belongs to the loop it first ran on, so each loop gets a client of its own
+    (:class:`~asgi_router.loop_clients.LoopClients`), made on lifespan startup or on the loop's
+    first request (a host app without lifespan support still works); :meth:`aclose` closes
+    the running loop's client on lifespan shutdown, and a loop that ends closes its own. A
+    client passed in (tests inject one with ``httpx2.MockTransport``) belongs to the caller: it
+    is used as is on every loop and never closed here.
     """
 
     def __init__(self, pool: PoolSettings, client: httpx2.AsyncClient | None = None) -> None:
         self._pool = pool
-        self._client = client
-        self._owned = client is None
+        self._injected = client
+        self._clients = LoopClients(self._open, httpx2.AsyncClient.aclose, _client_closed)
+
+    def _open(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            limits=httpx2.Limits(
+                max_connections=self._pool.max_connections,
+                max_keepalive_connections=self._pool.max_keepalive_connections,
+                keepalive_expiry=self._pool.keepalive_expiry,
+            ),
+            follow_redirects=False,
+            trust_env=False,  # never route provider traffic through an env-configured proxy
+        )
 
     @property
     def client(self) -> httpx2.AsyncClient:
-        if self._owned and (self._client is None or self._client.is_closed):
-            self._client = httpx2.AsyncClient(
-                limits=httpx2.Limits(
-                    max_connections=self._pool.max_connections,
-                    max_keepalive_connections=self._pool.max_keepalive_connections,
-                    keepalive_expiry=self._pool.keepalive_expiry,
-                ),
-                follow_redirects=False,
-                trust_env=False,  # never route provider traffic through an env-configured proxy
-            )
-        assert self._client is not None
-        return self._client
+        """The injected client, else the running loop's own."""
+        return self._injected if self._injected is not None else self._clients.current()
 
     def start(self) -> None:
         self.client  # noqa: B018 - creating the client is the point
 
+    def _all(self) -> list[httpx2.AsyncClient]:
+        if self._injected is not None:
+            return [] if self._injected.is_closed else [self._injected]
+        return self._clients.clients()
+
     @property
     def is_open(self) -> bool:
-        return self._client is not None and not self._client.is_closed
+        return bool(self._all())
 
-    def _pool_of_client(self) -> Any:
-        """httpcore2's pool, or ``None`` (not opened, or an injected client over another transport,
-        e.g. ``MockTransport``, which holds no sockets). httpcore2 has no public view of it."""
-        return getattr(getattr(self._client, "_transport", None), "_pool", None)
+    @staticmethod
+    def _pool_of(client: httpx2.AsyncClient) -> Any:
+        """httpcore2's pool, or ``None`` (an injected client over another transport, e.g.
+        ``MockTransport``, which holds no sockets). httpcore2 has no public view of it."""
+        return getattr(getattr(client, "_transport", None), "_pool", None)
+
+    def _pools(self) -> list[Any]:
+        return [pool for pool in map(self._pool_of, self._all()) if pool is not None]
 
     def is_quiet(self) -> bool:
-        pool = self._pool_of_client()
-        if pool is None:
-            return True
-        return not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)
+        return all(
+            not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)
+            for pool in self._pools()
+        )
 
     def connections(self) -> int:
-        pool = self._pool_of_client()
-        return 0 if pool is None else sum(1 for conn in pool.connections if not conn.is_closed())
+        return sum(1 for pool in self._pools() for conn in pool.connections if not conn.is_closed())
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
         client = self.client
@@ -250,5 +264,9 @@ class HttpxTransport:
         return HttpxResponse(await client.send(request, stream=True))
 
     async def aclose(self) -> None:
-        if self._owned and self._client is not None:
-            await self._client.aclose()
+        if self._injected is None:
+            await self._clients.aclose()
+
+
+def _client_closed(client: httpx2.AsyncClient) -> bool:
+    return client.is_closed

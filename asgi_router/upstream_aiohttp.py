@@ -8,9 +8,10 @@ connections and polling every pooled socket for expiry on each request). See
 
 What is tuned, and why:
 
-* one ``ClientSession`` and one ``TCPConnector`` per router, opened on lifespan startup, sized
-  by :class:`~asgi_router.settings.PoolSettings` as httpx's pool is: ``max_connections`` is the
-  connector's ``limit``, ``keepalive_expiry`` its ``keepalive_timeout``, and
+* one ``ClientSession`` and one ``TCPConnector`` per router and event loop, opened on lifespan
+  startup or a loop's first request, sized by :class:`~asgi_router.settings.PoolSettings` as
+  httpx's pool is: ``max_connections`` is the connector's ``limit``, ``keepalive_expiry`` its
+  ``keepalive_timeout``, and
   ``max_keepalive_connections`` caps the idle connections kept (:class:`_PoolConnector`: aiohttp
   itself keeps every released connection until it expires);
 * ``auto_decompress=False``: bytes are relayed exactly as the upstream sent them (the request
@@ -34,6 +35,7 @@ import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
+from .loop_clients import LoopClients
 from .settings import PoolSettings
 from .upstream import ProviderRuntime
 
@@ -95,10 +97,11 @@ class AiohttpResponse(aiohttp.ClientResponse):
 
 
 class AiohttpTransport:
-    """:class:`~asgi_router.upstream.Transport` over one shared ``aiohttp.ClientSession``.
-
-    The session is created lazily on the running event loop (aiohttp binds to it), so a host
-    app without lifespan support still works; :meth:`aclose` closes it on lifespan shutdown.
+    """:class:`~asgi_router.upstream.Transport` over one shared ``aiohttp.ClientSession`` per
+    running event loop (:class:`~asgi_router.loop_clients.LoopClients`: aiohttp binds a session
+    to its loop). A session is made on lifespan startup or on a loop's first request, so a host
+    app without lifespan support still works; :meth:`aclose` closes the running loop's session
+    on lifespan shutdown, and a loop that ends closes its own.
     """
 
     #: aiohttp is asyncio-native and its responses close without awaiting, so the router may
@@ -107,48 +110,44 @@ class AiohttpTransport:
 
     def __init__(self, pool: PoolSettings) -> None:
         self._pool = pool
-        self._session: aiohttp.ClientSession | None = None
-        self._connector: _PoolConnector | None = None
+        self._sessions = LoopClients(self._open, aiohttp.ClientSession.close, _session_closed)
         self._urls: dict[str, URL] = {}
         self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        session = self._session
-        if session is None or session.closed:
-            connector = _PoolConnector(
-                self._pool.max_keepalive_connections,
-                limit=self._pool.max_connections,
-                limit_per_host=0,
-                keepalive_timeout=self._pool.keepalive_expiry,
-                ttl_dns_cache=300,
-            )
-            self._connector = connector
-            session = self._session = aiohttp.ClientSession(
-                connector=connector,
-                auto_decompress=False,
-                trust_env=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=None),
-                raise_for_status=False,
-                response_class=AiohttpResponse,
-            )
-        return session
+    def _open(self) -> aiohttp.ClientSession:
+        connector = _PoolConnector(
+            self._pool.max_keepalive_connections,
+            limit=self._pool.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self._pool.keepalive_expiry,
+            ttl_dns_cache=300,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+            raise_for_status=False,
+            response_class=AiohttpResponse,
+        )
 
     @property
     def is_open(self) -> bool:
-        return self._session is not None and not self._session.closed
+        return bool(self._sessions.clients())
 
     def start(self) -> None:
-        self.session  # noqa: B018 - creating the session is the point
+        self._sessions.current()
+
+    def _connectors(self) -> list[_PoolConnector]:
+        return [cast("_PoolConnector", session.connector) for session in self._sessions.clients()]
 
     def is_quiet(self) -> bool:
-        """No upstream connection is checked out of the pool (every response was released)."""
-        return not self.is_open or self._connector is None or self._connector.in_use() == 0
+        """No upstream connection is checked out of any pool (every response was released)."""
+        return all(connector.in_use() == 0 for connector in self._connectors())
 
     def connections(self) -> int:
-        connector = self._connector
-        return 0 if not self.is_open or connector is None else connector.idle() + connector.in_use()
+        return sum(connector.idle() + connector.in_use() for connector in self._connectors())
 
     def _target(self, provider: ProviderRuntime, url: str) -> tuple[URL, aiohttp.ClientTimeout]:
         target = self._urls.get(url)
@@ -168,11 +167,14 @@ class AiohttpTransport:
     ) -> Awaitable[AiohttpResponse]:
         """The request, to await: aiohttp's own awaitable, with no coroutine of ours around it."""
         target, timeout = self._target(provider, url)
-        request = self.session.request(
+        request = self._sessions.current().request(
             "POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False
         )
         return cast("Awaitable[AiohttpResponse]", request)  # the session's response_class
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._sessions.aclose()
+
+
+def _session_closed(session: aiohttp.ClientSession) -> bool:
+    return session.closed

@@ -63,6 +63,8 @@ class Seen:
     completed: bool = False
     disconnected: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+    #: The path the request was sent to.
+    path: str = ""
 
 
 def usage(prompt: int = 3, completion_tokens: int = 3) -> dict[str, int]:
@@ -158,7 +160,7 @@ class MockUpstream:
         body = await request.json()
         model = str(body.get("model"))
         request_id = request.headers.get("x-request-id", f"anon-{id(request)}")
-        seen = Seen(model, dict(request.headers), body)
+        seen = Seen(model, dict(request.headers), body, path=request.url.path)
         with self._lock:
             self.seen[request_id] = seen
             self.all_seen.setdefault(request_id, []).append(seen)

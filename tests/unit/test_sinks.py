@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
@@ -106,16 +105,23 @@ async def test_drain_gives_up_after_its_grace_on_a_sink_that_never_returns() -> 
         tasks.cancel_scope.cancel()
 
 
-def test_without_running_workers_records_are_dropped_counted_and_warned_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.WARNING, logger="asgi_router")
-    bus = EventBus([RecentRequests(10)], capacity=2)
+def test_without_running_workers_records_are_dropped_and_counted_while_a_direct_sink_is_called_in_place() -> None:
+    class Direct:
+        direct = True
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __call__(self, record: RequestRecord) -> None:
+            self.seen.append(record.request_id)
+
+    direct = Direct()
+    bus = EventBus([RecentRequests(10), direct], capacity=2)
     for index in range(5):
         bus.publish(_record(index))
-    assert bus.dropped == 3
-    warnings = [r for r in caplog.records if "not running" in r.getMessage()]
-    assert len(warnings) == 1
+    assert bus.dropped == 3  # the queued sink: 2 kept for a worker that never runs, 3 dropped
+    assert direct.seen == [f"req-{index}" for index in range(5)]
+    assert bus.lifespan_only() == ["RecentRequests"]
 
 
 def test_recent_requests_keeps_only_the_newest() -> None:

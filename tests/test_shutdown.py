@@ -1,0 +1,81 @@
+"""A clean Ctrl-C is a quiet shutdown: a real ``uvicorn --lifespan on`` process, stopped by SIGINT.
+
+uvicorn ends its event loop as soon as the app has sent ``lifespan.shutdown.complete``, and the
+loop's runner cancels whatever still runs: anything of the router's still winding down then
+would be logged as "Exception in 'lifespan' protocol" with a ``CancelledError`` traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from .mock_upstream import MockUpstream
+
+_APP = """
+from fastapi import FastAPI
+
+from asgi_router import ModelRouter, RouterSettings
+
+
+async def collect(record):
+    pass
+
+
+app = FastAPI()
+app.add_middleware(
+    ModelRouter,
+    sinks=[collect],
+    settings=RouterSettings(
+        allow_unauthenticated=True,
+        providers={{"mock": {{"base_url": "{url}/v1", "health": {{"interval": 0.2, "path": "/health/ctrl-c"}}}}}},
+    ),
+)
+"""
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, upstream: MockUpstream) -> Path:
+    (tmp_path / "ctrl_c_app.py").write_text(_APP.format(url=upstream.url))  # type: ignore[attr-defined]
+    return tmp_path
+
+
+def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceback(app_dir: Path) -> None:
+    repository = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repository)}
+    command = [sys.executable, "-m", "uvicorn", "ctrl_c_app:app", "--lifespan", "on", "--host", "127.0.0.1"]
+    output: list[str] = []
+    with subprocess.Popen(
+        [*command, "--port", "0"], cwd=app_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as server:
+        reader = threading.Thread(target=lambda: output.extend(server.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not (port := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "".join(output))):
+                assert server.poll() is None and time.monotonic() < deadline, "".join(output)
+                time.sleep(0.05)
+            url = f"http://127.0.0.1:{port.group(1)}"
+            answer = httpx2.post(f"{url}/v1/chat/completions", json={"model": "mock/ok", "messages": []})
+            time.sleep(0.5)  # a few health probes and sink deliveries in flight, as in a real service
+            server.send_signal(signal.SIGINT)
+            returncode = server.wait(timeout=30)
+        finally:
+            if server.poll() is None:  # pragma: no cover - a hung server is a test failure
+                server.kill()
+        reader.join(timeout=10)
+    log = "".join(output)
+    assert answer.status_code == 200
+    assert returncode == 0, log
+    assert "Application shutdown complete." in log
+    assert "Exception in 'lifespan' protocol" not in log, log
+    assert "Traceback" not in log and "ERROR" not in log, log
