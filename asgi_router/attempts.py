@@ -303,17 +303,41 @@ class AttemptLoop:
         clock, status = self._clock, response.status
         if reason in failover_on:
             failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, watchdog)
-            if reason == "rate_limited":
-                reason = refine_rate_limited(failure)
-            retry_after = None
-            if reason in _HINTED:
-                retry_after = retry_hint(response.raw_headers, failure, rate_limited=reason == "rate_limited")
+            reason, retry_after = _read_failure(reason, response.raw_headers, failure)
             return Failed(reason, status, retry_after)
         refusal = await read_to_end(response.chunks, [], self._max_response_bytes, idle, first_byte_by, clock, watchdog)
         if refusal is None:
             return Failed("upstream_5xx", status)
         if reason == "client_error":
-            reason = refine_client_error(status, refusal)
+            reason, words = _read_refusal(status, refusal)
             if reason in failover_on:
-                return Failed(reason, status)
+                return Failed(reason, status, words=words)
         return Refused(candidate, status, response.raw_headers, refusal, attempts, reason)
+
+
+# Reading what a failure says (its body, its hint headers) only refines what its status already
+# decided, so a bug there must not make the failure fatal (an exception out of an attempt that
+# the tables do not know is a 502 ``router_error`` with no failover): it is logged, and the
+# status alone decides.
+
+
+def _read_failure(
+    reason: Reason, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
+) -> tuple[Reason, float | None]:
+    """A failed-over answer's refined reason and its retry hint; never raises."""
+    try:
+        if reason == "rate_limited":
+            reason = refine_rate_limited(body)
+        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in _HINTED else None
+    except Exception:
+        logger.exception("asgi_router: could not read a %s answer's body or headers; its status decides", reason)
+        return reason, None
+
+
+def _read_refusal(status: int, body: bytes) -> tuple[Reason, str | None]:
+    """A ``client_error``'s refined reason and the provider's words; never raises."""
+    try:
+        return refine_client_error(status, body)
+    except Exception:
+        logger.exception("asgi_router: could not read a %d answer's body; passed through as it is", status)
+        return "client_error", None

@@ -8,11 +8,13 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
                        final chunk with ``finish_reason`` and ``usage``, then DONE
 ``usage-<n>``          like ``ok``, reporting ``prompt_tokens = n`` (and 3 completion tokens)
 ``ctx-exceeded``       400 ``context_length_exceeded`` (OpenAI's wording and code)
+``ctx-anthropic``      400 ``invalid_request_error`` "prompt is too long" (Anthropic's wording)
 ``status-<code>``      that status with an OpenAI-shaped error body; options may follow, each
                        after a ``-``: ``ra<s>`` (``Retry-After: <s>``), ``in<s>`` ("try again
                        in <s>s." in the message), ``reset<s>`` (``x-ratelimit-reset-requests:
                        <s>s`` with ``x-ratelimit-remaining-requests: 0``), ``d<ms>`` (answer
                        after ``ms`` milliseconds); anything else is ignored (a unique tag)
+``tabhint``            429 whose plain-text body reads ``retry in 2<TAB>seconds``
 ``fail-<n>-<tag>-<st>``  the first ``n`` requests for this exact model id answer as
                        ``status-<st>`` would, every later one as ``ok`` (stateful, per id)
 ``hang``               never sends headers (until the client goes away)
@@ -49,7 +51,7 @@ from typing import Any
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -205,6 +207,8 @@ class MockUpstream:
             spec = rest.partition("-")[2]
             if self.hits[model] <= int(count):
                 return await self._status(spec)
+        if name == "tabhint":  # a hint whose number and unit are parted by a tab, in plain text
+            return PlainTextResponse("Too many requests: retry in 2\tseconds", status_code=429)
         if name == "quota":  # OpenAI's "out of credit" answer: a 429 that is really billing
             return JSONResponse(
                 {
@@ -216,6 +220,17 @@ class MockUpstream:
                     }
                 },
                 status_code=429,
+            )
+        if name == "ctx" and arg == "anthropic":
+            return JSONResponse(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                    },
+                },
+                status_code=400,
             )
         if name == "ctx":
             return JSONResponse(

@@ -26,6 +26,7 @@ def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
             "broken": {"members": ["mock/break-2", "mock2/ok"]},
             "limited": {"members": ["mock/status-429-ra2", "mock2/status-429-ra5"]},
             "dead": {"members": ["down/a", "mock/status-500"]},
+            "overflow": {"members": ["mock/ctx-exceeded", "mock2/ctx-anthropic"]},
         },
     )
     with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
@@ -96,3 +97,34 @@ async def test_sdk_gets_openai_shaped_errors_for_bad_model_refs(
         await sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.code == code
     assert caught.value.type == "invalid_request_error"
+
+
+_OPENAI_OVERFLOW = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+    " Please reduce the length of the messages."
+)
+
+
+@pytest.mark.parametrize(
+    ("model", "words", "lines"),
+    [
+        ("mock/ctx-exceeded", _OPENAI_OVERFLOW, ["mock/ctx-exceeded: context_window (400)"]),
+        (
+            "group/overflow",
+            "prompt is too long: 210000 tokens > 200000 maximum",  # the last provider's words
+            ["mock/ctx-exceeded: context_window (400)", "mock2/ctx-anthropic: context_window (400)"],
+        ),
+    ],
+)
+async def test_sdk_sees_an_overflow_on_every_candidate_as_a_400_that_starts_with_the_providers_words(
+    sdk: openai.AsyncOpenAI, model: str, words: str, lines: list[str]
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 400
+    assert caught.value.code == "context_length_exceeded"
+    assert caught.value.type == "invalid_request_error"
+    # What clients match an overflow on (litellm: the SDK error's text) starts with the provider's words.
+    assert caught.value.message.startswith(f"Error code: 400 - {words}")
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["message"].splitlines() == [words, *lines]
