@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -370,14 +370,17 @@ def non_utf8_bodies(draw: st.DrawFn) -> bytes:
         st.one_of(
             chat_like,
             st.builds(
-                lambda text: json.dumps({"model": "mock/x", "messages": [{"content": text}]}).encode(), st.text()
+                lambda text: json.dumps(
+                    {"model": "mock/x", "messages": [{"content": text}]}, ensure_ascii=False
+                ).encode(),
+                st.text(),
             ),
             st.binary(max_size=100),
         )
     )
     at = draw(st.integers(0, len(base)))
     body = base[:at] + draw(st.sampled_from(_NOT_UTF8)) + base[at:]
-    assert not _is_utf8(body)
+    assume(not _is_utf8(body))  # arbitrary bytes may complete what was put in (b"\xc3" + b"\x80")
     return body
 
 
