@@ -337,6 +337,35 @@ def test_response_header_named_in_connection_is_dropped_only_when_named() -> Non
     assert b"content-type" in dropped
 
 
+def test_the_providers_x_request_id_comes_back_as_x_upstream_request_id() -> None:
+    relayed = response_headers_for_client(_UPSTREAM_RESPONSE)
+    assert relayed[-1] == (b"x-upstream-request-id", b"upstream-id")
+    assert b"x-request-id" not in dict(relayed)  # the router's own is added after this filter
+
+
+def test_anthropics_request_id_is_used_only_without_an_x_request_id() -> None:
+    anthropic = [(b"content-type", b"application/json"), (b"Request-Id", b"req_011CSHoEeqs5C35K2UUqR7Fy")]
+    relayed = _relayed(anthropic)
+    assert relayed[b"x-upstream-request-id"] == b"req_011CSHoEeqs5C35K2UUqR7Fy"
+    assert relayed[b"request-id"] == b"req_011CSHoEeqs5C35K2UUqR7Fy"  # relayed as it came, too
+    assert _relayed([*anthropic, (b"x-request-id", b"req_x")])[b"x-upstream-request-id"] == b"req_x"
+
+
+@pytest.mark.parametrize(
+    "value", [b"abc\r\nX-Injected: 1", b"abc\n", b"a" * 129, b"", b"has space", b"\x1b[31m", b"caf\xc3\xa9"]
+)
+def test_a_provider_request_id_that_is_not_a_sane_token_is_not_echoed(value: bytes) -> None:
+    assert b"x-upstream-request-id" not in _relayed([(b"x-request-id", value)])
+    assert b"x-upstream-request-id" not in _relayed([(b"request-id", value)])
+
+
+def test_an_upstream_cannot_forge_x_upstream_request_id() -> None:
+    assert _relayed([(b"x-upstream-request-id", b"forged")]) == {}
+    assert response_headers_for_client([(b"X-Upstream-Request-Id", b"forged"), (b"x-request-id", b"real")]) == [
+        (b"x-upstream-request-id", b"real")
+    ]
+
+
 # --- inbound.parse_request ------------------------------------------------------------------
 
 
