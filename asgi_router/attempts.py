@@ -27,7 +27,9 @@ the plain loop in :meth:`AttemptLoop.run`, or the hedging race (``hedging.py``).
 described in that module.
 
 Resilience (README.rst "Resilience"), in :meth:`AttemptLoop.run`: a candidate may be retried in
-place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint
+place ``plan.retries`` times when the reason is in ``retry_on`` (never for a client that says it
+retries on its own, as the official SDKs do with ``x-stainless-retry-count``: its tries would
+multiply ours), after the upstream's hint
 (``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
 and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
 skipped for an open breaker, the one that opened longest ago is tried anyway: a plan is never
@@ -57,6 +59,7 @@ from .errors import RouterError
 from .events import RequestRecord, logger
 from .facts import EMPTY_FACTS, RequestFacts
 from .gate import Gate
+from .headers import client_retries
 from .hedging import race
 from .hints import retry_hint
 from .inbound import InboundRequest
@@ -154,9 +157,11 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, self._book.stats, self._clock)
-        elif plan.retries == 0:
-            # No retries in place (every multi-member group by default): each candidate is one
-            # prepare, call, settle, without :meth:`_candidate`'s frame around the call.
+        elif plan.retries == 0 or client_retries(inbound):
+            # No retries in place (every multi-member group by default, and every request from a
+            # client that retries on its own: its tries times ours would multiply the load on a
+            # failing upstream): each candidate is one prepare, call, settle, without
+            # :meth:`_candidate`'s frame around the call.
             candidates = plan.candidates
             for index in range(len(candidates)):  # no tuple iterator held while the call is awaited
                 ready = attempts.prepare(candidates[index])

@@ -24,7 +24,9 @@ from typing import Final
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
     "HOP_BY_HOP",
+    "CLIENT_RETRY_COUNT",
     "NEVER_FORWARDED",
+    "client_retries",
     "is_sane_request_id",
     "never_forwarded",
     "never_sent",
@@ -100,6 +102,19 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
 # A request id echoed into headers and log lines: no CR/LF or other bytes that could split a
 # header or forge a log line, and bounded.
 _REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+#: Sent by the official SDKs (OpenAI's, Anthropic's and every other Stainless-generated one) on
+#: every try of a request, ``0`` on the first: a client that sends it retries on its own.
+CLIENT_RETRY_COUNT: Final = b"x-stainless-retry-count"
+
+
+def client_retries(inbound: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the client says it retries failed requests itself (:data:`CLIENT_RETRY_COUNT`)."""
+    for name, _ in inbound:
+        if name == CLIENT_RETRY_COUNT:
+            return True
+    return False
 
 
 def is_sane_request_id(value: bytes) -> bool:

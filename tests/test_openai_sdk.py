@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx2
 import openai
 import pytest
 
@@ -128,3 +129,33 @@ async def test_sdk_sees_an_overflow_on_every_candidate_as_a_400_that_starts_with
     assert caught.value.message.startswith(f"Error code: 400 - {words}")
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["message"].splitlines() == [words, *lines]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_an_sdk_that_retries_on_its_own_is_not_multiplied_by_the_routers_retries(
+    server: ServerThread, upstream: MockUpstream, transport_kind: str, stream: bool
+) -> None:
+    # The SDK sends x-stainless-retry-count on every try: it retries, so the router does not retry
+    # in place as well (3 SDK tries x 3 router tries was 9 upstream calls for one request).
+    model = f"status-503-storm{transport_kind}{stream}"  # its own hit counter at the mock
+    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=2) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.chat.completions.create(
+                model=f"mock/{model}", messages=[{"role": "user", "content": "hi"}], stream=stream
+            )
+    assert caught.value.status_code == 502
+    assert upstream.hits[model] == 3  # one per SDK try
+    assert caught.value.response.headers["x-router-attempts"] == "1"
+
+
+async def test_a_client_that_does_not_say_it_retries_still_gets_the_routers_retries(
+    server: ServerThread, upstream: MockUpstream, transport_kind: str
+) -> None:
+    model = f"status-503-plain{transport_kind}"
+    async with httpx2.AsyncClient(base_url=server.url, timeout=10) as client:
+        response = await client.post(
+            "/v1/chat/completions", json={"model": f"mock/{model}", "messages": [{"role": "user", "content": "hi"}]}
+        )
+    assert response.status_code == 502
+    assert upstream.hits[model] == 3  # the first try and the default 2 retries in place
+    assert response.headers["x-router-attempts"] == "3"

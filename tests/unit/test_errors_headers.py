@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from asgi_router.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
-from asgi_router.headers import FORWARDED_REQUEST_HEADERS, request_headers_for_upstream, response_headers_for_client
+from asgi_router.headers import (
+    FORWARDED_REQUEST_HEADERS,
+    client_retries,
+    request_headers_for_upstream,
+    response_headers_for_client,
+)
 from asgi_router.inbound import InboundRequest, fresh_request_id, parse_request, request_id_for
 from asgi_router.wire import WireBody, wire_targets
 
@@ -545,3 +550,12 @@ def test_wire_targets_rejects_prefix_and_extension_ids(built_for: str, checked: 
 def test_wire_targets_rejects_a_body_whose_first_member_is_not_model() -> None:
     assert not wire_targets(b'{"stream":true,"model":"gpt-4o"}', "gpt-4o")
     assert not wire_targets(b"", "gpt-4o")
+
+
+@pytest.mark.parametrize("count", [b"0", b"2", b""])
+def test_a_client_sending_x_stainless_retry_count_retries_on_its_own_whatever_the_count(count: bytes) -> None:
+    assert client_retries([(b"accept", b"*/*"), (b"x-stainless-retry-count", count)])
+
+
+def test_a_client_without_x_stainless_retry_count_does_not_say_it_retries() -> None:
+    assert not client_retries([(b"accept", b"*/*"), (b"x-stainless-lang", b"python")])
