@@ -28,6 +28,8 @@ def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
             "limited": {"members": ["mock/status-429-ra2", "mock2/status-429-ra5"]},
             "dead": {"members": ["down/a", "mock/status-500"]},
             "overflow": {"members": ["mock/ctx-exceeded", "mock2/ctx-anthropic"]},
+            "ids": {"members": ["mock/status-503-rid1", "mock2/rid-winner"]},
+            "refused": {"members": ["mock/status-400-ridrefuser", "mock2/rid-never"]},
         },
     )
     with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
@@ -159,3 +161,47 @@ async def test_a_client_that_does_not_say_it_retries_still_gets_the_routers_retr
     assert response.status_code == 502
     assert upstream.hits[model] == 3  # the first try and the default 2 retries in place
     assert response.headers["x-router-attempts"] == "3"
+
+
+# --- the provider's own request id -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_winners_own_request_id_is_sent_as_x_upstream_request_id(
+    sdk: openai.AsyncOpenAI, stream: bool
+) -> None:
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model="group/ids", messages=[{"role": "user", "content": "hi"}], stream=stream, extra_headers=_CLIENT_ID
+    )
+    assert raw.headers["x-router-model"] == "mock2/rid-winner"
+    assert raw.headers.get_list("x-upstream-request-id") == ["req_winner"]  # not the failed candidate's
+    assert raw.headers.get_list("x-request-id") == ["client-id-1"]  # the router's id stays the client's
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_passed_through_refusal_carries_the_refusing_providers_request_id(
+    sdk: openai.AsyncOpenAI, stream: bool
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk.chat.completions.create(
+            model="group/refused", messages=[{"role": "user", "content": "hi"}], stream=stream, extra_headers=_CLIENT_ID
+        )
+    headers = caught.value.response.headers
+    assert headers["x-router-model"] == "mock/status-400-ridrefuser"
+    assert headers.get_list("x-upstream-request-id") == ["req_refuser"]
+    assert headers.get_list("x-request-id") == ["client-id-1"]
+
+
+@pytest.mark.parametrize(
+    ("model", "upstream_id"),
+    [("mock/anthrid-abc", ["req_abc"]), ("mock/badrid", []), ("mock/ok", [])],
+    ids=["anthropic-request-id", "not-a-sane-token", "none-sent"],
+)
+async def test_x_upstream_request_id_is_anthropics_request_id_too_and_only_ever_a_sane_token(
+    sdk: openai.AsyncOpenAI, model: str, upstream_id: list[str]
+) -> None:
+    raw = await sdk.chat.completions.with_raw_response.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers.get_list("x-upstream-request-id") == upstream_id
+
+
+_CLIENT_ID = {"x-request-id": "client-id-1"}

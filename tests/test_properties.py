@@ -384,14 +384,20 @@ def non_utf8_bodies(draw: st.DrawFn) -> bytes:
     return body
 
 
+def _drive_to_json_upstream(router: ModelRouter, body: bytes) -> tuple[list[dict[str, Any]], _ScriptedTransport]:
+    """One JSON request through ``router`` to an upstream answering ``{}``: what was sent back,
+    and the transport (what reached the upstream)."""
+    transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
+    router._loop._transport = transport
+    return anyio.run(_drive, router, body, _JSON), transport
+
+
 @_FAST
 @given(body=non_utf8_bodies() | st.binary(min_size=1, max_size=300).filter(lambda data: not _is_utf8(data)))
 def test_any_body_that_is_not_utf8_is_a_400_invalid_json_before_any_upstream_is_called(
     router: ModelRouter, body: bytes
 ) -> None:
-    transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
-    router._loop._transport = transport
-    sent = anyio.run(_drive, router, body, _JSON)
+    sent, transport = _drive_to_json_upstream(router, body)
     assert sent[0]["status"] == 400
     assert json.loads(b"".join(message.get("body", b"") for message in sent[1:]))["error"]["code"] == "invalid_json"
     assert transport.sent == []
@@ -409,9 +415,7 @@ def test_any_body_that_is_not_utf8_is_a_400_invalid_json_before_any_upstream_is_
 def test_lone_surrogate_escapes_are_valid_json_and_reach_the_upstream_as_escapes_in_utf8(
     router: ModelRouter, body: bytes
 ) -> None:
-    transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
-    router._loop._transport = transport
-    sent = anyio.run(_drive, router, body, _JSON)
+    sent, transport = _drive_to_json_upstream(router, body)
     assert sent[0]["status"] == 200
     (wire,) = transport.sent
     wire.decode("utf-8")  # what the upstream gets is UTF-8 ...
