@@ -29,12 +29,12 @@ described in that module.
 Resilience (README.rst "Resilience"), in :meth:`AttemptLoop.run`: a candidate may be retried in
 place ``plan.retries`` times when the reason is in ``retry_on`` (never for a client that says it
 retries on its own, as the official SDKs do with ``x-stainless-retry-count``: its tries would
-multiply ours), after the upstream's hint
-(``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
-and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
-skipped for an open breaker, the one that opened longest ago is tried anyway: a plan is never
-failed without a try because of breakers alone. A hedged group races instead of retrying in
-place (the race is its second chance); the budgets and the all-open rule apply to it too.
+multiply ours), after the upstream's hint (``hints.py``) or a full-jitter backoff, within the
+provider's retry budget; ``max_attempts`` and the request ``deadline`` bound the whole walk,
+backoff included. If every candidate was skipped for an open breaker, the one that opened
+longest ago is tried anyway: a plan is never failed without a try because of breakers alone. A
+hedged group races instead of retrying in place (the race is its second chance); the budgets and
+the all-open rule apply to it too.
 """
 
 from __future__ import annotations

@@ -110,9 +110,9 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400
     ``context_length_exceeded`` (no model would take it), whose ``message`` starts with the last
     provider's own words (clients such as litellm tell an overflow by them), then the lines.
-    Else 502. Skipped candidates (never
-    contacted) do not decide the status unless nothing was contacted; then a plan whose every
-    candidate was at its concurrency cap is a 503 (local overload).
+    Else 502. Skipped candidates (never contacted) do not decide the status unless nothing was
+    contacted; then a plan whose every candidate was at its concurrency cap is a 503 (local
+    overload).
     """
     contacted = [a for a in attempts if not a.skipped and a.reason not in SKIP_REASONS] or list(attempts)
     reasons = {a.reason for a in contacted}

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 __all__ = [
+    "CLIENT_RETRY_COUNT",
     "FORWARDED_REQUEST_HEADERS",
     "HOP_BY_HOP",
-    "CLIENT_RETRY_COUNT",
     "NEVER_FORWARDED",
     "client_retries",
     "is_sane_request_id",

@@ -36,8 +36,8 @@ _EPOCH_FLOOR: Final = 1_000_000_000.0
 
 _BODY_WINDOW: Final = 8 * 1024
 # Each way of writing the wait has its own group, so that reading a match needs no second parse
-# that could disagree with this one (a number and its unit word may be parted by one whitespace
-# character of any kind: a tab once crashed a re-parse that only expected a space).
+# that could disagree with this one (a number and its unit word may be parted by any one
+# whitespace character, a tab as well as a space).
 _BODY_HINT: Final = re.compile(
     rb"(?:try again|retry)\s+(?:in|after)\s+"
     rb"(?:(?P<go>(?:[0-9]{1,9}(?:\.[0-9]{1,9})?(?:ms|h|m|s))+)"

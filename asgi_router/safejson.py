@@ -3,9 +3,9 @@
 ``json.loads`` alone accepts four things a gateway must not:
 
 * **text that is not UTF-8**: it reads bytes as UTF-16 or -32 too, and lets encoded lone
-  surrogates (``\xed\xa0\x80``) through (``surrogatepass``). Such a body cannot be re-serialised
+  surrogates (``\\xed\\xa0\\x80``) through (``surrogatepass``). Such a body cannot be re-serialised
   as UTF-8 and would be spliced on unchanged, so only strict UTF-8 is accepted (RFC 8259 §8.1),
-  a leading byte order mark tolerated. A ``\ud800`` *escape* is another matter: it is valid
+  a leading byte order mark tolerated. A ``\\ud800`` *escape* is another matter: it is valid
   JSON in valid UTF-8 and parses to a lone surrogate; it stays an escape on the wire (the splice
   leaves the client's bytes alone, :mod:`asgi_router.wire` re-serialises it escaped), and the
   upstream decides what it makes of it.
