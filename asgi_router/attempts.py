@@ -27,12 +27,14 @@ the plain loop in :meth:`AttemptLoop.run`, or the hedging race (``hedging.py``).
 described in that module.
 
 Resilience (README.rst "Resilience"), in :meth:`AttemptLoop.run`: a candidate may be retried in
-place ``plan.retries`` times when the reason is in ``retry_on``, after the upstream's hint
-(``hints.py``) or a full-jitter backoff, within the provider's retry budget; ``max_attempts``
-and the request ``deadline`` bound the whole walk, backoff included. If every candidate was
-skipped for an open breaker, the one that opened longest ago is tried anyway: a plan is never
-failed without a try because of breakers alone. A hedged group races instead of retrying in
-place (the race is its second chance); the budgets and the all-open rule apply to it too.
+place ``plan.retries`` times when the reason is in ``retry_on`` (never for a client that says it
+retries on its own, as the official SDKs do with ``x-stainless-retry-count``: its tries would
+multiply ours), after the upstream's hint (``hints.py``) or a full-jitter backoff, within the
+provider's retry budget; ``max_attempts`` and the request ``deadline`` bound the whole walk,
+backoff included. If every candidate was skipped for an open breaker, the one that opened
+longest ago is tried anyway: a plan is never failed without a try because of breakers alone. A
+hedged group races instead of retrying in place (the race is its second chance); the budgets and
+the all-open rule apply to it too.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from .errors import RouterError
 from .events import RequestRecord, logger
 from .facts import EMPTY_FACTS, RequestFacts
 from .gate import Gate
+from .headers import client_retries
 from .hedging import race
 from .hints import retry_hint
 from .inbound import InboundRequest
@@ -154,9 +157,11 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, self._book.stats, self._clock)
-        elif plan.retries == 0:
-            # No retries in place (every multi-member group by default): each candidate is one
-            # prepare, call, settle, without :meth:`_candidate`'s frame around the call.
+        elif plan.retries == 0 or client_retries(inbound):
+            # No retries in place (every multi-member group by default, and every request from a
+            # client that retries on its own: its tries times ours would multiply the load on a
+            # failing upstream): each candidate is one prepare, call, settle, without
+            # :meth:`_candidate`'s frame around the call.
             candidates = plan.candidates
             for index in range(len(candidates)):  # no tuple iterator held while the call is awaited
                 ready = attempts.prepare(candidates[index])
@@ -305,17 +310,41 @@ class AttemptLoop:
         clock, status = self._clock, response.status
         if reason in failover_on:
             failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, watchdog)
-            if reason == "rate_limited":
-                reason = refine_rate_limited(failure)
-            retry_after = None
-            if reason in _HINTED:
-                retry_after = retry_hint(response.raw_headers, failure, rate_limited=reason == "rate_limited")
+            reason, retry_after = _read_failure(reason, response.raw_headers, failure)
             return Failed(reason, status, retry_after)
         refusal = await read_to_end(response.chunks, [], self._max_response_bytes, idle, first_byte_by, clock, watchdog)
         if refusal is None:
             return Failed("upstream_5xx", status)
         if reason == "client_error":
-            reason = refine_client_error(status, refusal)
+            reason, words = _read_refusal(status, refusal)
             if reason in failover_on:
-                return Failed(reason, status)
+                return Failed(reason, status, words=words)
         return Refused(candidate, status, response.raw_headers, refusal, attempts, reason)
+
+
+# Reading what a failure says (its body, its hint headers) only refines what its status already
+# decided, so a bug there must not make the failure fatal (an exception out of an attempt that
+# the tables do not know is a 502 ``router_error`` with no failover): it is logged, and the
+# status alone decides.
+
+
+def _read_failure(
+    reason: Reason, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
+) -> tuple[Reason, float | None]:
+    """A failed-over answer's refined reason and its retry hint; never raises."""
+    try:
+        if reason == "rate_limited":
+            reason = refine_rate_limited(body)
+        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in _HINTED else None
+    except Exception:
+        logger.exception("asgi_router: could not read a %s answer's body or headers; its status decides", reason)
+        return reason, None
+
+
+def _read_refusal(status: int, body: bytes) -> tuple[Reason, str | None]:
+    """A ``client_error``'s refined reason and the provider's words; never raises."""
+    try:
+        return refine_client_error(status, body)
+    except Exception:
+        logger.exception("asgi_router: could not read a %d answer's body; passed through as it is", status)
+        return "client_error", None

@@ -51,11 +51,13 @@ import httpx2
 
 __all__ = [
     "DEFAULT_FAILOVER",
+    "PROVIDER_WORDS_CAP",
     "Reason",
     "UnrecognisedFailure",
     "classify_exception",
     "classify_status",
     "parse_retry_after",
+    "provider_words",
     "refine_client_error",
     "refine_rate_limited",
 ]
@@ -131,6 +133,8 @@ _CONTEXT_MESSAGE: Final = re.compile(
 )
 # Only the start of an error body is looked at: error bodies are small, a huge one is not this.
 _CONTEXT_BODY_CAP: Final = 16 * 1024
+#: Longest provider message repeated in the router's own (OpenAI's overflow message is ~200).
+PROVIDER_WORDS_CAP: Final = 500
 
 
 # RFC 9110 delay-seconds (we also accept a fraction, as some providers send "0.5").
@@ -155,24 +159,39 @@ def classify_status(status: int) -> Reason:
     return "upstream_5xx"
 
 
-def refine_client_error(status: int, body: bytes) -> Reason:
-    """Re-read a ``client_error`` with its body: a context-window 400 is ``context_window``."""
+def refine_client_error(status: int, body: bytes) -> tuple[Reason, str | None]:
+    """Re-read a ``client_error`` with its body: a context-window 400 is ``context_window``.
+
+    With ``context_window`` comes the provider's own ``error.message`` (made one printable,
+    bounded line by :func:`provider_words`; ``None`` if it sent none): clients tell an overflow
+    from other 400s by those words, so the router's answer starts with them when no candidate
+    could take the prompt.
+    """
     if status != 400 or len(body) > _CONTEXT_BODY_CAP:
-        return "client_error"
+        return "client_error", None
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
-        return "client_error"
+        return "client_error", None
     error = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(error, dict):
-        return "client_error"
-    code = error.get("code")
-    if isinstance(code, str) and code in _CONTEXT_CODES:
-        return "context_window"
-    message = error.get("message")
-    if isinstance(message, str) and _CONTEXT_MESSAGE.search(message):
-        return "context_window"
-    return "client_error"
+        return "client_error", None
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(message, str):
+        message = None
+    if (isinstance(code, str) and code in _CONTEXT_CODES) or (message is not None and _CONTEXT_MESSAGE.search(message)):
+        return "context_window", provider_words(message) if message is not None else None
+    return "client_error", None
+
+
+def provider_words(text: str) -> str | None:
+    """An upstream's error message made safe to repeat in the router's own: one line (control
+    and other unprintable characters become spaces, runs of them one), at most
+    :data:`PROVIDER_WORDS_CAP` characters; ``None`` when nothing is left."""
+    line = " ".join("".join(char if char.isprintable() else " " for char in text[: PROVIDER_WORDS_CAP * 2]).split())
+    if len(line) > PROVIDER_WORDS_CAP:
+        line = line[: PROVIDER_WORDS_CAP - 3].rstrip() + "..."
+    return line or None
 
 
 def refine_rate_limited(body: bytes | None) -> Reason:

@@ -7,8 +7,10 @@ Shape (DESIGN.md §4)::
 ``attempts`` is present when upstreams were involved: one object per candidate tried, in the
 order tried, and ``message`` then has exactly one line per candidate
 (``provider/model-id: reason (status)``, or ``(detail)`` where the router knows more than a
-status: ``provider_not_configured (OPENAI_API_KEY is not set)``). Nothing here ever sees an API
-key: messages are built from candidates, reasons, statuses and configuration names only.
+status: ``provider_not_configured (OPENAI_API_KEY is not set)``); a context overflow's message
+has the provider's own words as its first line. Nothing here ever sees an API key: messages are
+built from candidates, reasons, statuses, configuration names and what an upstream said in its
+error message.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .classify import Reason
 __all__ = [
     "AttemptSummary",
     "ERROR_TYPES",
+    "OVERFLOW_SENTENCE",
     "SKIP_REASONS",
     "RouterError",
     "error_body",
@@ -65,6 +68,8 @@ class AttemptSummary:
     skipped: bool = False
     #: What the operator can fix, when the router knows (e.g. ``OPENAI_API_KEY is not set``).
     detail: str | None = None
+    #: The provider's own error message (one printable line), kept for a context-window 400.
+    words: str | None = None
 
     def line(self) -> str:
         said = self.detail or self.status
@@ -111,9 +116,11 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
 
     All rate-limited (upstream 429 or the router's own rpm/tpm budgets): 429 with the smallest
     Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400
-    ``context_length_exceeded`` (no model would take it). Else 502. Skipped candidates (never
-    contacted) do not decide the status unless nothing was contacted; then a plan whose every
-    candidate was at its concurrency cap is a 503 (local overload).
+    ``context_length_exceeded`` (no model would take it), whose ``message`` starts with the last
+    provider's own words (clients such as litellm tell an overflow by them), then the lines.
+    Else 502. Skipped candidates (never contacted) do not decide the status unless nothing was
+    contacted; then a plan whose every candidate was at its concurrency cap is a 503 (local
+    overload).
     """
     contacted = [a for a in attempts if not a.skipped and a.reason not in SKIP_REASONS] or list(attempts)
     reasons = {a.reason for a in contacted}
@@ -126,8 +133,26 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     if reasons == {"timeout"}:
         return RouterError(504, "upstream_timeout", message, tuple(attempts))
     if reasons == {"context_window"}:
-        return RouterError(400, "context_length_exceeded", message, tuple(attempts))
+        return RouterError(400, "context_length_exceeded", _overflow_head(attempts) + "\n" + message, tuple(attempts))
     return RouterError(502, "upstream_unavailable", message, tuple(attempts))
+
+
+#: An overflow's first line when no provider said it in its own words (every candidate was
+#: skipped by the catalog's window, or the 400 had no message). Clients tell an overflow from
+#: other 400s by substrings of its message: "this model's maximum context length is" is the one
+#: OpenAI writes and the one litellm's mapping of OpenAI-compatible errors looks for.
+OVERFLOW_SENTENCE: Final = (
+    "This model's maximum context length is exceeded by this request: no candidate's context window"
+    " can hold its prompt and max_tokens."
+)
+
+
+def _overflow_head(attempts: Sequence[AttemptSummary]) -> str:
+    """The last provider's own words about the overflow, else :data:`OVERFLOW_SENTENCE`."""
+    for attempt in reversed(attempts):
+        if attempt.words is not None:
+            return attempt.words
+    return OVERFLOW_SENTENCE
 
 
 def stream_error_event(candidate: str, reason: Reason, detail: str) -> bytes:

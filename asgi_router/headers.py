@@ -9,18 +9,25 @@ includes every header the inbound ``Connection`` names, even an allowlisted one.
 smuggle a credential through. Back to the client, hop-by-hop headers, ``Set-Cookie`` (an
 upstream has no business setting cookies on the host app's domain), ``Alt-Svc`` (it would
 advertise the upstream's endpoints as the host app's) and the headers the ASGI server or the
-router itself sets are dropped.
+router itself sets are dropped. The provider's own request id (``x-request-id``, or Anthropic's
+``request-id``) is what its support asks for, but ``x-request-id`` is the router's: it goes back
+as ``x-upstream-request-id`` when it is a sane token (:func:`is_sane_request_id`, the test the
+client's own id must pass too).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 __all__ = [
+    "CLIENT_RETRY_COUNT",
     "FORWARDED_REQUEST_HEADERS",
     "HOP_BY_HOP",
     "NEVER_FORWARDED",
+    "client_retries",
+    "is_sane_request_id",
     "never_forwarded",
     "never_sent",
     "request_headers_for_upstream",
@@ -89,7 +96,31 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
     b"date",
     b"server",
     b"x-request-id",
+    b"x-upstream-request-id",
 }
+
+# A request id echoed into headers and log lines: no CR/LF or other bytes that could split a
+# header or forge a log line, and bounded.
+_REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+#: Sent by the official SDKs (OpenAI's, Anthropic's and every other Stainless-generated one) on
+#: every try of a request, ``0`` on the first: a client that sends it retries on its own.
+CLIENT_RETRY_COUNT: Final = b"x-stainless-retry-count"
+
+
+def client_retries(inbound: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the client says it retries failed requests itself (:data:`CLIENT_RETRY_COUNT`)."""
+    for name, _ in inbound:
+        if name == CLIENT_RETRY_COUNT:
+            return True
+    return False
+
+
+def is_sane_request_id(value: bytes) -> bool:
+    """Whether a request id (the client's, or a provider's) may be echoed: 1 to 128 characters
+    of letters, digits and ``. _ : -``."""
+    return _REQUEST_ID.fullmatch(value) is not None
 
 
 _NO_TOKENS: Final[frozenset[bytes]] = frozenset()
@@ -134,16 +165,27 @@ def request_headers_for_upstream(
 def response_headers_for_client(
     upstream: Iterable[tuple[bytes, bytes]],
 ) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers minus everything that must not be relayed (names lowercased)."""
+    """Upstream response headers minus everything that must not be relayed (names lowercased),
+    plus the provider's request id as ``x-upstream-request-id`` when it sent a sane one."""
     relayed: list[tuple[bytes, bytes]] = []
     named = _NO_TOKENS
+    upstream_id: bytes | None = None
     for name, value in upstream:
         name = name.lower()
         if name in _DROPPED_RESPONSE_HEADERS:
             if name == b"connection":
                 named = named | _connection_tokens(value)
+            elif name == b"x-request-id" and upstream_id is None:
+                upstream_id = value
         elif not name.startswith(b"x-router-"):  # the router's own to set: never an upstream's
             relayed.append((name, value))
     if named:
         relayed = [(name, value) for name, value in relayed if name not in named]
+    if upstream_id is None:  # Anthropic says ``request-id`` (relayed as it is, too)
+        for name, value in relayed:
+            if name == b"request-id":
+                upstream_id = value
+                break
+    if upstream_id is not None and is_sane_request_id(upstream_id):
+        relayed.append((b"x-upstream-request-id", upstream_id))
     return relayed

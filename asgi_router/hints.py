@@ -11,7 +11,8 @@ Read in order, the first that says something wins:
    zero, that limit's reset counts; otherwise the longest reset (the conservative reading).
 
 Only failure responses are read here: never a byte of a relayed stream. 3 and 4 apply to a
-429 only (see :func:`retry_hint`).
+429 only (see :func:`retry_hint`). Whatever bytes an upstream sends, the answer is a wait
+(finite, never negative) or ``None``, never an exception: the tests fuzz it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,18 @@ _NUMBER: Final = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 _EPOCH_FLOOR: Final = 1_000_000_000.0
 
 _BODY_WINDOW: Final = 8 * 1024
+# Each way of writing the wait has its own group, so that reading a match needs no second parse
+# that could disagree with this one (a number and its unit word may be parted by any one
+# whitespace character, a tab as well as a space).
 _BODY_HINT: Final = re.compile(
     rb"(?:try again|retry)\s+(?:in|after)\s+"
-    rb"((?:[0-9]{1,9}(?:\.[0-9]{1,9})?(?:ms|h|m|s))+"
-    rb"|[0-9]{1,9}(?:\.[0-9]{1,9})?\s?(?:milliseconds?|seconds?|secs?|minutes?|mins?))"
+    rb"(?:(?P<go>(?:[0-9]{1,9}(?:\.[0-9]{1,9})?(?:ms|h|m|s))+)"
+    rb"|(?P<number>[0-9]{1,9}(?:\.[0-9]{1,9})?)\s?(?P<word>milliseconds?|seconds?|secs?|minutes?|mins?))"
     rb"(?![A-Za-z])",
     re.IGNORECASE,
 )
-_WORD_UNITS: Final = {"milli": 0.001, "sec": 1.0, "min": 60.0}
+# A unit word by its first three letters (every spelling the pattern accepts has one of these).
+_WORD_UNITS: Final = {b"mil": 0.001, b"sec": 1.0, b"min": 60.0}
 
 _RESET_PREFIX: Final = b"x-ratelimit-reset"
 _REMAINING_PREFIX: Final = b"x-ratelimit-remaining"
@@ -64,13 +69,10 @@ def _body_hint(body: bytes) -> float | None:
     found = _BODY_HINT.search(body[:_BODY_WINDOW])
     if found is None:
         return None
-    text = found.group(1).decode("ascii").lower().replace(" ", "")
-    if _GO_DURATION.fullmatch(text):
-        return parse_duration(text)
-    number = _NUMBER.match(text)
-    assert number is not None  # the pattern starts with digits
-    unit = next(factor for prefix, factor in _WORD_UNITS.items() if text[number.end() :].startswith(prefix))
-    return float(number.group()) * unit
+    go = found.group("go")
+    if go is not None:
+        return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _GO_PART.findall(go.decode("ascii").lower()))
+    return float(found.group("number")) * _WORD_UNITS[found.group("word")[:3].lower()]
 
 
 def _reset_hint(headers: Iterable[tuple[bytes, bytes]], now: datetime | None) -> float | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Awaitable, Coroutine, Generator
@@ -25,13 +24,12 @@ from typing import Any, Final
 from starlette.types import Message, Receive, Scope
 
 from .errors import RouterError
+from .headers import is_sane_request_id
 from .safejson import JsonRefused, Span, loads_with_span
 from .screen import forbidden_field
 from .watchdog import new_scope, watchdog_for
 
 __all__ = ["ClientGone", "InboundRequest", "fresh_request_id", "parse_request", "read_body", "request_id_for"]
-
-_REQUEST_ID_RE: Final = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 
 
 #: What a released request reads as (shared: never written to).
@@ -68,7 +66,7 @@ def request_id_for(scope: Scope) -> str:
     """
     for name, value in scope["headers"]:
         if name == b"x-request-id":
-            if _REQUEST_ID_RE.fullmatch(value):
+            if is_sane_request_id(value):
                 chosen: str = value.decode("ascii")
                 return chosen
             break

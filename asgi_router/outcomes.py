@@ -61,6 +61,9 @@ class Failed:
     fatal: bool = False
     #: Not contacted (no key, context too small, over budget, breaker open, saturated, ...).
     skipped: bool = False
+    #: The provider's own error message, one printable line (a context-window 400 keeps it:
+    #: see :func:`~asgi_router.errors.exhausted_error`).
+    words: str | None = None
 
 
 #: What one attempt can end in.

@@ -304,7 +304,9 @@ class RequestAttempts:
             if self._summaries is None:
                 self._summaries = []
             self._summaries.append(
-                AttemptSummary(name, failure.reason, failure.status, failure.retry_after, failure.skipped, detail)
+                AttemptSummary(
+                    name, failure.reason, failure.status, failure.retry_after, failure.skipped, detail, failure.words
+                )
             )
         self.record.events.append(
             AttemptEvent(

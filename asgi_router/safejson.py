@@ -1,6 +1,14 @@
 """Parse a client's JSON body with bounds, so that no body can cost more than its size.
 
-``json.loads`` alone accepts three things a gateway must not:
+``json.loads`` alone accepts four things a gateway must not:
+
+* **text that is not UTF-8**: it reads bytes as UTF-16 or -32 too, and lets encoded lone
+  surrogates (``\\xed\\xa0\\x80``) through (``surrogatepass``). Such a body cannot be re-serialised
+  as UTF-8 and would be spliced on unchanged, so only strict UTF-8 is accepted (RFC 8259 §8.1),
+  a leading byte order mark tolerated. A ``\\ud800`` *escape* is another matter: it is valid
+  JSON in valid UTF-8 and parses to a lone surrogate; it stays an escape on the wire (the splice
+  leaves the client's bytes alone, :mod:`asgi_router.wire` re-serialises it escaped), and the
+  upstream decides what it makes of it.
 
 * **huge integers**: parsing and re-serialising a number is quadratic in its digits. Python's
   own limit (4,300 digits) still lets a 10 MB body of such numbers block the event loop for
@@ -24,6 +32,7 @@ the same work as ``json.loads``, the same refusals.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -106,6 +115,7 @@ _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_b
 # The C scanner ``json.loads`` itself uses, bound to that decoder's hooks (typeshed types it oddly).
 _SCAN: Final = cast(Callable[[str, int], tuple[Any, int]], make_scanner(_DECODER))  # type: ignore[arg-type]
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_BOM: Final = codecs.BOM_UTF8
 _SPACE: Final = " \t\n\r"
 
 #: A ``(start, end)`` byte range of a body.
@@ -181,13 +191,15 @@ def _object_with_span(text: str, key: str) -> tuple[dict[str, Any], Span | None]
 
 def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefused:
     try:
-        # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes (an object whose
-        # first member name starts at once, as SDKs send it, can only be UTF-8).
-        encoding = "utf-8" if body[:2] == b'{"' else json.detect_encoding(body)
-        text = body.decode(encoding, "surrogatepass")
+        # JSON text is UTF-8 (RFC 8259 §8.1), and only UTF-8 can be spliced and relayed as it
+        # came: the strict decode (the one pass over the bytes the parse needs anyway) refuses
+        # anything else, encoded surrogates included. A leading BOM is tolerated, as the RFC
+        # allows, and dropped (such a body is re-serialised, not spliced).
+        bom = body[:3] == _BOM
+        text = body.decode("utf-8-sig" if bom else "utf-8")
         value: Any
         span: Span | None = None
-        if key is None or encoding != "utf-8":
+        if key is None or bom:
             value = _DECODER.decode(text)
         else:
             try:
@@ -198,13 +210,15 @@ def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefuse
         return JsonRefused(f"request body is not acceptable JSON: {exc}")
     except RecursionError:
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError, int digit limits
+    except UnicodeDecodeError:
+        return JsonRefused("request body is not valid UTF-8")
+    except ValueError:  # JSONDecodeError, int digit limits
         return JsonRefused("request body is not valid JSON")
     if isinstance(value, (dict, list)) and _may_be_too_deep(text) and _too_deep(value, MAX_JSON_DEPTH):
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     if span is not None and not text.isascii():  # character offsets are not byte offsets
-        start = len(text[: span[0]].encode("utf-8", "surrogatepass"))
-        span = (start, start + len(text[span[0] : span[1]].encode("utf-8", "surrogatepass")))
+        start = len(text[: span[0]].encode())
+        span = (start, start + len(text[span[0] : span[1]].encode()))
     return value, span
 
 
@@ -217,7 +231,7 @@ def loads(body: bytes) -> Any | JsonRefused:
 def loads_with_span(body: bytes, key: str) -> tuple[Any, Span | None] | JsonRefused:
     """:func:`loads`, and for a UTF-8 object the byte span of its member ``key``'s value.
 
-    The span is ``None`` when there is no such member, the body is not UTF-8, or any top-level
-    member name is repeated.
+    The span is ``None`` when there is no such member, the body starts with a byte order mark,
+    or any top-level member name is repeated.
     """
     return _parse(body, key)

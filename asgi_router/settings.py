@@ -309,7 +309,8 @@ class RouterSettings(BaseSettings):
     gc_freeze: bool = False
 
     # Resilience (README.rst "Resilience"): retries, budgets, breakers, event sinks.
-    #: Same-candidate retries for a plan of one candidate.
+    #: Same-candidate retries for a plan of one candidate (none for a client that retries on its
+    #: own: see ``headers.client_retries``).
     retries: NonNegativeInt = 2
     #: Failure reasons that may be retried on the same candidate.
     retry_on: frozenset[Reason] = DEFAULT_RETRY_ON

@@ -8,9 +8,11 @@ records the byte span of the ``model`` value, and :class:`SplicedBody` replaces 
 the upstream also sees every other byte exactly as the client sent it (key order, number
 spellings).
 
-When there is no span (the body is not UTF-8, or a top-level member name repeats, so an
-upstream might read another value than the router did), :class:`WireBody` serialises the
-parsed payload once, ``model`` first, and splices the id in front of the rest.
+When there is no span (the body starts with a byte order mark, or a top-level member name
+repeats, so an upstream might read another value than the router did), :class:`WireBody`
+serialises the parsed payload once, ``model`` first, and splices the id in front of the rest.
+(A body that is not UTF-8 never gets here: the parse refuses it.) Either way the wire body is
+UTF-8: a ``\\ud800``-style escape the client sent stays an escape.
 
 Model ids are restricted (``refs.py``) to characters that need no JSON escaping, so both write
 the value as ``"<id>"`` verbatim.

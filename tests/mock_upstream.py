@@ -8,11 +8,14 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
                        final chunk with ``finish_reason`` and ``usage``, then DONE
 ``usage-<n>``          like ``ok``, reporting ``prompt_tokens = n`` (and 3 completion tokens)
 ``ctx-exceeded``       400 ``context_length_exceeded`` (OpenAI's wording and code)
+``ctx-anthropic``      400 ``invalid_request_error`` "prompt is too long" (Anthropic's wording)
 ``status-<code>``      that status with an OpenAI-shaped error body; options may follow, each
                        after a ``-``: ``ra<s>`` (``Retry-After: <s>``), ``in<s>`` ("try again
                        in <s>s." in the message), ``reset<s>`` (``x-ratelimit-reset-requests:
                        <s>s`` with ``x-ratelimit-remaining-requests: 0``), ``d<ms>`` (answer
-                       after ``ms`` milliseconds); anything else is ignored (a unique tag)
+                       after ``ms`` milliseconds), ``rid<x>`` (``x-request-id: req_<x>``);
+                       anything else is ignored (a unique tag)
+``tabhint``            429 whose plain-text body reads ``retry in 2<TAB>seconds``
 ``fail-<n>-<tag>-<st>``  the first ``n`` requests for this exact model id answer as
                        ``status-<st>`` would, every later one as ``ok`` (stateful, per id)
 ``hang``               never sends headers (until the client goes away)
@@ -25,6 +28,9 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
                        that leaves meanwhile is recorded as ``disconnected``)
 ``echo``               200 JSON: the headers and body the upstream received
 ``headers``            200 JSON with ``Set-Cookie``, ``Keep-Alive`` and ``x-upstream`` headers
+``rid-<x>``            like ``ok``, answered with the provider's own ``x-request-id: req_<x>``
+``anthrid-<x>``        like ``ok``, with Anthropic's ``request-id: req_<x>`` (no ``x-request-id``)
+``badrid``             like ``ok``, with an ``x-request-id`` that is not a sane token
 ``big-<kb>``           200 JSON body of about ``kb`` KiB
 ``trickle-<n>``        streams n events, 20 ms apart (for disconnect tests)
 =====================  ==================================================================
@@ -49,7 +55,7 @@ from typing import Any
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -190,6 +196,8 @@ class MockUpstream:
                 headers["x-ratelimit-remaining-requests"] = "0"
             elif option.startswith("in"):
                 message += f"; please try again in {option[2:]}s."
+            elif option.startswith("rid"):
+                headers["x-request-id"] = f"req_{option[3:]}"
             elif option.startswith("d") and option[1:].isdigit():
                 await asyncio.sleep(int(option[1:]) / 1000)
         return JSONResponse(
@@ -207,6 +215,8 @@ class MockUpstream:
             spec = rest.partition("-")[2]
             if self.hits[model] <= int(count):
                 return await self._status(spec)
+        if name == "tabhint":  # a hint whose number and unit are parted by a tab, in plain text
+            return PlainTextResponse("Too many requests: retry in 2\tseconds", status_code=429)
         if name == "quota":  # OpenAI's "out of credit" answer: a 429 that is really billing
             return JSONResponse(
                 {
@@ -218,6 +228,17 @@ class MockUpstream:
                     }
                 },
                 status_code=429,
+            )
+        if name == "ctx" and arg == "anthropic":
+            return JSONResponse(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                    },
+                },
+                status_code=400,
             )
         if name == "ctx":
             return JSONResponse(
@@ -257,9 +278,12 @@ class MockUpstream:
             return Response(b"", media_type="application/json")
         if name in ("silent", "break", "stall", "utf8", "trickle"):
             return StreamingResponse(self._raw(name, arg, model, request, seen), media_type="text/event-stream")
+        ids = {"rid": {"x-request-id": f"req_{arg}"}, "anthrid": {"request-id": f"req_{arg}"}}
+        ids["badrid"] = {"x-request-id": "req 1; not a token"}
+        headers = ids.get(name)
         if stream:
-            return EventSourceResponse(self._events(model, seen, prompt_tokens), sep="\n", ping=600)
-        return JSONResponse(completion(model, f"hello from {model}", prompt_tokens))
+            return EventSourceResponse(self._events(model, seen, prompt_tokens), sep="\n", ping=600, headers=headers)
+        return JSONResponse(completion(model, f"hello from {model}", prompt_tokens), headers=headers)
 
     async def _sleep_unless_disconnected(self, request: Request, seen: Seen, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -282,3 +282,37 @@ async def test_insufficient_quota_429_is_billing_not_retried_and_fails_over(
     assert alone.status_code == 502  # not a 429: waiting would not refill the account
     assert [a["reason"] for a in alone.json()["error"]["attempts"]] == ["billing"]
     assert upstream.attempts(alone.headers["x-request-id"]) == ["quota"]
+
+
+async def test_429_whose_body_hint_has_a_tab_before_its_unit_fails_over(
+    upstream: MockUpstream, refused_url: str
+) -> None:
+    async with routed(upstream, refused_url, groups={"g": {"members": ["mock/tabhint", "mock2/ok"]}}) as client:
+        response = await chat(client, "group/g")
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/ok"
+    assert upstream.attempts(response.headers["x-request-id"]) == ["tabhint", "ok"]
+
+
+@pytest.mark.parametrize("model", ["mock/status-429", "mock/status-503", "mock/ctx-exceeded"])
+async def test_a_failure_body_the_router_cannot_read_still_fails_over_by_its_status(
+    upstream: MockUpstream,
+    refused_url: str,
+    model: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a parser bug")
+
+    # Whatever reads a failure's body and headers may have a bug: the status alone still decides.
+    monkeypatch.setattr("asgi_router.attempts.retry_hint", broken)
+    monkeypatch.setattr("asgi_router.attempts.refine_rate_limited", broken)
+    monkeypatch.setattr("asgi_router.attempts.refine_client_error", broken)
+    async with routed(upstream, refused_url, groups={"g": {"members": [model, "mock2/ok"]}}) as client:
+        response = await chat(client, "group/g")
+    if model == "mock/ctx-exceeded":  # unread, a 400 is the request's fault: passed through, not a 502
+        assert (response.status_code, response.headers["x-router-model"]) == (400, model)
+    else:
+        assert (response.status_code, response.headers["x-router-model"]) == (200, "mock2/ok")
+    assert "a parser bug" in caplog.text

@@ -226,6 +226,15 @@ HOSTILE_BODIES = [
     (b"", "invalid_json"),
     (b"\x00\x01\x02", "invalid_json"),
     (b'{"model":"mock/ok"', "invalid_json"),
+    # JSON text is UTF-8 (RFC 8259): what cannot be read as UTF-8 is refused, not forwarded raw.
+    (b'{"model":"mock/ok","messages":[{"role":"user","content":"\xed\xa0\x80"}]}', "invalid_json"),  # a surrogate
+    (b'{"model":"mock/ok","user":"\xff"}', "invalid_json"),
+    (b'{"model":"mock/ok","user":"\xc0\xaf"}', "invalid_json"),  # overlong "/"
+    (b'{"model":"mock/ok","user":"\xe4\xbd"}', "invalid_json"),  # a character cut short
+    (b'{"model":"mock/ok","user":"\xf4\x90\x80\x80"}', "invalid_json"),  # past U+10FFFF
+    (b'{"model":"mock/\xed\xa0\x80"}', "invalid_json"),
+    ('{"model":"mock/ok"}'.encode("utf-16"), "invalid_json"),
+    ('{"model":"mock/ok"}'.encode("utf-32-le"), "invalid_json"),
 ]
 
 

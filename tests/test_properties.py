@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -346,3 +346,79 @@ def test_any_request_gets_an_openai_shaped_answer_never_a_500_or_a_traceback(
         error = json.loads(payload)["error"]
         assert set(error) == {"message", "type", "code", "param"}
         assert isinstance(error["message"], str) and error["message"].isprintable()
+
+
+# --- request bodies that are not UTF-8 -----------------------------------------------------------
+
+# Byte sequences that are never valid UTF-8 wherever they sit: an encoded surrogate, bytes UTF-8
+# never uses, an overlong encoding, a lead byte cut short, a code point past U+10FFFF, a stray
+# continuation byte.
+_NOT_UTF8 = [b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xff", b"\xfe", b"\xc0\xaf", b"\xe4\xbd", b"\xf4\x90\x80\x80", b"\x80"]
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@st.composite
+def non_utf8_bodies(draw: st.DrawFn) -> bytes:
+    """A chat body (or any bytes) with bytes that are not UTF-8 put in anywhere, strings included."""
+    base = draw(
+        st.one_of(
+            chat_like,
+            st.builds(
+                lambda text: json.dumps(
+                    {"model": "mock/x", "messages": [{"content": text}]}, ensure_ascii=False
+                ).encode(),
+                st.text(),
+            ),
+            st.binary(max_size=100),
+        )
+    )
+    at = draw(st.integers(0, len(base)))
+    body = base[:at] + draw(st.sampled_from(_NOT_UTF8)) + base[at:]
+    assume(not _is_utf8(body))  # arbitrary bytes may complete what was put in (b"\xc3" + b"\x80")
+    return body
+
+
+def _drive_to_json_upstream(router: ModelRouter, body: bytes) -> tuple[list[dict[str, Any]], _ScriptedTransport]:
+    """One JSON request through ``router`` to an upstream answering ``{}``: what was sent back,
+    and the transport (what reached the upstream)."""
+    transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
+    router._loop._transport = transport
+    return anyio.run(_drive, router, body, _JSON), transport
+
+
+@_FAST
+@given(body=non_utf8_bodies() | st.binary(min_size=1, max_size=300).filter(lambda data: not _is_utf8(data)))
+def test_any_body_that_is_not_utf8_is_a_400_invalid_json_before_any_upstream_is_called(
+    router: ModelRouter, body: bytes
+) -> None:
+    sent, transport = _drive_to_json_upstream(router, body)
+    assert sent[0]["status"] == 400
+    assert json.loads(b"".join(message.get("body", b"") for message in sent[1:]))["error"]["code"] == "invalid_json"
+    assert transport.sent == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"mock/x","messages":[{"role":"user","content":"half a pair: \\ud800 and \\udfff"}]}',
+        # A repeated member makes the router re-serialise the body instead of splicing it.
+        b'{"model":"mock/x","user":"a","user":"\\ud83d","messages":[{"content":"\\ud800\xc3\xa9"}]}',
+    ],
+    ids=["spliced", "re-serialised"],
+)
+def test_lone_surrogate_escapes_are_valid_json_and_reach_the_upstream_as_escapes_in_utf8(
+    router: ModelRouter, body: bytes
+) -> None:
+    sent, transport = _drive_to_json_upstream(router, body)
+    assert sent[0]["status"] == 200
+    (wire,) = transport.sent
+    wire.decode("utf-8")  # what the upstream gets is UTF-8 ...
+    assert json.loads(wire) == {**json.loads(body), "model": "x"}  # ... with the same (escaped) text
+    assert b"\\ud800" in wire

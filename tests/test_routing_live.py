@@ -10,6 +10,7 @@ import anyio
 import httpx2
 import pytest
 
+from asgi_router.errors import OVERFLOW_SENTENCE
 from asgi_router.stats import InMemoryStats
 
 from .mock_upstream import MockUpstream
@@ -230,7 +231,8 @@ async def test_request_that_fits_no_window_is_a_400_without_upstream_calls(upstr
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["type"]) == ("context_length_exceeded", "invalid_request_error")
-    assert error["message"].splitlines() == ["mock/ok: context_window", "mock2/ok: context_window"]
+    # No provider was asked, so none said it in its own words: the router's sentence leads.
+    assert error["message"].splitlines() == [OVERFLOW_SENTENCE, "mock/ok: context_window", "mock2/ok: context_window"]
     assert upstream.attempts(response.headers["x-request-id"]) == []
 
 

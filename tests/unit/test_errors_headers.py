@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from asgi_router.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
-from asgi_router.headers import FORWARDED_REQUEST_HEADERS, request_headers_for_upstream, response_headers_for_client
+from asgi_router.headers import (
+    FORWARDED_REQUEST_HEADERS,
+    client_retries,
+    request_headers_for_upstream,
+    response_headers_for_client,
+)
 from asgi_router.inbound import InboundRequest, fresh_request_id, parse_request, request_id_for
 from asgi_router.wire import WireBody, wire_targets
 
@@ -337,6 +342,35 @@ def test_response_header_named_in_connection_is_dropped_only_when_named() -> Non
     assert b"content-type" in dropped
 
 
+def test_the_providers_x_request_id_comes_back_as_x_upstream_request_id() -> None:
+    relayed = response_headers_for_client(_UPSTREAM_RESPONSE)
+    assert relayed[-1] == (b"x-upstream-request-id", b"upstream-id")
+    assert b"x-request-id" not in dict(relayed)  # the router's own is added after this filter
+
+
+def test_anthropics_request_id_is_used_only_without_an_x_request_id() -> None:
+    anthropic = [(b"content-type", b"application/json"), (b"Request-Id", b"req_011CSHoEeqs5C35K2UUqR7Fy")]
+    relayed = _relayed(anthropic)
+    assert relayed[b"x-upstream-request-id"] == b"req_011CSHoEeqs5C35K2UUqR7Fy"
+    assert relayed[b"request-id"] == b"req_011CSHoEeqs5C35K2UUqR7Fy"  # relayed as it came, too
+    assert _relayed([*anthropic, (b"x-request-id", b"req_x")])[b"x-upstream-request-id"] == b"req_x"
+
+
+@pytest.mark.parametrize(
+    "value", [b"abc\r\nX-Injected: 1", b"abc\n", b"a" * 129, b"", b"has space", b"\x1b[31m", b"caf\xc3\xa9"]
+)
+def test_a_provider_request_id_that_is_not_a_sane_token_is_not_echoed(value: bytes) -> None:
+    assert b"x-upstream-request-id" not in _relayed([(b"x-request-id", value)])
+    assert b"x-upstream-request-id" not in _relayed([(b"request-id", value)])
+
+
+def test_an_upstream_cannot_forge_x_upstream_request_id() -> None:
+    assert _relayed([(b"x-upstream-request-id", b"forged")]) == {}
+    assert response_headers_for_client([(b"X-Upstream-Request-Id", b"forged"), (b"x-request-id", b"real")]) == [
+        (b"x-upstream-request-id", b"real")
+    ]
+
+
 # --- inbound.parse_request ------------------------------------------------------------------
 
 
@@ -516,3 +550,12 @@ def test_wire_targets_rejects_prefix_and_extension_ids(built_for: str, checked: 
 def test_wire_targets_rejects_a_body_whose_first_member_is_not_model() -> None:
     assert not wire_targets(b'{"stream":true,"model":"gpt-4o"}', "gpt-4o")
     assert not wire_targets(b"", "gpt-4o")
+
+
+@pytest.mark.parametrize("count", [b"0", b"2", b""])
+def test_a_client_sending_x_stainless_retry_count_retries_on_its_own_whatever_the_count(count: bytes) -> None:
+    assert client_retries([(b"accept", b"*/*"), (b"x-stainless-retry-count", count)])
+
+
+def test_a_client_without_x_stainless_retry_count_does_not_say_it_retries() -> None:
+    assert not client_retries([(b"accept", b"*/*"), (b"x-stainless-lang", b"python")])

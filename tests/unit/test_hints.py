@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asgi_router.hints import parse_duration, retry_hint
 
@@ -70,6 +73,8 @@ HINTS = [
         2.5,
     ),
     ("body beats reset headers", [(b"x-ratelimit-reset-requests", b"9s")], b"try again in 1s", 1.0),
+    ("whitespace other than a space between number and unit", [], b"retry in 2\tseconds", 2.0),
+    ("a newline between number and unit", [], b"try again in 3\nminutes", 180.0),
     ("nothing said", [(b"content-type", b"application/json")], b'{"error":{"message":"slow down"}}', None),
     ("a number without a unit is not a hint", [], b"try again in 5 apples", None),
 ]
@@ -95,3 +100,54 @@ def test_a_5xx_is_only_read_for_retry_after_not_for_resets_or_the_body() -> None
     headers = [(b"x-ratelimit-reset-requests", b"6m0s"), (b"x-ratelimit-remaining-requests", b"0")]
     assert retry_hint(headers, b"try again in 2s", rate_limited=False) is None
     assert retry_hint([*headers, (b"retry-after", b"3")], b"", rate_limited=False) == 3.0
+
+
+# Header names the hint parser reads, so that fuzzed values reach every branch.
+_HINT_HEADERS = st.sampled_from(
+    [
+        b"retry-after",
+        b"Retry-After-Ms",
+        b"x-ratelimit-reset-requests",
+        b"x-ratelimit-remaining-requests",
+        b"x-ratelimit-reset-tokens",
+        b"x-ratelimit-remaining-tokens",
+    ]
+)
+# Bodies that look like hints, so that fuzzing reaches the unit parsing and not only the search.
+_HINTISH_BODIES = st.builds(
+    lambda lead, number, gap, unit, tail: lead + number + gap + unit + tail,
+    st.sampled_from([b"retry in ", b"Try again in ", b"retry after ", b""]),
+    st.from_regex(rb"\A[0-9]{1,12}(\.[0-9]{0,10})?\Z"),
+    st.sampled_from([b"", b" ", b"\t", b"\n", b"\r", b"\x0b", b"\x0c", b"  "]),
+    st.sampled_from(
+        [b"s", b"ms", b"m", b"h", b"seconds", b"secs", b"minutes", b"mins", b"milliseconds", b"x", b"1h2m"]
+    ),
+    st.binary(max_size=8),
+)
+
+
+# Values shaped like HTTP-dates, durations and numbers, at and past their ranges' edges.
+_HINTISH_VALUES = st.one_of(
+    st.binary(max_size=40),
+    st.builds(
+        lambda day, year, hour, zone: f"Mon, {day:02d} Jan {year} {hour:02d}:00:00 {zone}".encode(),
+        st.integers(0, 40),
+        st.integers(0, 100_000),
+        st.integers(0, 99),
+        st.sampled_from(["GMT", "+9999", "-2359", "+0000", "XYZ"]),
+    ),
+    st.from_regex(rb"\A-?[0-9]{0,30}(\.[0-9]{0,12})?(ms|h|m|s|e9)*\Z"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    headers=st.lists(st.tuples(_HINT_HEADERS | st.binary(max_size=30), _HINTISH_VALUES), max_size=6),
+    body=st.none() | st.binary(max_size=200) | _HINTISH_BODIES,
+    rate_limited=st.booleans(),
+)
+def test_retry_hint_never_raises_and_is_a_finite_wait_or_none(
+    headers: list[tuple[bytes, bytes]], body: bytes | None, rate_limited: bool
+) -> None:
+    seconds = retry_hint(headers, body, rate_limited=rate_limited, now=NOW)
+    assert seconds is None or (isinstance(seconds, float) and math.isfinite(seconds) and seconds >= 0)

@@ -164,8 +164,17 @@ def test_ordinary_floats_and_small_integers_parse_as_usual() -> None:
     }
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"\xff\xfe\x00", b'{"a":1}x', b"\x00"])
+@pytest.mark.parametrize("body", [b"", b"{", b'{"a":1}x', b"\x00", '{"a":1}'.encode("utf-16-le")])
 def test_invalid_json_is_refused_with_a_message_and_no_exception(body: bytes) -> None:
     refused = loads(body)
     assert isinstance(refused, JsonRefused)
     assert refused.message == "request body is not valid JSON"
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe\x00", '{"a":1}'.encode("utf-16"), b'{"a":"\xed\xa0\x80"}'])
+def test_a_body_that_is_not_utf8_is_refused_as_such(body: bytes) -> None:
+    assert loads(body) == JsonRefused("request body is not valid UTF-8")
+
+
+def test_a_leading_byte_order_mark_is_tolerated() -> None:
+    assert loads(b'\xef\xbb\xbf{"a":"\xc3\xa9"}') == {"a": "\u00e9"}

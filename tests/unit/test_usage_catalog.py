@@ -9,8 +9,8 @@ import pytest
 
 from asgi_router.bookkeeping import Bookkeeper, Skip
 from asgi_router.catalog import Catalog, ModelInfo
-from asgi_router.classify import DEFAULT_FAILOVER, refine_client_error
-from asgi_router.errors import AttemptSummary, exhausted_error
+from asgi_router.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
+from asgi_router.errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
 from asgi_router.facts import RequestFacts
 from asgi_router.policy import GroupPolicy
 from asgi_router.stats import InMemoryStats, Limits
@@ -184,11 +184,46 @@ def test_untracked_keys_leave_no_trace_in_the_statistics() -> None:
     ],
 )
 def test_refine_client_error_finds_context_exceeded_400s_only(status: int, error: object, reason: str) -> None:
-    assert refine_client_error(status, json.dumps({"error": error}).encode()) == reason
+    assert refine_client_error(status, json.dumps({"error": error}).encode())[0] == reason
 
 
 def test_refine_client_error_of_a_non_json_body_is_client_error() -> None:
-    assert refine_client_error(400, b"<html>bad request</html>") == "client_error"
+    assert refine_client_error(400, b"<html>bad request</html>") == ("client_error", None)
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (
+            {"code": "context_length_exceeded", "message": "This model's maximum context length is 8192 tokens."},
+            "This model's maximum context length is 8192 tokens.",
+        ),
+        (
+            {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"},
+            "prompt is too long: 210000 tokens > 200000 maximum",
+        ),
+        ({"code": "context_length_exceeded"}, None),  # no message: nothing of the provider's to keep
+        ({"code": "context_length_exceeded", "message": 42}, None),
+        ({"code": "context_length_exceeded", "message": " \r\n\t "}, None),
+        # One printable line: CR/LF, escapes, NUL and bidi overrides never reach the client's message.
+        (
+            {"code": "context_length_exceeded", "message": "too\r\nlong\x1b[31m\x00 \u202eevil\u202c  end"},
+            "too long [31m evil end",
+        ),
+    ],
+)
+def test_a_context_window_400_keeps_the_providers_own_words_as_one_printable_line(
+    error: dict[str, object], words: str | None
+) -> None:
+    assert refine_client_error(400, json.dumps({"error": error}).encode()) == ("context_window", words)
+
+
+def test_the_providers_words_are_bounded() -> None:
+    reason, words = refine_client_error(
+        400, json.dumps({"error": {"code": "context_length_exceeded", "message": "x" * 5000}}).encode()
+    )
+    assert reason == "context_window" and words is not None
+    assert len(words) == PROVIDER_WORDS_CAP and words.endswith("...")
 
 
 def test_context_window_fails_over_by_default() -> None:
@@ -211,7 +246,48 @@ def test_exhausted_with_no_window_large_enough_is_a_400_context_length_exceeded(
         [AttemptSummary("a/m", "context_window", skipped=True), AttemptSummary("b/m", "context_window", 400)]
     )
     assert (error.status, error.code) == (400, "context_length_exceeded")
-    assert error.message.splitlines() == ["a/m: context_window", "b/m: context_window (400)"]
+    assert error.message.splitlines() == [OVERFLOW_SENTENCE, "a/m: context_window", "b/m: context_window (400)"]
+
+
+def test_an_overflow_message_starts_with_the_last_providers_own_words_then_one_line_per_candidate() -> None:
+    error = exhausted_error(
+        [
+            AttemptSummary("a/m", "context_window", 400, words="This model's maximum context length is 8192 tokens."),
+            AttemptSummary("b/m", "context_window", skipped=True),
+            AttemptSummary("c/m", "context_window", 400, words="prompt is too long: 210000 tokens > 200000 maximum"),
+            AttemptSummary("d/m", "context_window", 400),  # said nothing in words: the last that did wins
+        ]
+    )
+    assert (error.status, error.code) == (400, "context_length_exceeded")
+    assert error.message.splitlines() == [
+        "prompt is too long: 210000 tokens > 200000 maximum",
+        "a/m: context_window (400)",
+        "b/m: context_window",
+        "c/m: context_window (400)",
+        "d/m: context_window (400)",
+    ]
+    assert [attempt["candidate"] for attempt in json.loads(error.body())["error"]["attempts"]] == [
+        "a/m",
+        "b/m",
+        "c/m",
+        "d/m",
+    ]
+
+
+def test_the_routers_own_overflow_sentence_holds_the_words_clients_detect_an_overflow_by() -> None:
+    # litellm's mapping of an OpenAI-compatible 400 raises ContextWindowExceededError (and so runs
+    # its context_window_fallbacks) when the lowercased message contains this substring.
+    assert "this model's maximum context length is" in OVERFLOW_SENTENCE.lower()
+    assert OVERFLOW_SENTENCE.isprintable()
+
+
+def test_provider_words_are_kept_only_for_an_overflow() -> None:
+    words = "This model's maximum context length is 8192 tokens."
+    error = exhausted_error(
+        [AttemptSummary("a/m", "context_window", 400, words=words), AttemptSummary("b/m", "timeout")]
+    )
+    assert error.status == 502  # mixed reasons: not an overflow, so no provider's words lead
+    assert words not in error.message
 
 
 def test_exhausted_status_is_decided_by_contacted_candidates_not_skips() -> None:

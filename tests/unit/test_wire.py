@@ -62,7 +62,7 @@ def test_splice_replaces_only_the_top_level_model_and_keeps_every_other_byte(bod
         b'{"model":"a/b","model":"c/d"}',  # duplicate: an upstream might read the other one
         b'{"model":"a/b","stream":false,"stream":true}',  # any duplicate: the router read the last
         b'{"messages":[]}',  # no model at all
-        '{"model":"a/b"}'.encode("utf-16"),  # not UTF-8
+        b'\xef\xbb\xbf{"model":"a/b"}',  # a byte order mark: tolerated, then re-serialised
         b"[1, 2]",  # not an object
     ],
 )
