@@ -4,25 +4,18 @@
 See README.rst for configuration and semantics, and DESIGN.md for the contract.
 """
 
-from .auth import Authorize, Forbidden
-from .catalog import ModelInfo
-from .classify import Reason
-from .degraded import DegradedSettings
-from .errors import AttemptSummary, RouterError
-from .events import AttemptEvent, RequestRecord
-from .facts import RequestFacts
-from .middleware import ModelRouter
-from .plan import Candidate, Plan, ResolveError, Resolver
-from .refs import InvalidRef, ModelRef, RefKind, parse_model_ref
-from .resilience_settings import (
+from asgi_router.config.catalog import ModelInfo
+from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.resilience import (
     BackoffSettings,
     BreakerSettings,
     EventSettings,
     HealthSettings,
     RetryBudgetSettings,
 )
-from .rules import RuleSettings
-from .settings import (
+from asgi_router.config.rules import RuleSettings
+from asgi_router.config.settings import (
+    Authorize,
     ConfigError,
     GroupSettings,
     MemberSettings,
@@ -31,9 +24,18 @@ from .settings import (
     RouterSettings,
     Timeouts,
 )
-from .sinks import RecentRequests, Sink
-from .state import InMemoryState, RouterState
-from .stats import InMemoryStats, RoutingStats
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.errors import AttemptSummary, RouterError
+from asgi_router.core.reasons import Reason
+from asgi_router.core.refs import InvalidRef, ModelRef, RefKind, parse_model_ref
+from asgi_router.inbound.auth import Forbidden
+from asgi_router.middleware import ModelRouter
+from asgi_router.observability.events import AttemptEvent, RequestRecord
+from asgi_router.observability.sinks import RecentRequests, Sink
+from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.stats import InMemoryStats, RoutingStats
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan, ResolveError, Resolver
 
 __all__ = [
     "AttemptEvent",

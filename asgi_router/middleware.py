@@ -41,34 +41,36 @@ import anyio
 import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .attempts import AttemptLoop
-from .auth import Admitted, Authorize, build_guard
-from .bookkeeping import Bookkeeper, Spend
-from .classify import Reason
-from .degraded import DegradedSettings, degraded_reply, should_degrade
-from .disconnect import watching
-from .errors import RouterError
-from .events import AttemptEvent, Outcome, RequestRecord, logger
-from .facts import RequestFacts
-from .gate import Gate, Lease
-from .headers import response_headers_for_client
-from .health import HealthProber
-from .inbound import ClientGone, InboundRequest, parse_request, read_body, request_id_for
-from .models_endpoint import ModelsEndpoint
-from .mounting import route_path
-from .outcomes import Committed, Refused
-from .plan import Plan, ResolveError, Resolver
-from .redact import register_secrets, secrets_of
-from .relay import relay_stream, send_whole
-from .retry import RetryPolicy
-from .screen import screen_headers
-from .settings import RouterSettings, load_settings
-from .sinks import EventBus, RecentRequests, Sink, default_sinks
-from .state import InMemoryState, RouterState
-from .stats import RoutingStats
-from .upstream import ProviderRuntime, make_transport
-from .usage import Tail
-from .watchdog import TaskScope, running_loop
+from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
+from asgi_router.attempts.loop import AttemptLoop
+from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.settings import Authorize, RouterSettings, load_settings
+from asgi_router.core.deadlines import TaskScope, running_loop
+from asgi_router.core.errors import RouterError
+from asgi_router.core.reasons import Reason
+from asgi_router.endpoints.models import ModelsEndpoint
+from asgi_router.inbound.auth import Admitted, build_guard
+from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
+from asgi_router.inbound.disconnect import watching
+from asgi_router.inbound.mounting import route_path
+from asgi_router.inbound.screen import screen_headers
+from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
+from asgi_router.observability.redaction import register_secrets, secrets_of
+from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
+from asgi_router.resilience.gate import Gate, Lease
+from asgi_router.resilience.retry import RetryPolicy
+from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.stats import RoutingStats
+from asgi_router.responses.degraded import degraded_reply, should_degrade
+from asgi_router.responses.headers import response_headers_for_client
+from asgi_router.responses.relay import relay_stream, send_whole
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan, ResolveError, Resolver
+from asgi_router.attempts.usage import Tail
+from asgi_router.runtime.health import HealthProber
+from asgi_router.transports.factory import make_transport
+from asgi_router.transports.provider import ProviderRuntime
 
 __all__ = ["ModelRouter"]
 
@@ -175,7 +177,7 @@ class _Exchange:
 class ModelRouter:
     """Pure-ASGI middleware: ``app.add_middleware(ModelRouter, settings=...)`` or ``config=...``.
 
-    Inbound auth is required (see :mod:`asgi_router.auth`): ``authorize``, ``api_keys`` or
+    Inbound auth is required (see :mod:`asgi_router.inbound.auth`): ``authorize``, ``api_keys`` or
     ``allow_unauthenticated`` in the settings, which refuse to be built without one.
     ``authorize=`` here is that setting, for the settings the router builds itself (from
     ``config=`` or the environment). A constructor that fails logs why on the ``asgi_router``
@@ -187,7 +189,7 @@ class ModelRouter:
     breakers, rotation counters, budgets and routing statistics (default: in memory, this
     process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
     is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
-    (see :mod:`asgi_router.sinks`), after the built-in log line; the ring of :attr:`recent`
+    (see :mod:`asgi_router.observability.sinks`), after the built-in log line; the ring of :attr:`recent`
     requests is filled in place, lifespan or not.
     """
 

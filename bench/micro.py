@@ -26,12 +26,12 @@ from typing import Any
 import aiohttp
 
 from asgi_router import ModelRouter
-from asgi_router.classify import classify_exception, classify_status
-from asgi_router.headers import request_headers_for_upstream
-from asgi_router.inbound import InboundRequest, parse_request
-from asgi_router.plan import Resolver
-from asgi_router.upstream import ProviderRuntime
-from asgi_router.wire import SplicedBody, WireBody
+from asgi_router.attempts.wire import SplicedBody, WireBody
+from asgi_router.core.classify import classify_exception, classify_status
+from asgi_router.inbound.body import InboundRequest, parse_request
+from asgi_router.routing.plan import Resolver
+from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.request_headers import request_headers_for_upstream
 
 from .asgi_calls import receive_once
 from .host import settings_for
@@ -119,7 +119,7 @@ class _Canned:
 
 
 class _MemoryTransport:
-    """A :class:`~asgi_router.upstream.Transport` that answers from memory at once.
+    """A :class:`~asgi_router.transports.base.Transport` that answers from memory at once.
 
     Like the aiohttp transport (the default), it is asyncio-native and closes responses without
     awaiting, so the router runs it under the same cancel scopes.

@@ -12,7 +12,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI, WebSocket
 
 from asgi_router import ModelRouter, RouterSettings
-from asgi_router.sinks import EventBus
+from asgi_router.observability.sinks import EventBus
 
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap

@@ -10,7 +10,7 @@ the test that caused it. It looks at:
   and any body chunk that carries an ``"error"`` object (a mid-stream error event);
 * the text of any exception that escapes the router;
 * every finished request the router publishes to its event sinks (``sinks.py``): the
-  :class:`~asgi_router.events.RequestRecord` with all its attempt events, as a sink would get
+  :class:`~asgi_router.observability.events.RequestRecord` with all its attempt events, as a sink would get
   it. The tap sits on :meth:`EventBus.publish` rather than in a sink's queue, so that records
   are checked before the test ends, also those of routers running without a lifespan (whose
   sinks never run).
@@ -33,7 +33,7 @@ from typing import Any, Final
 from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router import ModelRouter, RequestRecord
-from asgi_router.sinks import EventBus
+from asgi_router.observability.sinks import EventBus
 
 __all__ = ["LOUD_LOGGERS", "LeakTap", "quiet"]
 

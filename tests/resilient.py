@@ -11,8 +11,8 @@ import httpx2
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter
-from asgi_router.events import RequestRecord
-from asgi_router.sinks import Sink
+from asgi_router.observability.events import RequestRecord
+from asgi_router.observability.sinks import Sink
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from asgi_router import ModelRouter
-from asgi_router.breaker import Phase
+from asgi_router.resilience.breaker import Phase
 from bench.asgi_calls import receive_once
 
 from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings

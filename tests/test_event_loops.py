@@ -21,7 +21,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from asgi_router import ModelRouter
-from asgi_router.breaker import BreakerView
+from asgi_router.resilience.breaker import BreakerView
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from asgi_router import ModelRouter
-from asgi_router.events import AttemptEvent, RequestRecord
+from asgi_router.observability.events import AttemptEvent, RequestRecord
 
 from .conftest import API_KEY, host_app, make_settings
 from .mock_upstream import MockUpstream

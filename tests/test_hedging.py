@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from asgi_router import ModelRouter
-from asgi_router.upstream import ProviderRuntime
+from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import host_app, make_settings, pool_is_quiet
 from .mock_upstream import MockUpstream

@@ -23,9 +23,9 @@ from asgi_lifespan import LifespanManager
 from starlette.types import Receive, Scope, Send
 
 from asgi_router import ModelRouter, RouterSettings
-from asgi_router.refs import MAX_MODEL_ID_LENGTH
-from asgi_router.safejson import MAX_JSON_DEPTH, MAX_NUMBER_CHARS
-from asgi_router.screen import FORBIDDEN_FIELDS
+from asgi_router.core.refs import MAX_MODEL_ID_LENGTH
+from asgi_router.inbound.safejson import MAX_JSON_DEPTH, MAX_NUMBER_CHARS
+from asgi_router.inbound.screen import FORBIDDEN_FIELDS
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream

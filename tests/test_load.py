@@ -38,8 +38,8 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from asgi_router import ModelRouter, RequestRecord
-from asgi_router.upstream import HttpxResponse
-from asgi_router.upstream_aiohttp import AiohttpResponse
+from asgi_router.transports.aiohttp_transport import AiohttpResponse
+from asgi_router.transports.httpx_transport import HttpxResponse
 
 from .conftest import host_app, make_settings, pool_is_quiet
 from .redaction import LOUD_LOGGERS, quiet

@@ -17,8 +17,8 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter, RequestRecord, RouterSettings
-from asgi_router.sinks import EventBus
-from asgi_router.upstream import ProviderRuntime
+from asgi_router.observability.sinks import EventBus
+from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import API_KEY, CLIENT_KEY, host_app
 from .redaction import LeakTap

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from asgi_router.upstream import ProviderRuntime
+from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, pool_is_quiet

@@ -10,8 +10,8 @@ import anyio
 import httpx2
 import pytest
 
-from asgi_router.errors import OVERFLOW_SENTENCE
-from asgi_router.stats import InMemoryStats
+from asgi_router.core.errors import OVERFLOW_SENTENCE
+from asgi_router.resilience.stats import InMemoryStats
 
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, request_records, router_client

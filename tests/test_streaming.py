@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from asgi_router import ModelRouter, RouterSettings
-from asgi_router.upstream import ProviderRuntime
+from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet

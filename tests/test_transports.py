@@ -10,8 +10,8 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter, RouterSettings
-from asgi_router.upstream import HttpxTransport
-from asgi_router.upstream_aiohttp import AiohttpTransport
+from asgi_router.transports.aiohttp_transport import AiohttpTransport
+from asgi_router.transports.httpx_transport import HttpxTransport
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream

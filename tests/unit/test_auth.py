@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from starlette.datastructures import Headers
 
 from asgi_router import ConfigError, Forbidden, RouterSettings
-from asgi_router.auth import Admitted, build_guard, presented_key
-from asgi_router.errors import RouterError
+from asgi_router.core.errors import RouterError
+from asgi_router.inbound.auth import Admitted, build_guard, presented_key
 
 pytestmark = pytest.mark.anyio
 

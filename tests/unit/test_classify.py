@@ -9,7 +9,7 @@ import aiohttp
 import httpx2
 import pytest
 
-from asgi_router.classify import (
+from asgi_router.core.classify import (
     DEFAULT_FAILOVER,
     UnrecognisedFailure,
     classify_exception,
@@ -170,6 +170,6 @@ def test_retry_after_never_raises_on_random_header_values() -> None:
     ],
 )
 def test_refine_rate_limited_reads_insufficient_quota_as_billing(body: bytes | None, reason: str) -> None:
-    from asgi_router.classify import refine_rate_limited
+    from asgi_router.core.classify import refine_rate_limited
 
     assert refine_rate_limited(body) == reason

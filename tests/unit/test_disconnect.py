@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from asgi_router.disconnect import WATCH_AFTER, ListeningScope, Watching
-from asgi_router.watchdog import TaskScope, Ticker, new_scope, ticker_for
+from asgi_router.core.deadlines import TaskScope, Ticker, new_scope, ticker_for
+from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope, Watching
 
 pytestmark = pytest.mark.anyio
 

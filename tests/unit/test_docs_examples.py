@@ -268,7 +268,7 @@ _TABLE_ROW = re.compile(r"^\s*\* - (\d{3})\n\s*- ``([a-z_]+)``", re.MULTILINE)
 def test_the_error_table_lists_every_error_the_router_produces() -> None:
     produced = {
         (int(status), code)
-        for module in (_ROOT / "asgi_router").glob("*.py")
+        for module in (_ROOT / "asgi_router").rglob("*.py")
         for status, code in _PRODUCED.findall(module.read_text(encoding="utf-8"))
     }
     assert len(produced) >= 15  # the pattern still finds them

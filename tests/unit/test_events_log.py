@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from asgi_router.events import RequestRecord, log_request
+from asgi_router.observability.events import RequestRecord, log_request
 
 
 @pytest.mark.parametrize(

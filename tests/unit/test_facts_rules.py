@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from asgi_router.facts import IMAGE_TOKENS, MESSAGE_OVERHEAD_TOKENS, RequestFacts
-from asgi_router.rules import RuleSettings, RuleTable
+from asgi_router.config.rules import RuleSettings
+from asgi_router.routing.facts import IMAGE_TOKENS, MESSAGE_OVERHEAD_TOKENS, RequestFacts
+from asgi_router.routing.rules import RuleTable, matches
 
 _IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
 _TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -119,11 +120,11 @@ def test_min_prompt_tokens_is_inclusive_and_max_prompt_tokens_exclusive() -> Non
     below = RuleSettings(name="s", route="group/x", max_prompt_tokens=10)
     ten = _facts(messages=[{"role": "user", "content": "x" * 24}])  # 4 overhead + 6 = 10 tokens
     assert ten.prompt_tokens == 10
-    assert at_least.matches(ten) and not below.matches(ten)
+    assert matches(at_least, ten) and not matches(below, ten)
 
 
 def test_rule_without_conditions_always_matches() -> None:
-    assert RuleSettings(name="any", route="group/x").matches(RequestFacts({}))
+    assert matches(RuleSettings(name="any", route="group/x"), RequestFacts({}))
 
 
 def test_rules_apply_only_to_their_groups() -> None:
@@ -139,7 +140,7 @@ def test_rules_apply_only_to_their_groups() -> None:
 def test_the_token_estimate_is_only_made_when_cheaper_checks_pass() -> None:
     rule = RuleSettings(name="r", route="group/x", stream=True, min_prompt_tokens=1)
     facts = _facts(messages=_MID)
-    assert not rule.matches(facts)
+    assert not matches(rule, facts)
     assert facts._estimate is None
 
 

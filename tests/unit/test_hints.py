@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_router.hints import parse_duration, retry_hint
+from asgi_router.attempts.hints import parse_duration, retry_hint
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ import asyncio
 import anyio
 import pytest
 
-from asgi_router import loop_clients
-from asgi_router.loop_clients import LoopClients
+from asgi_router.transports import loop_clients
+from asgi_router.transports.loop_clients import LoopClients
 
 
 class _Client:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from asgi_router.plan import Candidate, Plan, ResolveError, Resolver
-from asgi_router.refs import ModelRef, RefKind
-from asgi_router.settings import RouterSettings
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.refs import ModelRef, RefKind
+from asgi_router.routing.plan import Plan, ResolveError, Resolver
 
 _PROVIDERS: dict[str, Any] = {
     "openai": {"base_url": "https://api.openai.com/v1"},

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from asgi_router.facts import RequestFacts
-from asgi_router.plan import Candidate, Plan, ResolveError, Resolver
-from asgi_router.settings import RouterSettings
-from asgi_router.stats import Limits
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.candidate import Candidate
+from asgi_router.resilience.stats import Limits
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan, ResolveError, Resolver
 
 _PROVIDERS: dict[str, Any] = {name: {"base_url": f"https://{name}.example/v1"} for name in ("a", "b", "c")}
 

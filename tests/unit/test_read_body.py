@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import asgi_router.inbound as inbound
-from asgi_router.errors import RouterError
-from asgi_router.inbound import ClientGone, read_body
+import asgi_router.inbound.body as inbound
+from asgi_router.core.errors import RouterError
+from asgi_router.inbound.body import ClientGone, read_body
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from asgi_router import RouterSettings
-from asgi_router.redact import secrets_of
+from asgi_router.observability.redaction import secrets_of
 
 
 def test_credential_like_static_provider_headers_count_as_secrets_and_plain_ones_do_not() -> None:

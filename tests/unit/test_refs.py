@@ -6,13 +6,7 @@ import random
 
 import pytest
 
-from asgi_router.refs import (
-    MAX_MODEL_ID_LENGTH,
-    InvalidRef,
-    ModelRef,
-    RefKind,
-    parse_model_ref,
-)
+from asgi_router.core.refs import MAX_MODEL_ID_LENGTH, InvalidRef, ModelRef, RefKind, parse_model_ref
 
 
 def _ok(value: object) -> ModelRef:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from asgi_router.plan import Plan, Resolver
-from asgi_router.settings import RouterSettings
+from asgi_router.config.settings import RouterSettings
+from asgi_router.routing.plan import Plan, Resolver
 
 _PROVIDERS: dict[str, Any] = {"openai": {"base_url": "https://api.openai.com/v1"}}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from asgi_router.resilience_settings import BackoffSettings
-from asgi_router.retry import full_jitter, retry_wait
+from asgi_router.config.resilience import BackoffSettings
+from asgi_router.resilience.retry import full_jitter, retry_wait
 
 BACKOFF = BackoffSettings(base=0.25, cap=4.0)
 

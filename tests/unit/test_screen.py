@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from asgi_router.inbound import parse_request
-from asgi_router.safejson import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, JsonRefused, loads
-from asgi_router.screen import FORBIDDEN_FIELDS, forbidden_field, screen_headers
+from asgi_router.inbound.body import parse_request
+from asgi_router.inbound.safejson import MAX_JSON_DEPTH, MAX_NUMBER_CHARS, JsonRefused, loads
+from asgi_router.inbound.screen import FORBIDDEN_FIELDS, forbidden_field, screen_headers
 
 
 def _scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:

@@ -9,13 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from asgi_router import RouterSettings
-from asgi_router.headers import (
-    FORWARDED_REQUEST_HEADERS,
-    request_headers_for_upstream,
-    response_headers_for_client,
-)
-from asgi_router.redact import REDACTED, register_secrets, secrets_of
-from asgi_router.upstream import ProviderRuntime
+from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
+from asgi_router.observability.redaction import REDACTED, register_secrets, secrets_of
+from asgi_router.responses.headers import response_headers_for_client
+from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.request_headers import request_headers_for_upstream
 
 KEY = "inbound-key-0123456789abcdef"
 _PROVIDERS = {"openai": {"base_url": "https://api.openai.com/v1"}}

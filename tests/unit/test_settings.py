@@ -10,13 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from asgi_router.settings import (
-    MAX_GROUP_DEPTH,
-    ConfigError,
-    ProviderSettings,
-    RouterSettings,
-    load_settings,
-)
+from asgi_router.config.settings import MAX_GROUP_DEPTH, ConfigError, ProviderSettings, RouterSettings, load_settings
 
 SECRET = "sk-TEST-SECRET-0123456789abcdef"
 

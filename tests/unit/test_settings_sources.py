@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 
 from asgi_router import ConfigError, ModelRouter, RouterSettings
-from asgi_router.settings import load_settings
+from asgi_router.config.settings import load_settings
 
 KEY = "inbound-key-0123456789abcdef"
 KEY_2 = "inbound-key-fedcba9876543210"

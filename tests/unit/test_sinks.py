@@ -9,8 +9,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from asgi_router.events import RequestRecord
-from asgi_router.sinks import EventBus, RecentRequests
+from asgi_router.observability.events import RequestRecord
+from asgi_router.observability.sinks import EventBus, RecentRequests
 
 pytestmark = pytest.mark.anyio
 

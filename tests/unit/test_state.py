@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from asgi_router.breaker import Phase
-from asgi_router.plan import Plan, Resolver
-from asgi_router.resilience_settings import BreakerSettings, RetryBudgetSettings
-from asgi_router.settings import RouterSettings
-from asgi_router.state import MAX_BREAKERS, InMemoryState, RouterState
-from asgi_router.stats import RoutingStats
+from asgi_router.config.resilience import BreakerSettings, RetryBudgetSettings
+from asgi_router.config.settings import RouterSettings
+from asgi_router.resilience.breaker import Phase
+from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState, RouterState
+from asgi_router.resilience.stats import RoutingStats
+from asgi_router.routing.plan import Plan, Resolver
 
 POLICY = BreakerSettings(consecutive_failures=1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asgi_router.stats import (
+from asgi_router.resilience.stats import (
     HEDGE_BURST,
     USAGE_WINDOW,
     InMemoryStats,

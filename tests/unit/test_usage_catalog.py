@@ -6,15 +6,17 @@ import json
 from typing import Any
 
 import pytest
+from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
 
-from asgi_router.bookkeeping import Bookkeeper, Skip
-from asgi_router.catalog import Catalog, ModelInfo
-from asgi_router.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
-from asgi_router.errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
-from asgi_router.facts import RequestFacts
-from asgi_router.policy import GroupPolicy
-from asgi_router.stats import InMemoryStats, Limits
-from asgi_router.usage import TAIL_BYTES, Tail, count_tokens, find_usage
+from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.config.catalog import ModelInfo
+from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
+from asgi_router.core.errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
+from asgi_router.core.skip import Skip
+from asgi_router.resilience.stats import InMemoryStats, Limits
+from asgi_router.routing.catalog import Catalog
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.policy import GroupPolicy
 
 
 def _sse(payload: dict[str, Any]) -> bytes:

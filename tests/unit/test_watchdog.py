@@ -13,7 +13,7 @@ import time
 import anyio
 import pytest
 
-from asgi_router.watchdog import ReadWatchdog, TaskScope, Ticker, Watchdog, new_scope, ticker_for, watchdog_for
+from asgi_router.core.deadlines import ReadWatchdog, TaskScope, Ticker, Watchdog, new_scope, ticker_for, watchdog_for
 
 pytestmark = pytest.mark.anyio
 

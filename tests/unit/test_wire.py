@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from asgi_router.safejson import MAX_JSON_DEPTH, JsonRefused, loads, loads_with_span
-from asgi_router.wire import SplicedBody, WireBody
+from asgi_router.attempts.wire import SplicedBody, WireBody
+from asgi_router.inbound.safejson import MAX_JSON_DEPTH, JsonRefused, loads, loads_with_span
 
 VALID = [
     b'{"model":"group/a","messages":[]}',

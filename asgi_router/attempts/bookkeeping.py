@@ -1,0 +1,139 @@
+"""What happens around each attempt so that strategies have numbers to read.
+
+Before an attempt, :meth:`Bookkeeper.admit` may skip the candidate: its catalog context window
+cannot hold the estimated prompt plus ``max_tokens`` (``context_window``), or its rpm/tpm budget
+in this plan's group is spent (``over_budget``, with the seconds until usage frees up as a
+Retry-After). These are checked when the loop *reaches* the candidate, not when the plan was
+ordered, so a budget that freed up in between is used.
+
+Around the attempt it keeps :class:`~asgi_router.resilience.stats.RoutingStats` current: in-flight counts
+(acquired at send, released exactly once however the attempt ends), time to first byte on
+commit, and a failure as a TTFB equal to the provider's first-byte timeout, so that a member
+which keeps failing sinks under ``latency`` instead of looking fast. Usage is counted as one
+request and the estimated prompt tokens at send, and corrected with the real count once the
+response has been sent (``usage.py``).
+
+Only keys the configuration mentions (group members, alias and rule targets, catalog entries)
+are tracked, so clients naming arbitrary ``provider/model-id`` values cannot grow the tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.reasons import Reason
+from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
+from asgi_router.core.skip import Skip
+from asgi_router.resilience.stats import RoutingStats, over_budget
+from asgi_router.routing.catalog import Catalog
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.policy import GroupPolicy
+from asgi_router.attempts.usage import TokenCount, count_tokens
+
+__all__ = ["Bookkeeper", "Spend"]
+
+# Failures that say nothing about the member's speed: the request's fault, the router's own, a skip.
+_NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
+    {"client_error", "context_window", "client_disconnected", "router_error"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What a served response used (for the request record and the served event)."""
+
+    tokens: TokenCount | None
+    cost_usd: float | None
+
+
+#: What a response whose tokens are not counted used, as far as the router knows (shared).
+_NOTHING_COUNTED: Final = Spend(None, None)
+
+
+class Bookkeeper:
+    """Admission checks and statistics upkeep around attempts; one per router."""
+
+    def __init__(
+        self,
+        stats: RoutingStats,
+        catalog: Catalog,
+        tracked: Iterable[str],
+        metered: Iterable[str],
+    ) -> None:
+        self.stats = stats
+        self._catalog = catalog
+        #: Keys whose in-flight count and TTFB are kept.
+        self._tracked = frozenset(tracked) | catalog.keys()
+        #: Keys with an rpm/tpm budget somewhere: their usage is counted.
+        self._metered = frozenset(metered)
+
+    @classmethod
+    def from_settings(cls, settings: RouterSettings, stats: RoutingStats) -> Bookkeeper:
+        """Track every model the configuration names; meter those with an rpm/tpm budget."""
+        tracked: set[str] = set()
+        metered: set[str] = set()
+        for name in settings.groups:
+            for member in settings.flat_member_settings(name):
+                tracked.add(member.ref)
+                if member.rpm is not None or member.tpm is not None:
+                    metered.add(member.ref)
+        for target in (*settings.aliases.values(), *(rule.route for rule in settings.rules)):
+            ref = parse_model_ref(target)
+            if not isinstance(ref, InvalidRef) and ref.kind is RefKind.DIRECT:
+                tracked.add(target)
+        return cls(stats, Catalog(settings.catalog), tracked, metered)
+
+    def admit(self, key: str, policy: GroupPolicy | None, facts: RequestFacts) -> Skip | None:
+        """``None`` to go ahead, or why ``key`` is skipped for this request."""
+        if key in self._catalog and not self._catalog.fits(key, facts.prompt_tokens, facts.max_tokens):
+            return Skip("context_window")
+        limits = policy.limits.get(key) if policy is not None else None
+        if limits is not None:
+            tokens = facts.prompt_tokens if limits.tpm is not None else 0
+            if over_budget(limits, self.stats.usage(key), tokens):
+                return Skip("over_budget", self.stats.usage_frees_in(key))
+        return None
+
+    def started(self, key: str, facts: RequestFacts) -> None:
+        if key in self._tracked:
+            self.stats.acquire(key)
+        if key in self._metered:
+            self.stats.add_usage(key, 1, facts.prompt_tokens)
+
+    def committed(self, key: str, ttfb: float) -> None:
+        """A candidate's first byte arrived and it won (it stays in flight until :meth:`finished`)."""
+        if key in self._tracked:
+            self.stats.observe_latency(key, ttfb)
+
+    def failed(self, key: str, facts: RequestFacts, reason: Reason, elapsed: float, penalty: float) -> None:
+        """An attempt ended without commit: a failure, a refusal, a lost hedge or a disconnect."""
+        if key in self._tracked:
+            self.stats.release(key)
+            if reason == "hedge_lost":
+                self.stats.observe_latency(key, elapsed)  # a lower bound on its TTFB: still news
+            elif reason not in _NOT_PENALISED:
+                self.stats.observe_latency(key, max(elapsed, penalty))
+        if key in self._metered and reason != "client_disconnected":
+            self.stats.add_usage(key, 0, -facts.prompt_tokens)  # no completion was generated
+
+    def wants_tokens(self, key: str) -> bool:
+        """Whether a served response of ``key`` must be counted (budget or price known)."""
+        return key in self._metered or self._catalog.is_priced(key)
+
+    def finished(self, key: str, facts: RequestFacts, data: bytes | None, chunks: int | None = None) -> Spend:
+        """A committed response was sent (or broke off): release it and count what it used.
+
+        ``data`` is the whole body (non-streaming) or the stream's tail; ``chunks`` the number of
+        chunks a stream had. ``None`` data (not kept) counts nothing.
+        """
+        if key in self._tracked:
+            self.stats.release(key)
+        if data is None or not self.wants_tokens(key):
+            return _NOTHING_COUNTED
+        tokens = count_tokens(data, facts.prompt_tokens, chunks)
+        if key in self._metered:
+            self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
+        return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))

@@ -1,0 +1,87 @@
+"""What one attempt can end in, and what an admitted candidate carries into its attempt.
+
+Plain records, shared by the attempt loop (``attempts.py``), the hedging race (``hedging.py``),
+the relay and the middleware: :class:`Committed` (a winner, nothing sent yet), :class:`Refused`
+(a fatal answer to pass through), :class:`Failed` (move on, maybe retry), and :class:`Ready`
+(a candidate past admission, holding its gate lease).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.reasons import Reason
+from asgi_router.resilience.gate import Lease
+from asgi_router.transports.base import UpstreamResponse
+from asgi_router.transports.provider import ProviderRuntime
+
+__all__ = ["Attempted", "Committed", "Failed", "Ready", "Refused"]
+
+
+@dataclass(slots=True)
+class Committed:
+    """A candidate that won: nothing has been sent to the client yet."""
+
+    candidate: Candidate
+    response: UpstreamResponse
+    #: The first chunk (streaming) or the whole body (non-streaming).
+    body: bytes
+    provider: ProviderRuntime
+    started: float
+    #: When the attempt's ``total`` budget runs out (monotonic seconds).
+    deadline: float
+    ttfb: float
+    attempts: int
+    #: A streamed attempt's lease, finished with the relay's reason (late failures count).
+    lease: Lease | None = None
+
+
+@dataclass(slots=True)
+class Refused:
+    """A candidate's fatal answer (e.g. 400), to be passed through untouched."""
+
+    candidate: Candidate
+    status: int
+    headers: Sequence[tuple[bytes, bytes]]
+    body: bytes
+    attempts: int
+    reason: Reason
+
+
+@dataclass(slots=True)
+class Failed:
+    """An attempt that did not commit (or a candidate that was not called): the loop goes on."""
+
+    reason: Reason
+    status: int | None = None
+    retry_after: float | None = None
+    ttfb: float | None = None
+    #: The router's own failure (``router_error``): never retried (the loop stops with a 500).
+    fatal: bool = False
+    #: Not contacted (no key, context too small, over budget, breaker open, saturated, ...).
+    skipped: bool = False
+    #: The provider's own error message, one printable line (a context-window 400 keeps it:
+    #: see :func:`~asgi_router.core.errors.exhausted_error`).
+    words: str | None = None
+
+
+#: What one attempt can end in.
+Attempted = Committed | Refused | Failed
+
+
+@dataclass(slots=True, eq=False)
+class Ready:
+    """A candidate that passed admission, with what its attempt needs."""
+
+    candidate: Candidate
+    #: ``provider/model-id`` (the statistics key).
+    key: str
+    provider: ProviderRuntime
+    body: bytes
+    #: The gate's admission: finished exactly once with how the attempt ended.
+    lease: Lease
+    started: float = 0.0
+    #: What a cancellation of this attempt means: the client left, or it lost a hedge race.
+    cancel_reason: Reason = "client_disconnected"

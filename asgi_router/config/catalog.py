@@ -1,0 +1,24 @@
+"""The model catalog: what the router knows about each ``provider/model-id`` it may call.
+
+Configured under ``[catalog."provider/model-id"]``. Three features read it: the ``cost``
+strategy (prices), the context-window pre-check (window and output cap), and cost accounting
+(``cost_usd`` on served events). A model missing from the catalog is never skipped for its
+context and sorts last by cost: the catalog refines routing, it never gates it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+
+__all__ = ["ModelInfo"]
+
+
+class ModelInfo(BaseModel):
+    """One catalog entry; every field is optional (prices in USD per million tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    context_window: PositiveInt | None = None
+    max_output_tokens: PositiveInt | None = None
+    input_price: NonNegativeFloat | None = None
+    output_price: NonNegativeFloat | None = None

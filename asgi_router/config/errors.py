@@ -1,0 +1,126 @@
+"""How a refused configuration is described: the key, where its value came from, what is wrong.
+
+pydantic renders a validation error for its own readers: the schema of every member of a union
+it tried (``lax-or-strict[lax=json-or-python[...]]``), a documentation URL per error, and no
+word of where a value came from. An operator needs the key (``providers.openai.base_url``), the
+source to edit (the environment variable that set it, else the TOML file) and the complaint,
+one line each, and never the value, which may be a key.
+
+The environment variable is found the way pydantic-settings reads them: ``ASGI_ROUTER_`` and
+the key's names joined with ``__``, case-insensitive; of the names that exist, the longest is
+the one that set the value (``ASGI_ROUTER_PROVIDERS__OPENAI__BASE_URL`` over
+``ASGI_ROUTER_PROVIDERS``). A keyword override beats the environment, so a key given as a
+keyword is never blamed on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import typing
+from collections.abc import Collection
+from pathlib import Path
+from typing import Final
+
+from pydantic import BaseModel, ValidationError
+from pydantic_settings import SettingsError
+
+__all__ = ["ENV_DELIMITER", "ENV_PREFIX", "Loc", "describe_refusal", "describe_undecodable"]
+
+ENV_PREFIX: Final = "ASGI_ROUTER_"
+ENV_DELIMITER: Final = "__"
+
+#: How pydantic names the members of a union it tried, besides model class names.
+_SCALAR_TAGS: Final = frozenset({"str", "int", "float", "bool", "bytes", "none", "list", "dict", "set", "frozenset"})
+
+Loc = tuple[int | str, ...]
+
+
+def _model_names(model: type[BaseModel]) -> frozenset[str]:
+    """The class names of ``model`` and of every model its fields can hold."""
+    names: set[str] = set()
+    stack: list[object] = [model]
+    while stack:
+        kind = stack.pop()
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            if kind.__name__ in names:
+                continue
+            names.add(kind.__name__)
+            stack += [field.annotation for field in kind.model_fields.values()]
+        else:
+            stack += typing.get_args(kind)
+    return frozenset(names)
+
+
+def _names(loc: Loc, tags: frozenset[str]) -> list[str | int]:
+    """``loc`` without the names of the union members pydantic tried."""
+    return [part for part in loc if isinstance(part, int) or not (part in tags or re.search(r"[\[(]", part))]
+
+
+def _key(parts: list[str | int]) -> str:
+    """``["groups", "g", "members", 0]`` as ``groups.g.members[0]``."""
+    key = ""
+    for part in parts:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}" if key else part
+    return key
+
+
+def _environment_variable(parts: list[str | int], overrides: Collection[str]) -> str | None:
+    """The environment variable that set the value at ``parts``, if one did."""
+    if not parts or parts[0] in overrides:
+        return None
+    names: list[str] = []
+    for part in parts:
+        if isinstance(part, int):  # a list item is never a variable of its own
+            break
+        names.append(part)
+    present = {name.upper(): name for name in os.environ}
+    for end in range(len(names), 0, -1):
+        found = present.get((ENV_PREFIX + ENV_DELIMITER.join(names[:end])).upper())
+        if found is not None:
+            return found
+    return None
+
+
+def describe_refusal(
+    exc: ValidationError, model: type[BaseModel], file: Path | None, overrides: Collection[str]
+) -> str:
+    """One line per refused key: ``key (source): what is wrong``; never the value."""
+    tags = _model_names(model) | _SCALAR_TAGS
+    lines: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False, include_input=False):
+        cause = (error.get("ctx") or {}).get("error")
+        message = str(cause) if error["type"] == "value_error" and cause is not None else error["msg"]
+        parts = _names(tuple(error["loc"]), tags)
+        key = _key(parts)
+        variable = _environment_variable(parts, overrides)
+        if variable is not None:
+            where = f"{key} (from the environment variable {variable})"
+        elif key and file is not None and parts[0] not in overrides:
+            where = f"{key} (in {file})"
+        else:
+            where = key  # a keyword, or a check across keys whose message names them
+        said = lines.setdefault(where, [])
+        if message not in said:  # a value no member of a union accepts: one line for them all
+            said.append(message)
+    rendered: list[str] = []
+    for where, said in lines.items():
+        if where:
+            rendered.append(f"  {where}: {' or '.join(said)}")
+        else:
+            rendered += [f"  {message}" for message in said]
+    body = "\n".join(rendered)
+    return f"invalid router configuration:\n{body}"
+
+
+def describe_undecodable(exc: SettingsError) -> str:
+    """An environment variable pydantic-settings could not decode (malformed JSON), named."""
+    field = re.search(r'field "([^"]+)"', str(exc))
+    wanted = f"{ENV_PREFIX}{field[1]}".upper() if field is not None else None
+    names = sorted(
+        name
+        for name in os.environ
+        if wanted is not None and (name.upper() == wanted or name.upper().startswith(wanted + ENV_DELIMITER))
+    )
+    where = " or ".join(names) if names else f"an {ENV_PREFIX}... environment variable"
+    return f"invalid router configuration: {where} is not valid JSON ({exc})"

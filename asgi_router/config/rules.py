@@ -1,0 +1,61 @@
+"""``[[rules]]``: pick the group for a request to a rules-enabled group from what the request is.
+
+A group with ``rules = true`` (say ``group/auto``) first runs the rules table, in order; the
+first rule whose every condition holds names the ref to resolve instead (``route``), and its
+``name`` goes back to the client as ``x-router-route``. When no rule matches, the group's own
+members are the plan and the route is ``default``. A rule with no conditions always matches,
+which makes a catch-all last rule possible.
+
+Conditions are plain request facts, so every decision can be explained from the request alone:
+estimated prompt tokens (``min_prompt_tokens`` is >=, ``max_prompt_tokens`` is <), images, tools,
+``stream``, ``reasoning`` (``reasoning_effort`` present), header values and ``metadata`` tags.
+Cheap checks run before the token estimate so most misses never estimate anything.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+
+from asgi_router.core.refs import is_valid_name
+
+__all__ = ["DEFAULT_ROUTE", "RuleSettings"]
+
+#: The ``x-router-route`` value when no rule chose the plan.
+DEFAULT_ROUTE: Final = "default"
+
+
+class RuleSettings(BaseModel):
+    """One ``[[rules]]`` entry: conditions (all must hold) and the ref they route to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Shown to the client as ``x-router-route`` and recorded with the request.
+    name: str
+    #: What to resolve when the rule matches: ``group/<id>`` or ``provider/model-id``.
+    route: str
+    #: Rules-enabled groups this rule applies to (all of them when unset).
+    applies_to: list[str] | None = None
+    min_prompt_tokens: NonNegativeInt | None = None
+    max_prompt_tokens: PositiveInt | None = None
+    images: bool | None = None
+    tools: bool | None = None
+    stream: bool | None = None
+    reasoning: bool | None = None
+    #: Inbound header values that must all be equal (names are case-insensitive).
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: ``metadata`` entries of the request body that must all be equal.
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not is_valid_name(value) or value == DEFAULT_ROUTE:
+            raise ValueError(f"rule name {value!r} must be letters, digits, '_', '.', '-' and not 'default'")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _lower_header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return {name.lower(): expected for name, expected in value.items()}

@@ -1,0 +1,220 @@
+"""Every rule about "is this failure worth another candidate" lives here, and only here.
+
+The classification is a pure function over what came back from one attempt: an HTTP status, or
+the exception that ended the attempt before a usable response. Its answer is a :data:`Reason`
+from a bounded vocabulary; whether that reason fails over is a separate, per-group policy
+(:data:`DEFAULT_FAILOVER`). The tables below are the single source of truth for DESIGN.md §4:
+
+================================  ===================  ==============================
+what came back                    reason               default action
+================================  ===================  ==============================
+connect refused / DNS / TLS /     ``connect_error``    next candidate
+connection dropped before a
+usable response
+connect, first-byte or idle       ``timeout``          next candidate
+timeout; upstream 408
+429                               ``rate_limited``     next candidate
+5xx; a response the router        ``upstream_5xx``     next candidate
+cannot use (1xx/3xx status,
+body over the response cap)
+401 / 403                         ``auth_error``       next candidate
+402                               ``billing``          next candidate
+404                               ``model_not_found``  next candidate
+400 whose error says the context  ``context_window``   next candidate (the only 400 that
+window was exceeded                                    fails over: windows are per model)
+other 4xx                         ``client_error``     stop: relay status and body
+2xx                               ``served``           commit
+2xx that ends with no body        ``stream_interrupted``  next candidate
+================================  ===================  ==============================
+
+Skips are not failures: a candidate is skipped before it is called when its provider has no key
+(``provider_not_configured``), its catalog context window cannot hold the request
+(``context_window``) or its rpm/tpm budget is spent (``over_budget``). ``hedge_lost`` marks the
+slower of two raced candidates, cancelled when the other committed.
+
+An exception this module does not recognise is *not* retried (Bifrost's rule): an unknown
+failure is more likely a bug here than a flaky upstream, and retrying it would only hide it.
+It is the router's own failure (``router_error``: its own client broke, say, "Event loop is
+closed"), so it counts against no upstream: neither breaker nor routing statistics see it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+import aiohttp
+import httpx2
+
+from asgi_router.core.reasons import Reason
+
+__all__ = [
+    "DEFAULT_FAILOVER",
+    "PROVIDER_WORDS_CAP",
+    "UnrecognisedFailure",
+    "classify_exception",
+    "classify_status",
+    "parse_retry_after",
+    "provider_words",
+    "refine_client_error",
+    "refine_rate_limited",
+]
+
+
+#: Reasons that move on to the next candidate unless a group's ``failover_on`` says otherwise.
+#: ``client_error`` is absent on purpose: the next model would hit the same wall.
+DEFAULT_FAILOVER: Final[frozenset[Reason]] = frozenset(
+    {
+        "connect_error",
+        "timeout",
+        "rate_limited",
+        "upstream_5xx",
+        "auth_error",
+        "billing",
+        "model_not_found",
+        "stream_interrupted",
+        "context_window",
+    }
+)
+
+# Statuses whose meaning is specific; everything else falls to its class (2xx/4xx/5xx).
+_STATUS_TABLE: Final[dict[int, Reason]] = {
+    401: "auth_error",  # this provider's key is wrong; keys are per provider
+    403: "auth_error",
+    402: "billing",  # this provider's account is out of credit
+    404: "model_not_found",  # model ids are per provider
+    408: "timeout",  # the upstream gave up waiting: not the request's fault
+    429: "rate_limited",
+}
+
+# Transport failures of both transports (httpx2 and aiohttp), most specific first. Timeouts
+# before the generic connection errors so that a connect timeout reads as a timeout, not as a
+# connect error (aiohttp's ServerTimeoutError is also a ClientConnectionError).
+_EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
+    (TimeoutError, "timeout"),  # anyio.fail_after: first-byte, idle, total
+    (httpx2.TimeoutException, "timeout"),  # connect / pool / write timeouts
+    (httpx2.TransportError, "connect_error"),  # refused, DNS, TLS, reset, protocol errors
+    (aiohttp.ServerTimeoutError, "timeout"),  # connect / socket timeouts (also a TimeoutError)
+    (aiohttp.ClientConnectionError, "connect_error"),  # refused, DNS, TLS, reset, ServerDisconnected
+    (aiohttp.ClientPayloadError, "connect_error"),  # body cut mid-way (bad chunked framing, short read)
+    (aiohttp.ClientResponseError, "connect_error"),  # unparsable status line or headers: protocol error
+)
+
+
+# A 400 whose body says the prompt did not fit this model's window. The error ``code`` is the
+# reliable signal (OpenAI, Groq, vLLM, OpenRouter); the message patterns cover servers that only
+# say it in words. Other 400s say the request itself is wrong and must not fail over.
+_CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "context_window_exceeded"})
+_CONTEXT_MESSAGE: Final = re.compile(
+    r"maximum context length|context length (?:is )?exceeded|context window|prompt is too long", re.IGNORECASE
+)
+# Only the start of an error body is looked at: error bodies are small, a huge one is not this.
+_CONTEXT_BODY_CAP: Final = 16 * 1024
+#: Longest provider message repeated in the router's own (OpenAI's overflow message is ~200).
+PROVIDER_WORDS_CAP: Final = 500
+
+
+# RFC 9110 delay-seconds (we also accept a fraction, as some providers send "0.5").
+_DELTA_SECONDS: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+class UnrecognisedFailure(Exception):
+    """An attempt ended with an exception that the tables do not know: never retried."""
+
+
+def classify_status(status: int) -> Reason:
+    """Classify an upstream HTTP status (DESIGN.md §4)."""
+    reason = _STATUS_TABLE.get(status)
+    if reason is not None:
+        return reason
+    if 200 <= status < 300:
+        return "served"
+    if 400 <= status < 500:
+        return "client_error"
+    # 5xx, and 1xx/3xx that a chat endpoint has no business sending (a base_url that
+    # redirects is a provider misconfiguration the next candidate may not share).
+    return "upstream_5xx"
+
+
+def refine_client_error(status: int, body: bytes) -> tuple[Reason, str | None]:
+    """Re-read a ``client_error`` with its body: a context-window 400 is ``context_window``.
+
+    With ``context_window`` comes the provider's own ``error.message`` (made one printable,
+    bounded line by :func:`provider_words`; ``None`` if it sent none): clients tell an overflow
+    from other 400s by those words, so the router's answer starts with them when no candidate
+    could take the prompt.
+    """
+    if status != 400 or len(body) > _CONTEXT_BODY_CAP:
+        return "client_error", None
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return "client_error", None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(error, dict):
+        return "client_error", None
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(message, str):
+        message = None
+    if (isinstance(code, str) and code in _CONTEXT_CODES) or (message is not None and _CONTEXT_MESSAGE.search(message)):
+        return "context_window", provider_words(message) if message is not None else None
+    return "client_error", None
+
+
+def provider_words(text: str) -> str | None:
+    """An upstream's error message made safe to repeat in the router's own: one line (control
+    and other unprintable characters become spaces, runs of them one), at most
+    :data:`PROVIDER_WORDS_CAP` characters; ``None`` when nothing is left."""
+    line = " ".join("".join(char if char.isprintable() else " " for char in text[: PROVIDER_WORDS_CAP * 2]).split())
+    if len(line) > PROVIDER_WORDS_CAP:
+        line = line[: PROVIDER_WORDS_CAP - 3].rstrip() + "..."
+    return line or None
+
+
+def refine_rate_limited(body: bytes | None) -> Reason:
+    """Re-read a 429 with its body: OpenAI's ``insufficient_quota`` is ``billing``, not a rate limit.
+
+    The account is out of credit: waiting and retrying the same provider cannot help, while the
+    next provider (another account) can.
+    """
+    if not body or len(body) > _CONTEXT_BODY_CAP or b"insufficient_quota" not in body:
+        return "rate_limited"
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return "rate_limited"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and (
+        error.get("code") == "insufficient_quota" or error.get("type") == "insufficient_quota"
+    ):
+        return "billing"
+    return "rate_limited"
+
+
+def classify_exception(exc: BaseException) -> Reason:
+    """Classify an exception that ended an attempt; raise :class:`UnrecognisedFailure` if unknown."""
+    for kind, reason in _EXCEPTION_TABLE:
+        if isinstance(exc, kind):
+            return reason
+    raise UnrecognisedFailure(type(exc).__name__) from exc
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date), else ``None``."""
+    if not value:
+        return None
+    value = value.strip()
+    if _DELTA_SECONDS.fullmatch(value):
+        seconds = float(value)
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, seconds)

@@ -1,0 +1,2 @@
+"""Routes the router answers besides chat completions: ``GET /v1/models`` (``models.py``).
+"""

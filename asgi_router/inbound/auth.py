@@ -1,0 +1,208 @@
+"""Inbound auth: the router guards its own door, and will not start without a lock on it.
+
+A middleware runs *before* the host app's routing, so the app's own auth (FastAPI dependencies,
+route decorators) never sees the requests the router answers. Anyone who reaches an unguarded
+router spends the operator's provider keys. So the settings insist on exactly one of (checked
+when they are built, see :mod:`asgi_router.config.settings`; :func:`build_guard` checks again):
+
+``authorize``
+    a callable ``(scope, headers) -> bool | principal`` from the host app, sync or async (or its
+    import string). ``False`` or ``None`` refuses the request as unauthenticated; ``True``
+    admits it; any other value admits it and becomes the request's principal (what event sinks
+    see, e.g. a user or tenant id). Raising :class:`Forbidden` refuses a principal it *knows*.
+``api_keys``
+    keys a client presents as ``Authorization: Bearer <key>`` or, failing that, ``x-api-key``.
+    Compared in constant time: both sides are hashed to SHA-256 and every configured key is
+    compared (no early exit), so neither timing nor length says how close a guess was. The
+    principal is the key's name when ``api_keys`` is a mapping, else ``key-`` and the first
+    8 hex digits of the key's SHA-256 (stable across restarts, useless to an attacker).
+``allow_unauthenticated=True``
+    no check at all, for local development; :class:`~asgi_router.ModelRouter` logs a warning.
+
+The statuses are OpenAI's (and LiteLLM's), because client code branches on them: **401** with
+``WWW-Authenticate: Bearer`` when no credentials came or the ones that came are not valid (an
+unknown key: the SDKs raise ``AuthenticationError``, which is what code catching a bad key
+expects), **403** only for a known principal that ``authorize`` refuses with
+:class:`Forbidden` (``PermissionDeniedError``). Both are OpenAI-shaped and answered before any
+upstream is chosen or the body is read. Error messages never echo what the client sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from pydantic import SecretStr
+from starlette.datastructures import Headers
+from starlette.types import Scope
+
+from asgi_router.config.settings import NO_INBOUND_AUTH, Authorize, ConfigError, RouterSettings
+from asgi_router.core.errors import RouterError
+
+__all__ = ["Admitted", "Forbidden", "Guard", "Verdict", "build_guard", "presented_key"]
+
+_FORBIDDEN: Final = "these credentials are not allowed to use this endpoint"
+
+
+class Forbidden(Exception):
+    """Raised by an ``authorize`` callable to refuse a principal it recognised: a **403**.
+
+    Returning ``False`` or ``None`` says "I do not know who this is" (a 401, which clients read
+    as "fix your key"); ``raise Forbidden()`` says "I know you, and the answer is no" (a 403,
+    ``PermissionDeniedError`` in the ``openai`` SDK). ``message`` is sent to the client as is,
+    so it must not carry anything the client should not read.
+    """
+
+    def __init__(self, message: str = _FORBIDDEN) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request inbound auth let through, and who it belongs to."""
+
+    principal: object = None
+
+
+Verdict = Admitted | RouterError
+
+
+class Guard(Protocol):
+    """Decides, from the scope alone, whether a request may use the router."""
+
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
+        """The decision, or an awaitable of it when it needs awaiting (an async ``authorize=``):
+        the router awaits only what must be awaited, not a coroutine per request."""
+        ...
+
+    async def check(self, scope: Scope) -> Verdict:
+        """The decision, awaited."""
+        ...
+
+
+class _Guard:
+    """:meth:`check` for every guard, from its :meth:`verdict`."""
+
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
+        raise NotImplementedError
+
+    async def check(self, scope: Scope) -> Verdict:
+        verdict = self.verdict(scope)
+        return verdict if isinstance(verdict, (Admitted, RouterError)) else await verdict
+
+
+_CHALLENGE: Final = ((b"www-authenticate", b"Bearer"),)
+_NO_KEY: Final = RouterError(
+    401,
+    "unauthenticated",
+    "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+    headers=_CHALLENGE,
+)
+_NO_CREDENTIALS: Final = RouterError(401, "unauthenticated", "this endpoint needs credentials", headers=_CHALLENGE)
+_INVALID: Final = RouterError(
+    401, "invalid_api_key", "the credentials presented are not valid here", headers=_CHALLENGE
+)
+
+
+def _forbidden(refusal: Forbidden) -> RouterError:
+    return RouterError(403, "permission_denied", refusal.message or _FORBIDDEN)
+
+
+def presented_key(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a client presents: a bearer token if there is one, else ``x-api-key``."""
+    api_key: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip()
+        elif name == b"x-api-key" and api_key is None and value.strip():
+            api_key = value.strip()
+    return api_key
+
+
+def _has_credentials(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(name in (b"authorization", b"x-api-key") and value.strip() for name, value in headers)
+
+
+_NOBODY: Final = Admitted()
+
+
+class _Open(_Guard):
+    """``allow_unauthenticated=True``: everyone is admitted, as nobody."""
+
+    def verdict(self, scope: Scope) -> Verdict:
+        return _NOBODY
+
+
+class _Keys(_Guard):
+    """``api_keys``: a presented key must equal one of the configured keys."""
+
+    def __init__(self, keys: list[SecretStr] | dict[str, SecretStr]) -> None:
+        named = keys.items() if isinstance(keys, dict) else ((None, key) for key in keys)
+        self._digests: tuple[tuple[bytes, str], ...] = tuple(
+            (digest, name if name is not None else f"key-{digest.hex()[:8]}")
+            for name, key in named
+            for digest in (hashlib.sha256(key.get_secret_value().encode()).digest(),)
+        )
+
+    def verdict(self, scope: Scope) -> Verdict:
+        token = presented_key(scope["headers"])
+        if token is None:
+            return _NO_KEY
+        digest = hashlib.sha256(token).digest()
+        principal: str | None = None
+        for known, name in self._digests:  # no early exit: every key costs the same
+            if hmac.compare_digest(digest, known):
+                principal = name
+        return _INVALID if principal is None else Admitted(principal)  # unknown key: 401, as OpenAI
+
+
+class _Callable(_Guard):
+    """``authorize=``: the host app's own check, awaited if it is async."""
+
+    def __init__(self, authorize: Authorize) -> None:
+        self._authorize = authorize
+
+    def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
+        try:
+            verdict = self._authorize(scope, Headers(scope=scope))
+        except Forbidden as refusal:
+            return _forbidden(refusal)
+        if inspect.isawaitable(verdict):
+            return self._awaited(scope, verdict)
+        return self._decide(scope, verdict)
+
+    async def _awaited(self, scope: Scope, verdict: Awaitable[object]) -> Verdict:
+        try:
+            return self._decide(scope, await verdict)
+        except Forbidden as refusal:
+            return _forbidden(refusal)
+
+    def _decide(self, scope: Scope, verdict: object) -> Verdict:
+        if verdict is None or verdict is False:
+            # Not a principal the host app knows: 401 whether credentials came or not.
+            return _INVALID if _has_credentials(scope["headers"]) else _NO_CREDENTIALS
+        return Admitted(None if verdict is True else verdict)
+
+
+def build_guard(settings: RouterSettings) -> Guard:
+    """The guard for these settings.
+
+    Settings cannot be built without exactly one inbound auth option; settings made without
+    validation (``model_construct``) are checked again here, as :class:`ConfigError`.
+    """
+    if settings.authorize is not None:
+        if not callable(settings.authorize):
+            raise ConfigError("authorize must be a callable (scope, headers) -> bool | principal")
+        return _Callable(settings.authorize)
+    if settings.api_keys is not None:
+        return _Keys(settings.api_keys)
+    if settings.allow_unauthenticated:
+        return _Open()
+    raise ConfigError(NO_INBOUND_AUTH)

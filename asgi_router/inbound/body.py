@@ -1,0 +1,244 @@
+"""Read and check the client's request before any upstream is chosen.
+
+The body is read with a hard cap (a declared ``Content-Length`` over the cap is refused before
+a byte is read; a chunked body is refused as soon as it crosses the cap) and a deadline (a body
+still arriving after ``body_timeout`` seconds is a 408: a client trickling bytes must not hold a
+request open for ever). It is parsed once, with bounds (:mod:`.safejson`); that parse also
+locates the ``model`` value's bytes, into which the attempt loop splices each candidate's id
+(:mod:`.wire`). It must be a JSON object with a string ``model`` and none of the fields that
+would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
+:class:`RouterError` with the right status; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Awaitable, Coroutine, Generator
+from dataclasses import dataclass
+from types import CoroutineType, coroutine
+from typing import Any, Final
+
+from starlette.types import Message, Receive, Scope
+
+from asgi_router.core.deadlines import new_scope, watchdog_for
+from asgi_router.core.errors import RouterError
+from asgi_router.core.header_names import is_sane_request_id
+from asgi_router.inbound.safejson import JsonRefused, Span, loads_with_span
+from asgi_router.inbound.screen import forbidden_field
+
+__all__ = ["ClientGone", "InboundRequest", "fresh_request_id", "parse_request", "read_body", "request_id_for"]
+
+
+#: What a released request reads as (shared: never written to).
+_RELEASED: Final[dict[str, Any]] = {}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete: there is no one to answer."""
+
+
+@dataclass(slots=True)
+class InboundRequest:
+    """A parsed chat request: the JSON object, its stream flag, and the body it came from."""
+
+    payload: dict[str, Any]
+    stream: bool
+    #: The body as received, and the byte span of its ``model`` value when it can be spliced.
+    body: bytes = b""
+    model_span: Span | None = None
+
+    def release(self) -> None:
+        """Drop the parsed payload and the body bytes once a response is committed: a long
+        stream should not hold its (possibly 100 KB) prompt twice for its whole life."""
+        self.payload = _RELEASED
+        self.body = b""
+        self.model_span = None
+
+
+def request_id_for(scope: Scope) -> str:
+    """The client's ``x-request-id`` when it is a sane token, else a fresh one.
+
+    A client-chosen id is echoed into response headers and logs, so it must not carry CR/LF
+    or other bytes that could split a header or forge a log line.
+    """
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if is_sane_request_id(value):
+                chosen: str = value.decode("ascii")
+                return chosen
+            break
+    return fresh_request_id()
+
+
+class _RandomPool(threading.local):
+    """Random bytes from the OS, fetched 4 KiB at a time (one ``getrandom`` call per 256 ids)."""
+
+    data = b""
+    used = 0
+
+
+_pool = _RandomPool()
+
+
+def _forget_pool() -> None:  # pragma: no cover - runs in a forked child
+    global _pool
+    _pool = _RandomPool()
+
+
+# A forked child must never hand out the ids its parent still holds in its pool.
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def fresh_request_id() -> str:
+    """32 hex digits from the OS's CSPRNG: as unguessable as ``uuid4().hex``, without a UUID
+    object or a system call per request. Each id is 16 bytes no other id is drawn from; the
+    pool is per thread and dropped in a forked child, so no two requests share one."""
+    pool = _pool
+    used = pool.used
+    if used + 16 > len(pool.data):
+        pool.data = os.urandom(4096)
+        used = 0
+    pool.used = used + 16
+    return pool.data[used : used + 16].hex()
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _too_large(limit: int) -> RouterError:
+    return RouterError(413, "request_too_large", f"request body is larger than {limit} bytes")
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: float = math.inf) -> bytes | RouterError:
+    """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
+    has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
+
+    The deadline is a cancel scope and its watchdog, as for upstream reads: on asyncio a
+    :class:`~asgi_router.core.deadlines.TaskScope`, its own watchdog (it tells its own cancellation
+    from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server
+    cancelling the request still propagates) on the loop's one coarse timer; on other anyio
+    backends an anyio scope and its deadline.
+
+    Most bodies need no deadline at all: a small request arrives with its headers, so the
+    server already holds the whole body when the app is called and ``receive()`` returns it
+    without ever suspending. :func:`_begin` finds that out by taking the first step of
+    ``receive()`` by hand; only a receive that has to wait (a body still on its way) goes on
+    under the deadline, from where it stopped (:func:`_resume`).
+    """
+    declared = _declared_length(scope)
+    if declared is not None and declared > limit:
+        return _too_large(limit)
+    started = time.monotonic()
+    first = _begin(receive)
+    if not isinstance(first, _Waiting) and first["type"] == "http.request" and not first.get("more_body", False):
+        body: bytes = first.get("body", b"")
+        return body if len(body) <= limit else _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    with new_scope(native=True) as deadline:
+        watchdog = watchdog_for(deadline)
+        if time_limit != math.inf:
+            watchdog.arm(time_limit - (time.monotonic() - started))
+        try:
+            message = await first.rest if isinstance(first, _Waiting) else first
+            while True:
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk: bytes = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        return _too_large(limit)
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                message = await receive()
+        finally:
+            watchdog.close()
+    return _timed_out(time_limit)  # only reached when the watchdog cancelled the read
+
+
+class _Waiting:
+    """A ``receive()`` that has to wait: what is left of it, to await under the deadline."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self, rest: Awaitable[Message]) -> None:
+        self.rest = rest
+
+
+def _begin(receive: Receive) -> Message | _Waiting:
+    """``receive()``'s first step, taken by hand: the message if it needed no waiting.
+
+    Only a coroutine (what servers' ``receive`` is) is stepped; any other awaitable (a future,
+    say) is left whole, to be awaited under the deadline as it is.
+    """
+    awaitable = receive()
+    if type(awaitable) is not CoroutineType:
+        return _Waiting(awaitable)
+    try:
+        waits_on = awaitable.send(None)
+    except StopIteration as done:
+        message: Message = done.value
+        return message
+    return _Waiting(_resume(awaitable, waits_on))
+
+
+@coroutine
+def _resume(rest: Coroutine[Any, Any, Message], waits_on: object) -> Generator[Any, Any, Message]:
+    """Await the rest of a ``receive()`` that :func:`_begin` started: hand what it waits on to
+    the task (an asyncio future, a trio trap: whatever the running library yielded), then pass
+    results, exceptions (a cancellation) and closing through, as ``await`` would have."""
+    while True:
+        try:
+            sent = yield waits_on
+        except GeneratorExit:
+            rest.close()
+            raise
+        except BaseException as exc:
+            try:
+                waits_on = rest.throw(exc)
+            except StopIteration as done:
+                message: Message = done.value
+                return message
+        else:
+            try:
+                waits_on = rest.send(sent)
+            except StopIteration as done:
+                message = done.value
+                return message
+
+
+def _timed_out(time_limit: float) -> RouterError:
+    return RouterError(408, "request_timeout", f"request body did not arrive within {time_limit:g} seconds")
+
+
+def parse_request(body: bytes) -> InboundRequest | RouterError:
+    """Parse the body as a chat request: a JSON object with a string ``model``.
+
+    The request's one JSON parse; it also finds where the ``model`` value sits in the bytes.
+    """
+    parsed = loads_with_span(body, "model")
+    if isinstance(parsed, JsonRefused):
+        return RouterError(400, "invalid_json", parsed.message)
+    payload, model_span = parsed
+    if not isinstance(payload, dict):
+        return RouterError(400, "invalid_request", "request body must be a JSON object")
+    refused = forbidden_field(payload)
+    if refused is not None:
+        return refused
+    if "model" not in payload:
+        return RouterError(400, "missing_model", "request body has no 'model' field")
+    if not isinstance(payload["model"], str):
+        return RouterError(400, "invalid_model_reference", "'model' must be a string")
+    return InboundRequest(payload, payload.get("stream") is True, body, model_span)

@@ -1,0 +1,125 @@
+"""What happened to a request, as data: one :class:`AttemptEvent` per attempt.
+
+Events are built from candidates, reasons, statuses and timings only, so they cannot carry an
+API key. Each also carries the request's ``principal`` (who inbound auth admitted: an
+``api_keys`` name or fingerprint, or whatever the host's ``authorize`` callable returned) so
+that a sink can account per key.
+
+The stdlib ``logging`` sink writes one structured line per request on the ``asgi_router``
+logger; it is skipped entirely (no formatting) when that logger is not enabled for INFO, so it
+costs nothing on a quiet production logger. The principal is not in the line (a host's
+principal object may hold anything); the record rides along as ``extra={"asgi_router": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from asgi_router.core.reasons import Reason
+
+__all__ = ["AttemptEvent", "Outcome", "RequestRecord", "log_request", "logger"]
+
+logger = logging.getLogger("asgi_router")
+
+Outcome = Literal["served", "failed", "skipped", "aborted"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEvent:
+    """One candidate's attempt (or skip) within one request."""
+
+    request_id: str
+    #: 0-based position among the request's attempts and skips.
+    index: int
+    #: ``provider/model-id``.
+    candidate: str
+    outcome: Outcome
+    reason: Reason
+    status: int | None = None
+    #: Seconds from sending to the end of this attempt (to the end of the relay if served).
+    latency: float = 0.0
+    #: Seconds from sending to the first body byte, when one arrived.
+    ttfb: float | None = None
+    #: USD this attempt cost (served attempts of models with catalog prices).
+    cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated).
+    principal: object = None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """The per-request summary the logging sink writes as one line."""
+
+    request_id: str
+    ref: str
+    stream: bool = False
+    status: int = 0
+    winner: str | None = None
+    bytes_relayed: int = 0
+    latency: float = 0.0
+    events: list[AttemptEvent] = field(default_factory=list)
+    #: The candidate being tried or relayed right now, and since when (for ``aborted`` events).
+    in_flight: tuple[str, float] | None = None
+    #: The ``[[rules]]`` entry that chose the plan (``default`` when none did).
+    route: str = "default"
+    #: The plan's candidates in the order the strategy gave them.
+    plan: tuple[str, ...] = ()
+    #: Whether the group's canned reply was sent because every candidate failed.
+    degraded: bool = False
+    #: Tokens the served response used (from its ``usage``, else estimated) and their cost.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    #: Who inbound auth admitted (``None`` when serving unauthenticated or refused).
+    principal: object = None
+
+
+def _attempt_text(event: AttemptEvent) -> str:
+    status = f"({event.status})" if event.status is not None else ""
+    return f"{event.candidate}:{event.outcome}:{event.reason}{status}"
+
+
+_SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")
+
+
+def _principal_text(principal: object) -> str:
+    """The principal as a log token: a short safe name as is, anything else only by its type.
+
+    ``authorize=`` may return any object (a user, a dict with a token): its text could carry a
+    secret or a line break, so only a plain name is written out.
+    """
+    if principal is None:
+        return "-"
+    if isinstance(principal, str) and _SAFE_PRINCIPAL.fullmatch(principal):
+        return principal
+    return f"<{type(principal).__name__}>"
+
+
+def log_request(record: RequestRecord) -> None:
+    """Write the request's one structured line, if INFO is enabled on ``asgi_router``."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
+    logger.info(
+        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d"
+        " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s principal=%s",
+        record.request_id,
+        record.ref,
+        "true" if record.stream else "false",
+        record.status,
+        record.winner or "-",
+        " ".join(_attempt_text(e) for e in record.events),
+        record.latency * 1000,
+        f"{ttfb * 1000:.1f}" if ttfb is not None else "-",
+        record.bytes_relayed,
+        record.route,
+        " ".join(record.plan),
+        "true" if record.degraded else "false",
+        f"{record.prompt_tokens}+{record.completion_tokens}" if record.prompt_tokens is not None else "-",
+        f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
+        _principal_text(record.principal),
+        extra={"asgi_router": record},
+    )

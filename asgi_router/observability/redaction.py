@@ -1,0 +1,92 @@
+"""A last line of defence: the ``asgi_router`` logger scrubs configured keys from what it emits.
+
+The router never formats a key into a log line on purpose (events hold candidates, reasons and
+timings; error messages are built from those too). But it does log tracebacks of failures it
+does not recognise, and a traceback carries the exception's message, which a transport or a
+host's ``authorize`` callable may have built from the request's headers. So every router
+registers its secrets here (provider keys, inbound ``api_keys``) and a filter on the
+``asgi_router`` logger replaces any occurrence with ``[redacted]`` before a handler sees the
+record. Only whole keys are matched: the router never prints part of a key either (no
+"sk-...abcd" masking), so there is no partial form to look for.
+
+The check costs one substring search per secret per emitted record; records that are never
+emitted (the logger disabled for their level) cost nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from collections.abc import Iterable
+from typing import Final
+
+from asgi_router.config.settings import RouterSettings
+from asgi_router.observability.events import logger
+
+__all__ = ["REDACTED", "register_secrets", "secrets_of"]
+
+REDACTED: Final = "[redacted]"
+
+# Anything shorter is refused by config validation; guard anyway so that a stray short
+# string cannot turn every log line into confetti.
+_MIN_SECRET: Final = 8
+
+
+class _SecretFilter(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: frozenset[str] = frozenset()
+
+    def _scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def _contains(self, text: str) -> bool:
+        return any(secret in text for secret in self.secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        message = record.getMessage()
+        if self._contains(message):
+            record.msg, record.args = self._scrub(message), None
+        if record.exc_info is not None:
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            if self._contains(text):
+                # Handlers format exc_text when set; the exception object itself is dropped so
+                # no handler can format it again from the original.
+                record.exc_info, record.exc_text = None, self._scrub(text)
+        elif record.exc_text and self._contains(record.exc_text):
+            record.exc_text = self._scrub(record.exc_text)
+        return True
+
+
+_FILTER: Final = _SecretFilter()
+logger.addFilter(_FILTER)
+
+
+def register_secrets(secrets: Iterable[str]) -> None:
+    """Add ``secrets`` to what the ``asgi_router`` logger scrubs (for the process's lifetime)."""
+    _FILTER.secrets = _FILTER.secrets | {secret for secret in secrets if len(secret) >= _MIN_SECRET}
+
+
+_CREDENTIAL_HEADER: Final = re.compile(r"key|token|secret|auth|password|credential|signature", re.IGNORECASE)
+
+
+def secrets_of(settings: RouterSettings) -> list[str]:
+    """Every key ``settings`` configures: the providers' (resolved from the environment too)
+    and the inbound ``api_keys``."""
+    found = [key.get_secret_value() for provider in settings.providers.values() if (key := provider.key())]
+    # Static provider headers that carry credentials (Azure's ``api-key``, a gateway token, ...).
+    found += [
+        value
+        for provider in settings.providers.values()
+        for name, value in provider.headers.items()
+        if _CREDENTIAL_HEADER.search(name) and len(value) > 4
+    ]
+    inbound = settings.api_keys
+    if inbound is not None:
+        found += [key.get_secret_value() for key in (inbound.values() if isinstance(inbound, dict) else inbound)]
+    return found

@@ -1,0 +1,6 @@
+"""Keeping a failing upstream from taking requests down with it.
+
+Circuit breakers (``breaker.py``), admission to a candidate (``gate.py``: breakers and
+concurrency caps), retry backoff and budgets (``retry.py``), and all mutable routing state
+behind one interface (``state.py``, ``stats.py``).
+"""

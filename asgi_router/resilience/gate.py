@@ -1,0 +1,133 @@
+"""Admission to a candidate, and the bookkeeping of what became of it.
+
+Before each attempt the attempt loop asks :meth:`Gate.enter`: is the provider's breaker open
+(connect errors and timeouts pile up there), is the candidate's breaker open, is the provider
+at ``max_concurrent``? A refusal is a :class:`Skip` with the reason the event will carry
+(``circuit_open`` or ``saturated``) and no connection is made. An admission is a
+:class:`Lease`, and every lease is finished exactly once with the attempt's reason: that
+records the outcome on both breakers and frees the provider's in-flight slot. A streamed
+attempt's lease is finished when the relay ends, so a stream that breaks or goes idle after
+commit counts against its candidate (a *late failure*).
+
+How a reason counts:
+
+* candidate breaker: a reason in ``breaker.failure_reasons`` is a failure; ``served`` and
+  ``client_error`` (the upstream answered properly; the request was wrong) are successes;
+  anything else (429, auth, a client that left, the router's own ``router_error``) does not
+  count either way.
+* provider breaker: ``connect_error`` or ``timeout`` before any response is a failure; any
+  response at all is a success, recorded as soon as the status line arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.reasons import Reason
+from asgi_router.core.skip import Skip
+from asgi_router.resilience.breaker import ADMITTED, Admission, Verdict
+from asgi_router.resilience.state import RouterState
+
+__all__ = ["Gate", "Lease"]
+
+_PROVIDER_FAILURES: Final[frozenset[Reason]] = frozenset({"connect_error", "timeout"})
+# The router's own failure is never the upstream's, whatever ``failure_reasons`` lists.
+_NEVER_FAILURES: Final[frozenset[Reason]] = frozenset({"router_error"})
+_SUCCESSES: Final[frozenset[Reason]] = frozenset({"served", "client_error"})
+
+
+class Lease:
+    """One admitted attempt: its breaker admissions and its in-flight slot, until finished."""
+
+    __slots__ = ("_candidate", "_candidate_probe", "_finished", "_gate", "_provider", "_provider_probe", "_responded")
+
+    def __init__(
+        self, gate: Gate, provider: str, key: str, provider_admission: Admission, admission: Admission
+    ) -> None:
+        self._gate = gate
+        self._candidate = key
+        self._provider = provider
+        self._provider_probe = provider_admission.probe
+        self._candidate_probe = admission.probe
+        self._responded = False
+        self._finished = False
+
+    def responded(self) -> None:
+        """The upstream answered (any status): the provider is reachable."""
+        if not self._responded and not self._finished:
+            self._responded = True
+            self._gate._record(self._provider, "success", self._provider_probe)
+
+    def finish(self, reason: Reason) -> None:
+        """Record how the attempt ended and free its slot; later calls do nothing."""
+        if self._finished:
+            return
+        self._finished = True
+        gate = self._gate
+        if not self._responded:
+            verdict: Verdict = "failure" if reason in _PROVIDER_FAILURES else "neutral"
+            gate._record(self._provider, verdict, self._provider_probe)
+        gate._record(self._candidate, gate.verdict(reason), self._candidate_probe)
+        gate.state.end_attempt(self._provider)
+
+
+class Gate:
+    """Breakers and concurrency caps for one router; all state lives in ``state``."""
+
+    def __init__(self, settings: RouterSettings, state: RouterState, clock: Callable[[], float]) -> None:
+        self.state = state
+        self._clock = clock
+        self._policy = settings.breaker
+        self._breakers = settings.breaker.enabled
+        self._failures = settings.breaker.failure_reasons - _NEVER_FAILURES
+        self._budget = settings.retry_budget
+        self._limits = {name: provider.max_concurrent for name, provider in settings.providers.items()}
+
+    def verdict(self, reason: Reason) -> Verdict:
+        """How an attempt that ended with ``reason`` counts on its candidate's breaker."""
+        if reason in self._failures:
+            return "failure"
+        return "success" if reason in _SUCCESSES else "neutral"
+
+    def enter(self, candidate: Candidate, *, force: bool = False) -> Lease | Skip:
+        """Admit an attempt on ``candidate``, or say why not. ``force`` ignores open breakers."""
+        provider, key = candidate.provider, candidate.key
+        provider_admission = admission = ADMITTED
+        if self._breakers:
+            now = self._clock()
+            provider_admission = self.state.admit(provider, self._policy, now, force=force)
+            if not provider_admission.allowed:
+                return Skip("circuit_open", opened_at=provider_admission.opened_at)
+            admission = self.state.admit(key, self._policy, now, force=force)
+            if not admission.allowed:
+                self._record(provider, "neutral", provider_admission.probe)
+                return Skip("circuit_open", opened_at=admission.opened_at)
+        if not self.state.begin_attempt(provider, self._limits.get(provider)):
+            self._record(provider, "neutral", provider_admission.probe)
+            self._record(key, "neutral", admission.probe)
+            return Skip("saturated")
+        return Lease(self, provider, key, provider_admission, admission)
+
+    def begin_retry(self, provider: str) -> bool:
+        """Take a token from ``provider``'s retry budget (give it back with :meth:`end_retry`)."""
+        return self.state.begin_retry(provider, self._budget)
+
+    def end_retry(self, provider: str) -> None:
+        self.state.end_retry(provider)
+
+    def trip(self, provider: str) -> None:
+        """Open ``provider``'s breaker (its health probes fail)."""
+        if self._breakers:
+            self.state.trip(provider, self._policy, self._clock())
+
+    def recover(self, provider: str) -> None:
+        """Let ``provider``'s breaker close if it is due to probe (its health probes pass)."""
+        if self._breakers:
+            self.state.recover(provider, self._policy, self._clock())
+
+    def _record(self, key: str, verdict: Verdict, probe: bool) -> None:
+        if self._breakers:
+            self.state.record(key, self._policy, self._clock(), verdict, probe=probe)

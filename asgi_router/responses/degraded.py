@@ -1,0 +1,68 @@
+"""The degraded answer: a configured canned reply sent when every candidate of a group failed.
+
+Opt-in per group (``degraded = {content = "..."}``). Some products would rather show "the
+assistant is busy, try again in a minute" inside their chat UI than surface a 502; this gives
+them that without a code path of their own. The reply is shaped as the request asked: one
+``chat.completion`` JSON object, or an SSE stream of ``chat.completion.chunk`` events ending
+in ``data: [DONE]``, so the ``openai`` SDK reads it like any answer. It is always marked
+``x-router-degraded: 1`` so that callers who care can tell it from a model's answer.
+
+Only failures that say "no capacity right now" degrade (5xx-class and 429); a request that
+fits no model's context window is the client's problem and keeps its 400.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Final
+
+from asgi_router.config.degraded import DegradedSettings
+
+__all__ = ["DEGRADED_HEADER", "degraded_reply", "should_degrade"]
+
+DEGRADED_HEADER: Final = (b"x-router-degraded", b"1")
+
+
+def should_degrade(status: int) -> bool:
+    """Whether an exhausted plan's error status may be replaced by the canned reply."""
+    return status >= 500 or status == 429
+
+
+def _completion(request_id: str, model: str, content: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-degraded-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def _chunk(request_id: str, model: str, created: int, delta: dict[str, str], finish: str | None) -> bytes:
+    payload = {
+        "id": f"chatcmpl-degraded-{request_id}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def degraded_reply(
+    settings: DegradedSettings, request_id: str, model: str, stream: bool
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """Headers (without the router's own) and the whole body of the canned reply."""
+    if not stream:
+        body = json.dumps(_completion(request_id, model, settings.content), separators=(",", ":")).encode()
+        return [(b"content-type", b"application/json"), DEGRADED_HEADER], body
+    created = int(time.time())
+    body = (
+        _chunk(request_id, model, created, {"role": "assistant", "content": settings.content}, None)
+        + _chunk(request_id, model, created, {}, "stop")
+        + b"data: [DONE]\n\n"
+    )
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"), DEGRADED_HEADER]
+    return headers, body

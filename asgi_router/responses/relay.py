@@ -1,0 +1,160 @@
+"""Relay a committed upstream's bytes to the client: unparsed, unbuffered, byte-exact.
+
+Once ``http.response.start`` has gone out there is no failover: sent bytes cannot be recalled,
+and a second model's answer spliced onto the first would be an incoherent text. If the upstream
+breaks or stalls past ``idle`` after commit, the relay writes one in-band event
+``data: {"error": {...}}`` and ends the response *without* ``data: [DONE]``, so the ``openai``
+SDK raises ``APIError`` rather than returning a truncated answer as if it were whole.
+
+Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
+upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
+``idle`` and ``total`` limits are kept by one cancel scope and its watchdog per relay
+(:func:`~asgi_router.core.deadlines.watchdog_for`; a cancel scope per chunk cost more than relaying
+the chunk); time spent waiting on a
+slow *client* does not count as upstream idleness.
+
+The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
+event needs a blank line first to start on an event boundary. A
+:class:`~asgi_router.attempts.usage.Tail`, when given, keeps references to the last chunks sent so that
+token usage can be read *after* the stream has ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from starlette.types import Send
+
+from asgi_router.attempts.outcomes import Committed
+from asgi_router.core.classify import UnrecognisedFailure, classify_exception
+from asgi_router.core.deadlines import new_scope, watchdog_for
+from asgi_router.core.errors import stream_error_event
+from asgi_router.core.reasons import Reason
+from asgi_router.observability.events import RequestRecord, logger
+from asgi_router.attempts.usage import Tail
+from asgi_router.transports.base import close_response
+
+__all__ = ["RelayResult", "relay_stream", "send_whole"]
+
+
+@dataclass(frozen=True, slots=True)
+class RelayResult:
+    """How a relay ended: ``served``, or the late failure / disconnect that ended it."""
+
+    bytes_relayed: int
+    reason: Reason
+
+
+def _event_boundary(last: bytes) -> bytes:
+    """What to write before the error event so that it starts a new SSE event."""
+    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if last.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"
+
+
+def _late_reason(exc: Exception, candidate: str) -> Reason:
+    try:
+        reason = classify_exception(exc)
+    except UnrecognisedFailure:  # the router's own failure: not held against the upstream
+        logger.exception("asgi_router: the router failed relaying %s", candidate)
+        return "router_error"
+    return "timeout" if reason == "timeout" else "stream_interrupted"
+
+
+async def relay_stream(
+    send: Send,
+    committed: Committed,
+    headers: list[tuple[bytes, bytes]],
+    clock: Callable[[], float],
+    tail: Tail | None = None,
+    record: RequestRecord | None = None,
+    complete: Callable[[], None] | None = None,
+    native_cancel: bool = False,
+) -> RelayResult:
+    """Send the response start, the first chunk, and every chunk after it as it arrives.
+
+    ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
+    so the request's log line says how much it did receive. ``complete`` is called once the
+    response's last message has been sent (a disconnect after it is no abort). ``native_cancel``
+    picks the relay's cancel scope (see :func:`~asgi_router.core.deadlines.new_scope`).
+    """
+    response = committed.response
+    chunks = response.chunks
+    idle = committed.provider.timeouts.idle
+    deadline = committed.deadline
+    last = committed.body
+    sent = 0
+    try:
+        try:
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            del headers  # sent: not held for the stream's life
+            await send({"type": "http.response.body", "body": last, "more_body": True})
+            sent = len(last)
+            if tail is not None:
+                tail.add(last)
+            failure: Exception | None = None
+            # One scope for the whole relay; the watchdog cancels it when a read overruns.
+            with new_scope(native_cancel) as scope:
+                watchdog = watchdog_for(scope)
+                try:
+                    while True:
+                        watchdog.arm(min(idle, deadline - clock()))
+                        try:
+                            chunk = await chunks.__anext__()  # no anext() wrapper held while idle
+                        except StopAsyncIteration:
+                            break
+                        except Exception as exc:
+                            failure = exc
+                            break
+                        watchdog.disarm()  # a slow client is backpressure, not upstream idleness
+                        if chunk:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                            sent += len(chunk)
+                            last = chunk
+                            if tail is not None:
+                                tail.add(chunk)
+                finally:
+                    watchdog.close()
+            if failure is not None or scope.cancelled_caught:
+                reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
+                detail = (
+                    "the router failed; see the server log"
+                    if reason == "router_error"
+                    else "upstream connection broke"
+                    if reason != "timeout"
+                    else "the attempt's total timeout ran out"
+                    if clock() >= deadline
+                    else "no data within the idle timeout"
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": _event_boundary(last) + stream_error_event(committed.candidate.key, reason, detail),
+                        "more_body": False,
+                    }
+                )
+                if complete is not None:
+                    complete()
+                return RelayResult(sent, reason)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if complete is not None:
+                complete()
+        except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
+            return RelayResult(sent, "client_disconnected")
+        return RelayResult(sent, "served")
+    finally:
+        if record is not None:
+            record.bytes_relayed = sent
+        closing = close_response(response)
+        if closing is not None:
+            await closing
+
+
+async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """Send a complete response: one start (with its length) and one body message."""
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,7 @@
+"""From a ``model`` string to a plan: the ordered candidates to try.
+
+``plan.py`` resolves refs (groups, aliases, direct models) into plans; ``strategies.py``
+orders a group's members; ``rules.py`` picks a route from the request's ``facts.py``;
+``catalog.py`` and ``policy.py`` are what strategies and the attempt loop read per group.
+Resolution does no I/O and takes microseconds.
+"""

@@ -1,0 +1,256 @@
+"""Resolve a :class:`ModelRef` to a :class:`Plan`: the ordered candidates to try.
+
+Resolution sits on every request's path, so it does no I/O, takes no locks and, for ``order``
+groups, allocates nothing: plans are built once from the settings and handed out as they are.
+``rotate`` precomputes every rotation and picks one with a counter advanced once per request;
+the counter lives in the router's :class:`~asgi_router.resilience.state.RouterState` (synchronous, never
+awaits), so that a shared store can later make rotation span workers.
+
+A plan also says how often each candidate may be retried in place (``retries``): a plan of one
+candidate gets ``RouterSettings.retries``, a longer one fails over instead unless its group
+sets ``retries``.
+
+A strategy only *orders* candidates; every strategy plugs into :data:`_STRATEGIES` as a factory
+from a group's table to a picker. ``weighted``, ``least_busy``, ``latency``, ``cost`` and
+``usage`` live in ``strategies.py`` and read :class:`~asgi_router.resilience.stats.RoutingStats`; a group with
+``rules = true`` first runs ``[[rules]]`` (``rules.py``), and the plan records which rule chose it.
+Resolution re-checks what config validation already refused (defence in depth): a ref that
+names something unknown yields a :class:`ResolveError`, never an exception from a dict lookup.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Final
+
+from asgi_router.config.settings import GroupSettings, RouterSettings
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.classify import DEFAULT_FAILOVER
+from asgi_router.core.reasons import Reason
+from asgi_router.core.refs import InvalidRef, ModelRef, RefKind, parse_model_ref
+from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.stats import Limits, RoutingStats
+from asgi_router.routing.catalog import Catalog
+from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
+from asgi_router.routing.policy import GroupPolicy
+from asgi_router.config.rules import DEFAULT_ROUTE
+from asgi_router.routing.rules import RuleTable
+from asgi_router.routing.strategies import STRATEGIES, Member, Orderer, StrategyContext
+
+__all__ = ["Plan", "ResolveError", "Resolver"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The ordered candidates for one request, and which failures move on to the next one."""
+
+    candidates: tuple[Candidate, ...]
+    failover_on: frozenset[Reason] = DEFAULT_FAILOVER
+    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent as ``x-router-route``).
+    route: str = DEFAULT_ROUTE
+    #: The group's hedging, degraded-answer and budget policies (``None`` for a direct ref).
+    policy: GroupPolicy | None = None
+    #: Same-candidate retries allowed per candidate (on top of its first attempt).
+    retries: int = 0
+    #: The candidates' ``provider/model-id`` names, in order (the request record's ``plan``).
+    labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: Whether the attempt loop races this plan's candidates (``hedging.py``).
+    hedged: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", tuple(candidate.key for candidate in self.candidates))
+        policy = self.policy
+        hedged = policy is not None and policy.hedge_after is not None and len(self.candidates) > 1
+        object.__setattr__(self, "hedged", hedged)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveError:
+    """A ref that cannot be resolved; ``status`` and ``code`` are what the client gets."""
+
+    status: int
+    code: str
+    message: str
+
+
+_PickPlan = Callable[[RequestFacts], Plan]
+#: A group's counter in the router state: each call returns the next value.
+_Counter = Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupTable:
+    """What a strategy is built from: a group's flattened members, its base plan, shared stats."""
+
+    members: tuple[Member, ...]
+    #: The members in configured order, with the group's failover, policies and retries.
+    base: Plan
+    context: StrategyContext
+    #: The group's rotation counter (``state.next_rotation(group)``).
+    counter: _Counter
+
+
+def _order(group: _GroupTable) -> _PickPlan:
+    plan = group.base
+    return lambda facts: plan
+
+
+def _rotate(group: _GroupTable) -> _PickPlan:
+    candidates = group.base.candidates
+    plans = tuple(
+        replace(group.base, candidates=candidates[start:] + candidates[:start]) for start in range(len(candidates))
+    )
+    counter = group.counter
+    size = len(plans)
+    return lambda facts: plans[counter() % size]
+
+
+def _ordering(strategy: Callable[[tuple[Member, ...], StrategyContext], Orderer]) -> Callable[[_GroupTable], _PickPlan]:
+    """Adapt a ``strategies.py`` orderer (facts -> candidates) into a plan picker."""
+
+    def factory(group: _GroupTable) -> _PickPlan:
+        order = strategy(group.members, group.context)
+        base = group.base
+        failover_on, policy, retries = base.failover_on, base.policy, base.retries
+        return lambda facts: Plan(order(facts), failover_on, DEFAULT_ROUTE, policy, retries)
+
+    return factory
+
+
+_STRATEGIES: Final[dict[str, Callable[[_GroupTable], _PickPlan]]] = {
+    "order": _order,
+    "rotate": _rotate,
+    **{name: _ordering(strategy) for name, strategy in STRATEGIES.items()},
+}
+
+
+class Resolver:
+    """Turns refs into plans using tables precomputed from :class:`RouterSettings`.
+
+    ``state`` holds the rotation counters (:meth:`RouterState.next_rotation`); ``stats`` and
+    ``rng`` are what the stateful strategies read (injected in tests). By default one fresh
+    :class:`~asgi_router.resilience.state.InMemoryState` serves as both, and ``rng`` is an unseeded
+    ``random.Random``.
+    """
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        state: RouterState | None = None,
+        *,
+        stats: RoutingStats | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if state is None:
+            state = InMemoryState(half_life=settings.latency_half_life)
+        self.stats: RoutingStats = stats if stats is not None else state
+        rng = rng if rng is not None else random.Random()
+        catalog = Catalog(settings.catalog)
+        self._providers = frozenset(settings.providers)
+        self._retries = settings.retries
+        self.policies: dict[str, GroupPolicy] = {}
+        self._groups: dict[str, _PickPlan] = {}
+        for name, group in settings.groups.items():
+            members = tuple(
+                Member(Candidate(*member.ref.split("/", 1)), member.ref, member.weight, Limits(member.rpm, member.tpm))
+                for member in settings.flat_member_settings(name)
+            )
+            policy = GroupPolicy(
+                name,
+                group.hedge_after,
+                group.hedge_budget,
+                group.degraded,
+                {member.key: member.limits for member in members if member.limits != Limits()},
+            )
+            self.policies[name] = policy
+            context = StrategyContext(self.stats, catalog, rng, group.explore)
+            counter = partial(state.next_rotation, name)
+            self._groups[name] = self._group_picker(group, members, policy, context, counter, settings.retries)
+        self._aliases: dict[str, ModelRef] = {}
+        # ``model`` strings already parsed into a configured group or alias: a bounded set (the
+        # configuration's names), unlike direct refs, whose model ids are the client's to choose.
+        self._known_refs: dict[str, ModelRef] = {}
+        for name, target in settings.aliases.items():
+            ref = parse_model_ref(target)
+            if isinstance(ref, ModelRef):
+                self._aliases[name] = ref
+        self._rules_groups = frozenset(name for name, group in settings.groups.items() if group.rules)
+        self._rules = RuleTable(settings.rules, sorted(self._rules_groups))
+        self._rule_targets: dict[str, ModelRef] = {}
+        for rule in settings.rules:
+            ref = parse_model_ref(rule.route)
+            if isinstance(ref, ModelRef):
+                self._rule_targets[rule.name] = ref
+
+    @staticmethod
+    def _group_picker(
+        group: GroupSettings,
+        members: tuple[Member, ...],
+        policy: GroupPolicy,
+        context: StrategyContext,
+        counter: _Counter,
+        retries: int,
+    ) -> _PickPlan:
+        if group.retries is not None:
+            retries = group.retries
+        elif len(members) > 1:
+            retries = 0
+        base = Plan(tuple(member.candidate for member in members), group.failover_on, DEFAULT_ROUTE, policy, retries)
+        return _STRATEGIES[group.strategy](_GroupTable(members, base, context, counter))
+
+    def _by_rule(self, group: str, facts: RequestFacts) -> Plan | ResolveError | None:
+        """The plan a matching ``[[rules]]`` entry routes ``group/<group>`` to, if one matches."""
+        rule = self._rules.pick(group, facts)
+        if rule is None:
+            return None
+        target = self._rule_targets.get(rule.name)
+        if target is None or (target.kind is RefKind.GROUP and target.name in self._rules_groups):
+            return ResolveError(404, "model_not_found", f"rule {rule.name!r} routes to nothing usable")
+        plan = self.resolve(target, facts)
+        if isinstance(plan, ResolveError):
+            return plan
+        # The target's policies apply; a target without a canned reply borrows the rules group's.
+        policy = plan.policy or self.policies[group]
+        if policy.degraded is None and self.policies[group].degraded is not None:
+            policy = replace(policy, degraded=self.policies[group].degraded)
+        return replace(plan, route=rule.name, policy=policy)
+
+    def resolve(self, ref: ModelRef, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
+        """The plan for ``ref``; a group's strategy advances at most once per call."""
+        if ref.kind is RefKind.ALIAS:
+            target = self._aliases.get(ref.name)
+            if target is None:
+                return ResolveError(
+                    400,
+                    "invalid_model_reference",
+                    f"model {ref.name!r} is not a configured alias; use 'provider/model-id' "
+                    "(e.g. 'openai/gpt-4o-mini') or 'group/<id>'",
+                )
+            ref = target
+        if ref.kind is RefKind.GROUP:
+            pick = self._groups.get(ref.name)
+            if pick is None:
+                return ResolveError(404, "model_not_found", f"unknown group {str(ref)!r}")
+            if ref.name in self._rules_groups:
+                routed = self._by_rule(ref.name, facts)
+                if routed is not None:
+                    return routed
+            return pick(facts)
+        if ref.name not in self._providers:
+            return ResolveError(404, "model_not_found", f"unknown provider {ref.name!r} in {str(ref)!r}")
+        return Plan((Candidate(ref.name, ref.model_id),), retries=self._retries)
+
+    def resolve_string(self, value: object, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
+        """Parse then resolve; the whole front half of the pipeline for one ``model`` value."""
+        ref = self._known_refs.get(value) if type(value) is str else None
+        if ref is None:
+            parsed = parse_model_ref(value)
+            if isinstance(parsed, InvalidRef):
+                return ResolveError(400, "invalid_model_reference", parsed.message)
+            ref = parsed
+            if ref.kind is not RefKind.DIRECT and (ref.name in self._groups or ref.name in self._aliases):
+                self._known_refs[str(ref)] = ref
+        return self.resolve(ref, facts)

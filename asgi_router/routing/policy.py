@@ -1,0 +1,33 @@
+"""A group's per-request policies beyond the candidate order, carried on its :class:`Plan`.
+
+The attempt loop and the middleware need to know, for the plan they run: may it hedge and
+when, what canned reply it has when everything fails, and which members have rpm/tpm budgets.
+These are properties of the *group*, fixed at load, so one :class:`GroupPolicy` is built per group
+and every plan of that group points at it (nothing is allocated per request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from asgi_router.config.degraded import DegradedSettings
+from asgi_router.resilience.stats import Limits
+
+__all__ = ["GroupPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPolicy:
+    """What a group's plans carry besides their candidates."""
+
+    #: The group id (hedge credit is kept per group).
+    name: str
+    #: Seconds before racing a second candidate against an uncommitted first one.
+    hedge_after: float | None = None
+    #: Largest share of the group's requests that may be hedged.
+    hedge_budget: float = 0.1
+    #: The canned reply for when every candidate fails.
+    degraded: DegradedSettings | None = None
+    #: rpm/tpm budgets of the members that have one, by ``provider/model-id``.
+    limits: Mapping[str, Limits] = field(default_factory=dict)

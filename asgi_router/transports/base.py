@@ -1,0 +1,97 @@
+"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+
+The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
+iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
+implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
+:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
+official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
+:class:`~asgi_router.transports.aiohttp_transport.AiohttpTransport`, the default because it is the faster
+(``docs/performance.rst``). Either way: one client per router and running event loop
+(``loop_clients.py``), shared by every request on that loop.
+
+Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
+re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
+client can read without the router decompressing anything.
+
+:class:`ProviderRuntime` is everything about a provider that does not change per request (its
+URLs, its header block with the key already in it, its timeouts), built once at start-up so the
+request path only looks things up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Protocol
+
+import anyio
+
+from asgi_router.transports.provider import ProviderRuntime
+
+__all__ = ["Transport", "UpstreamResponse", "close_response"]
+
+
+class UpstreamResponse(Protocol):
+    """An upstream response whose body has not been read yet."""
+
+    status: int
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """Raw header pairs as received (names in any case)."""
+
+    @property
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Raw body chunks; one iterator for the response's whole life."""
+
+    @property
+    def drained(self) -> bool:
+        """Whether :attr:`chunks` is known to have nothing more to give (``False`` when in
+        doubt): a whole response then needs no further read to learn that it has ended."""
+
+    async def aclose(self) -> None:
+        """Release the connection (closing it if the body was not read to the end)."""
+
+
+def close_response(response: UpstreamResponse) -> Awaitable[None] | None:
+    """Close ``response``, even when the calling task is being cancelled: never leak it.
+
+    Returns what is left to await, if anything: a response with a synchronous ``close_now``
+    (aiohttp's: ``release()`` does not await) is closed by it at once, with no coroutine made
+    and nothing a cancellation could interrupt (so no shielded cancel scope, ~3.5 µs). Any
+    other is closed by the returned awaitable, under a shield.
+    """
+    close_now = getattr(response, "close_now", None)
+    if close_now is not None:
+        close_now()
+        return None
+    return _close_shielded(response)
+
+
+async def _close_shielded(response: UpstreamResponse) -> None:
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+class Transport(Protocol):
+    """Sends one upstream request and returns as soon as the status and headers are in."""
+
+    def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+    ) -> Awaitable[UpstreamResponse]:
+        """The request, to await (an ``async def`` will do)."""
+
+    def start(self) -> None:
+        """Open the running loop's pool (called on lifespan startup; sending also opens lazily)."""
+
+    async def aclose(self) -> None:
+        """Close the running loop's pool (called after the host app's shutdown)."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a pool is open, on any loop (introspection for tests and health checks)."""
+
+    def is_quiet(self) -> bool:
+        """No request holds an upstream connection and none is mid-response (leak checks)."""
+
+    def connections(self) -> int:
+        """Upstream connections the pool holds, idle or in use (leak checks, health pages)."""

@@ -1,0 +1,81 @@
+"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+
+The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
+iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
+implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
+:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
+official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
+:class:`~asgi_router.transports.aiohttp_transport.AiohttpTransport`, the default because it is the faster
+(``docs/performance.rst``). Either way: one client per router and running event loop
+(``loop_clients.py``), shared by every request on that loop.
+
+Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
+re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
+client can read without the router decompressing anything.
+
+:class:`ProviderRuntime` is everything about a provider that does not change per request (its
+URLs, its header block with the key already in it, its timeouts), built once at start-up so the
+request path only looks things up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx2
+
+from asgi_router.config.settings import ProviderSettings, Timeouts
+from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
+
+__all__ = ["ProviderRuntime", "upstream_path"]
+
+
+def upstream_path(route: str) -> str:
+    """The path below a provider's ``base_url`` for an inbound route.
+
+    Provider base URLs end in the API version (``https://api.openai.com/v1``), inbound routes
+    start with it (``/v1/chat/completions``): the version is said once.
+    """
+    return route[3:] if route == "/v1" or route.startswith("/v1/") else route
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRuntime:
+    """A provider's per-request constants, computed once from its settings."""
+
+    name: str
+    configured: bool
+    timeouts: Timeouts
+    #: Upstream URL per inbound route.
+    urls: dict[str, str]
+    #: Headers every request to this provider carries (the key is in here: never log this).
+    headers: dict[str, str] = field(repr=False)
+    httpx_timeout: httpx2.Timeout = field(repr=False)
+    #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
+    forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
+    #: Why it is not configured: the unset variable its ``api_key_env`` names (a name, not a key).
+    missing_key_env: str | None = None
+
+    @classmethod
+    def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
+        headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            **settings.headers,
+        }
+        key = settings.key()
+        if key is not None:
+            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+        t = settings.timeouts
+        return cls(
+            name=name,
+            configured=settings.is_configured,
+            timeouts=t,
+            urls={route: settings.base_url + upstream_path(route) for route in routes},
+            headers=headers,
+            # connect and pool waits are httpx's; first-byte, idle and total are enforced by
+            # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
+            httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
+            forward=FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers},
+            missing_key_env=None if settings.is_configured else settings.api_key_env,
+        )

@@ -1,0 +1,55 @@
+"""Header hygiene in both directions, in two named helpers (as fastapi-proxy-lib does).
+
+Upstream, the router sends an *allowlist*: ``content-type``, ``accept``, ``user-agent``,
+``x-request-id``, plus what a provider's ``forward_headers`` names. A client's
+``Authorization``, ``Cookie``, ``x-api-key`` or proxy headers must never reach a provider (the
+provider gets its own key), and hop-by-hop headers belong to one connection only: that
+includes every header the inbound ``Connection`` names, even an allowlisted one. The denylist
+(:func:`never_forwarded`) is checked at config load *and* per request, so a forward list cannot
+smuggle a credential through. Back to the client, hop-by-hop headers, ``Set-Cookie`` (an
+upstream has no business setting cookies on the host app's domain), ``Alt-Svc`` (it would
+advertise the upstream's endpoints as the host app's) and the headers the ASGI server or the
+router itself sets are dropped. The provider's own request id (``x-request-id``, or Anthropic's
+``request-id``) is what its support asks for, but ``x-request-id`` is the router's: it goes back
+as ``x-upstream-request-id`` when it is a sane token (:func:`is_sane_request_id`, the test the
+client's own id must pass too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS, NO_TOKENS, connection_tokens, never_forwarded
+
+__all__ = ["request_headers_for_upstream"]
+
+
+def request_headers_for_upstream(
+    inbound: Sequence[tuple[bytes, bytes]],
+    base: Mapping[str, str],
+    request_id: str,
+    allowed: frozenset[bytes] = FORWARDED_REQUEST_HEADERS,
+) -> dict[str, str]:
+    """Headers for the upstream request: the provider's ``base`` plus the allowlisted inbound.
+
+    ``base`` (built once per provider) carries the provider's own ``Authorization``,
+    ``content-type``, ``accept-encoding: identity`` and configured extras; inbound headers never
+    override it. ``allowed`` is the provider's allowlist (the fixed one plus its
+    ``forward_headers``); the denylist and the inbound ``Connection`` tokens are applied on top.
+    """
+    headers = dict(base)
+    named = NO_TOKENS
+    for name, value in inbound:
+        if name in allowed:
+            if not never_forwarded(name):
+                key = name.decode("latin-1")
+                if key not in headers:
+                    headers[key] = value.decode("latin-1")
+        elif name == b"connection":  # rare enough to undo what it names afterwards
+            named = named | connection_tokens(value)
+    for token in named:
+        key = token.decode("latin-1")
+        if key not in base:
+            headers.pop(key, None)
+    headers["x-request-id"] = request_id
+    return headers
