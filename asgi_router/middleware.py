@@ -44,8 +44,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.attempts.usage import Tail
 from asgi_router.config.degraded import DegradedSettings
-from asgi_router.config.settings import Authorize, RouterSettings, load_settings
+from asgi_router.config.settings import Authorize, ConfigError, RouterSettings, load_settings
 from asgi_router.core.deadlines import TaskScope, running_loop
 from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason
@@ -67,8 +68,8 @@ from asgi_router.responses.headers import response_headers_for_client
 from asgi_router.responses.relay import relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
-from asgi_router.attempts.usage import Tail
 from asgi_router.runtime.health import HealthProber
+from asgi_router.transports.base import Transport
 from asgi_router.transports.factory import make_transport
 from asgi_router.transports.provider import ProviderRuntime
 
@@ -182,7 +183,9 @@ class ModelRouter:
     ``authorize=`` here is that setting, for the settings the router builds itself (from
     ``config=`` or the environment). A constructor that fails logs why on the ``asgi_router``
     logger at ERROR before raising (:class:`ConfigError` for configuration).
-    ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
+    ``transport`` injects the upstream :class:`~asgi_router.transports.base.Transport` itself (a
+    test's in-memory one, say); it is the caller's, started and closed by the router's lifespan
+    like its own. ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
     selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to
     close. ``clock`` (monotonic seconds) and ``random`` (uniform in
     [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
@@ -200,6 +203,7 @@ class ModelRouter:
         settings: RouterSettings | None = None,
         config: str | os.PathLike[str] | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        transport: Transport | None = None,
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = random.random,
         state: RouterState | None = None,
@@ -238,7 +242,13 @@ class ModelRouter:
                         runtime.name,
                         runtime.missing_key_env,
                     )
-            self._transport = make_transport(self.settings.transport, self.settings.pool, http_client)
+            if transport is not None and http_client is not None:
+                raise ConfigError("pass either transport= or http_client=, not both")
+            self._transport = (
+                transport
+                if transport is not None
+                else make_transport(self.settings.transport, self.settings.pool, http_client)
+            )
             self._gate = Gate(self.settings, self.state, clock)
             self._loop = AttemptLoop(
                 self._transport,
@@ -263,6 +273,13 @@ class ModelRouter:
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
+
+    @property
+    def transport(self) -> Transport:
+        """The upstream transport every attempt goes through: the one passed as ``transport=``,
+        else the one built from ``settings.transport`` (tests read its :meth:`~Transport.is_quiet`
+        to check that no upstream connection was left open)."""
+        return self._transport
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a chat request in this very frame (a coroutine fewer for every request, held for

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from asgi_router.attempts.usage import TokenCount, count_tokens
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
@@ -31,7 +32,6 @@ from asgi_router.resilience.stats import RoutingStats, over_budget
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
-from asgi_router.attempts.usage import TokenCount, count_tokens
 
 __all__ = ["Bookkeeper", "Spend"]
 

@@ -1,2 +1,1 @@
-"""Routes the router answers besides chat completions: ``GET /v1/models`` (``models.py``).
-"""
+"""Routes the router answers besides chat completions: ``GET /v1/models`` (``models.py``)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final
 
+from asgi_router.config.rules import DEFAULT_ROUTE
 from asgi_router.config.settings import GroupSettings, RouterSettings
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER
@@ -36,7 +37,6 @@ from asgi_router.resilience.stats import Limits, RoutingStats
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.policy import GroupPolicy
-from asgi_router.config.rules import DEFAULT_ROUTE
 from asgi_router.routing.rules import RuleTable
 from asgi_router.routing.strategies import STRATEGIES, Member, Orderer, StrategyContext
 

@@ -1,2 +1,1 @@
-"""Work that runs beside requests: the opt-in active health probes (``health.py``).
-"""
+"""Work that runs beside requests: the opt-in active health probes (``health.py``)."""
