@@ -42,18 +42,19 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
+from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import Tail
 from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.settings import Authorize, ConfigError, RouterSettings, load_settings
-from asgi_router.core.deadlines import TaskScope, running_loop
+from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason
 from asgi_router.endpoints.models import ModelsEndpoint
 from asgi_router.inbound.auth import Admitted, build_guard
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
-from asgi_router.inbound.disconnect import watching
+from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
@@ -158,21 +159,11 @@ class _Exchange:
         self.record.status = error.status
         await send_whole(self.send_tracked, error.status, headers, error.body())
 
-    def client_left(self, scope: TaskScope | anyio.CancelScope) -> None:
+    def client_left(self, scope: Deadline) -> None:
         """The client disconnected: cancel ``scope`` unless the response is already complete."""
         if not self.finished:
             self.disconnected = True
             scope.cancel()
-
-    async def watch_disconnect(self, scope: TaskScope | anyio.CancelScope) -> None:
-        """Cancel ``scope`` when the client disconnects before the response is complete (the
-        structured spelling, for anyio backends other than asyncio; see ``disconnect.py``)."""
-        try:
-            while (await self.receive())["type"] != "http.disconnect":
-                pass
-        except Exception:
-            logger.exception("asgi_router: receive() failed while waiting for a disconnect")
-        self.client_left(scope)
 
 
 class ModelRouter:
@@ -251,14 +242,16 @@ class ModelRouter:
             )
             self._gate = Gate(self.settings, self.state, clock)
             self._loop = AttemptLoop(
-                self._transport,
-                self._providers,
-                self.settings.max_response_bytes,
-                clock,
-                bookkeeper=self._book,
-                gate=self._gate,
-                policy=RetryPolicy.from_settings(self.settings),
-                random=random,
+                AttemptContext(
+                    transport=self._transport,
+                    providers=self._providers,
+                    max_response_bytes=self.settings.max_response_bytes,
+                    clock=clock,
+                    book=self._book,
+                    gate=self._gate,
+                    policy=RetryPolicy.from_settings(self.settings),
+                    random=random,
+                )
             )
             self._clock = clock
             models_route = self.settings.models_route
@@ -324,23 +317,13 @@ class ModelRouter:
             elif prepared is not None:
                 plan, request, facts = prepared
                 del prepared
-                # From here upstreams are involved: a client that leaves cancels the work.
-                # asyncio: the listener starts only if the request is still going after a tick
-                # (disconnect.py) and is cancelled, not awaited, at the end. An anyio task group
-                # (the trio spelling, _watched) does the same at ~10x the cost on uvloop.
-                # A hedged plan races in an anyio task group, which must see the client leaving
-                # as its parent scope's cancellation (a bare Task.cancel() would be taken for the
-                # group's own and swallowed): it gets an anyio scope, as does a transport that
-                # needs anyio's; every other request the cheaper TaskScope.
-                loop = running_loop()
-                if loop is None:
-                    await self._watched(exchange, plan, request, facts)
-                else:
-                    with watching(loop, self._loop.native_cancel and not plan.hedged, exchange):
-                        # The attempts are awaited from this frame, _respond only once they are
-                        # decided: one coroutine frame fewer held while an upstream is awaited.
-                        result = await self._attempts(exchange, plan, request, facts)
-                        await self._respond(exchange, plan, request, facts, result)
+                # From here upstreams are involved: a client that leaves cancels the work. The
+                # listener starts only if the request is still going after WATCH_AFTER
+                # (disconnect.py). The attempts are awaited from this frame, _respond only once
+                # they are decided: one coroutine frame fewer held while an upstream is awaited.
+                with ListeningScope(exchange):
+                    result = await self._attempts(exchange, plan, request, facts)
+                    await self._respond(exchange, plan, request, facts, result)
                 if exchange.disconnected:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
@@ -482,16 +465,6 @@ class ModelRouter:
         record.plan = plan.labels
         return plan, request, facts
 
-    async def _watched(self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts) -> None:
-        """:meth:`_respond`, cancelled at once if the client disconnects meanwhile: the structured
-        spelling, for anyio backends other than asyncio (trio)."""
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(exchange.watch_disconnect, tasks.cancel_scope)
-            result = await self._attempts(exchange, plan, request, facts)
-            await self._respond(exchange, plan, request, facts, result)
-            exchange.finished = True
-            tasks.cancel_scope.cancel()
-
     def _note_abort(self, record: RequestRecord) -> None:
         if record.in_flight is not None:
             candidate, since = record.in_flight
@@ -565,9 +538,7 @@ class ModelRouter:
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
-            relay = relay_stream(
-                exchange.send, result, headers, self._clock, tail, record, exchange.complete, self._loop.native_cancel
-            )
+            relay = relay_stream(exchange.send, result, headers, self._clock, tail, record, exchange.complete)
             del headers, upstream_headers  # the relay drops them once the start is sent
             outcome = await relay
             record.in_flight = None

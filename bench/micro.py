@@ -152,8 +152,8 @@ async def _router_loop(stream: bool, count: int) -> float:
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
-    router = ModelRouter(host, settings=settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp"))
-    router._loop._transport = _MemoryTransport(stream)
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp")
+    router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     never = asyncio.Event()

@@ -10,6 +10,7 @@ them). A failure of the router's own client is the router's error, never the ups
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 from collections.abc import AsyncIterator
@@ -116,12 +117,12 @@ async def _own_client_broken(upstream: MockUpstream, broken: object, stream: boo
     the first failure counted against it, then one over the working transport."""
     groups = {"g": {"members": ["mock/ok", "mock2/ok"]}}
     async with routed_router(upstream, groups=groups, breaker={"consecutive_failures": 1}) as (client, router):
-        working = router._loop._transport
-        router._loop._transport = broken  # type: ignore[assignment]
+        working = router._loop.context.transport
+        router._loop.context = dataclasses.replace(router._loop.context, transport=broken)
         answer = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g", "stream": stream})
         breakers = [router.state.breaker(key) for key in ("mock/ok", "mock")]
         latency, in_flight = router.state.latency("mock/ok"), router.state.in_flight("mock/ok")
-        router._loop._transport = working
+        router._loop.context = dataclasses.replace(router._loop.context, transport=working)
         after = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g"})
     return _Broken(answer, breakers, latency, in_flight, after)
 

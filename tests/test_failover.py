@@ -306,9 +306,9 @@ async def test_a_failure_body_the_router_cannot_read_still_fails_over_by_its_sta
         raise RuntimeError("a parser bug")
 
     # Whatever reads a failure's body and headers may have a bug: the status alone still decides.
-    monkeypatch.setattr("asgi_router.attempts.loop.retry_hint", broken)
-    monkeypatch.setattr("asgi_router.attempts.loop.refine_rate_limited", broken)
-    monkeypatch.setattr("asgi_router.attempts.loop.refine_client_error", broken)
+    monkeypatch.setattr("asgi_router.attempts.call.retry_hint", broken)
+    monkeypatch.setattr("asgi_router.attempts.call.refine_rate_limited", broken)
+    monkeypatch.setattr("asgi_router.attempts.call.refine_client_error", broken)
     async with routed(upstream, refused_url, groups={"g": {"members": [model, "mock2/ok"]}}) as client:
         response = await chat(client, "group/g")
     if model == "mock/ctx-exceeded":  # unread, a 400 is the request's fault: passed through, not a 502

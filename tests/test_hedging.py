@@ -179,7 +179,9 @@ async def test_a_loser_that_commits_at_the_same_moment_is_closed_not_leaked(upst
     transport = _GatedTransport()
     with request_records() as records:
         async with router_client(upstream, **_hedged(["mock/a", "mock2/b"], hedge_after=0.05)) as (client, router):
-            router._loop._transport = transport
+            router._loop.__setattr__(
+                "context", __import__("dataclasses").replace(router._loop.context, transport=transport)
+            )
             responses: list[httpx2.Response] = []
 
             async def ask() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -147,7 +148,7 @@ async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(se
             providers=grouped.providers, groups={"g": {"members": ["mock/ok", "mock2/ok"]}}, allow_unauthenticated=True
         ),
     )
-    router._loop._transport = Exploding()  # type: ignore[assignment]
+    router._loop.context = dataclasses.replace(router._loop.context, transport=Exploding())
     async with (
         LifespanManager(router),
         httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client,

@@ -8,6 +8,7 @@ scripted transport (no sockets), so one router serves every example.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import string
@@ -302,7 +303,7 @@ def test_relay_sends_any_split_of_any_sse_stream_byte_exact_and_unregrouped(
 ) -> None:
     stream, chunks = case
     transport = _ScriptedTransport(_Scripted(200, b"text/event-stream", chunks))
-    router._loop._transport = transport
+    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
     request = json.dumps({"model": "mock/x", "stream": True, "messages": []}).encode()
     sent = anyio.run(_drive, router, request, _JSON)
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
@@ -336,7 +337,12 @@ def test_any_request_gets_an_openai_shaped_answer_never_a_500_or_a_traceback(
     router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
     completion = json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode()
-    router._loop._transport = _ScriptedTransport(_Scripted(200, b"application/json", [completion]))
+    router._loop.__setattr__(
+        "context",
+        __import__("dataclasses").replace(
+            router._loop.context, transport=_ScriptedTransport(_Scripted(200, b"application/json", [completion]))
+        ),
+    )
     sent = anyio.run(_drive, router, body, headers)
     status = sent[0]["status"]
     payload = b"".join(message.get("body", b"") for message in sent[1:])
@@ -389,7 +395,7 @@ def _drive_to_json_upstream(router: ModelRouter, body: bytes) -> tuple[list[dict
     """One JSON request through ``router`` to an upstream answering ``{}``: what was sent back,
     and the transport (what reached the upstream)."""
     transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
-    router._loop._transport = transport
+    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
     return anyio.run(_drive, router, body, _JSON), transport
 
 

@@ -9,6 +9,7 @@ reaches it through an exception message.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -109,7 +110,7 @@ async def test_transport_exception_carrying_the_key_is_logged_scrubbed_and_never
 
     caplog.set_level(logging.ERROR, logger="asgi_router")
     router = ModelRouter(host_app(), settings=settings)
-    router._loop._transport = Leaky()
+    router._loop.context = dataclasses.replace(router._loop.context, transport=Leaky())
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client:
         response = await client.post("/v1/chat/completions", json={"model": "mock/ok", "messages": []})
     assert response.status_code == 500  # the router's own failure (router_error)

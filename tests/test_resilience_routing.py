@@ -128,7 +128,9 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
 
     groups = {"h": {"members": ["mock/a", "mock2/b"], "hedge_after": 0.05}}
     async with routed_router(upstream, groups=groups) as (_, router):
-        router._loop._transport = Transport()  # type: ignore[assignment]
+        router._loop.__setattr__(
+            "context", __import__("dataclasses").replace(router._loop.context, transport=Transport())
+        )
         body = json.dumps({"model": "group/h", "stream": True, "messages": []}).encode()
         leave = anyio.Event()
         sent = SentMessages()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -235,7 +236,7 @@ class _EndlessTransport:
 async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings: RouterSettings) -> None:
     router = ModelRouter(host_app(), settings=settings)
     transport = _EndlessTransport()
-    router._loop._transport = transport  # type: ignore[assignment]
+    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
     gate = anyio.Event()
     sent: list[dict[str, Any]] = []
     request = json.dumps(body("mock/ok")).encode()

@@ -26,50 +26,24 @@ Rules, all chosen for predictable cost:
   open breaker, :meth:`AttemptLoop.run` tries the oldest one after the race, as for any plan.
 
 The steps themselves (admit, call, event, account) are :class:`RequestAttempts`' own, shared with
-the plain loop; this module only decides *when* to start them and which result wins.
+the plain loop; this module only decides *when* to start them and which result wins. Each racer
+is an asyncio task of its own, so that a loser can be cancelled alone; every racer is waited for
+before the race returns (or re-raises, when the client left), so none outlives its request.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-import anyio
-from anyio.abc import TaskGroup
-
+from asgi_router.attempts.outcomes import Attempted, Committed, Ready, Refused
+from asgi_router.attempts.steps import RequestAttempts
+from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.policy import GroupPolicy
 
-if TYPE_CHECKING:
-    from asgi_router.attempts.outcomes import Attempted, Committed, Ready, Refused
-    from asgi_router.attempts.steps import RequestAttempts
-    from asgi_router.core.errors import RouterError
-
 __all__ = ["race"]
-
-
-class _Inbox:
-    """Finished attempts, in order. A deque rather than a memory stream: a wait that is
-    cancelled (the hedge timer, the client leaving) can never lose a result, so a committed
-    response that nobody picked up is still there to be closed."""
-
-    __slots__ = ("_wake", "items")
-
-    def __init__(self) -> None:
-        self.items: deque[tuple[Ready, Attempted]] = deque()
-        self._wake = anyio.Event()
-
-    def put(self, ready: Ready, result: Attempted) -> None:
-        self.items.append((ready, result))
-        self._wake.set()
-
-    async def wait(self) -> None:
-        """Return once an item is in (at once when one is)."""
-        while not self.items:
-            await self._wake.wait()
-            self._wake = anyio.Event()
 
 
 async def race(
@@ -83,69 +57,77 @@ async def race(
     hedge_after = policy.hedge_after
     stats.earn_hedge_credit(policy.name, policy.hedge_budget)
     waiting = list(attempts.plan.candidates)
-    inbox = _Inbox()
-    running: dict[Ready, anyio.CancelScope] = {}
+    running: dict[asyncio.Task[Attempted], Ready] = {}
     launched: dict[Ready, float] = {}
     decided: Committed | Refused | RouterError | None = None
     hedged = False
 
-    async def run_one(ready: Ready, scope: anyio.CancelScope) -> None:
-        with scope:
-            inbox.put(ready, await attempts.attempt(ready))
-
-    def start_next(tasks: TaskGroup) -> bool:
+    def start_next() -> bool:
         while waiting:
             ready = attempts.prepare(waiting.pop(0))
             if ready is not None:
-                running[ready] = anyio.CancelScope()
                 launched[ready] = clock()
-                tasks.start_soon(run_one, ready, running[ready])
+                running[asyncio.ensure_future(attempts.attempt(ready))] = ready
                 return True
         return False
 
-    async def discard_all(reason: Reason) -> None:
-        """Event every attempt still counted as running; close results that came in too late."""
-        with anyio.CancelScope(shield=True):
-            while inbox.items:
-                ready, result = inbox.items.popleft()
-                del running[ready]
-                await attempts.discard(ready, result, reason)
-            for ready in running:
-                await attempts.discard(ready, None, reason)
-
     try:
-        async with anyio.create_task_group() as tasks:
-            start_next(tasks)
-            while running:
-                if not hedged and len(running) == 1 and waiting:
-                    (current,) = running
-                    with anyio.move_on_after(max(0.0, launched[current] + hedge_after - clock())):
-                        await inbox.wait()
-                    if not inbox.items:
-                        hedged = True  # one chance per request, taken or refused by the budget
-                        if policy.hedge_budget > 0 and stats.spend_hedge_credit(policy.name):
-                            if not start_next(tasks):
-                                stats.earn_hedge_credit(policy.name, 1.0)  # nothing left to race
-                        continue
-                else:
-                    await inbox.wait()
-                ready, result = inbox.items.popleft()
-                del running[ready]
+        start_next()
+        while running:
+            timeout: float | None = None
+            if not hedged and len(running) == 1 and waiting:
+                (current,) = running.values()
+                timeout = max(0.0, launched[current] + hedge_after - clock())
+            done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                hedged = True  # one chance per request, taken or refused by the budget
+                if policy.hedge_budget > 0 and stats.spend_hedge_credit(policy.name):
+                    if not start_next():
+                        stats.earn_hedge_credit(policy.name, 1.0)  # nothing left to race
+                continue
+            for task in _in_launch_order(done, running):
+                ready = running.pop(task)
+                result = task.result()
+                if decided is not None:  # finished in the same turn as the winner: it lost
+                    await attempts.discard(ready, result, "hedge_lost")
+                    continue
                 decided = attempts.settle(ready, result)
-                if decided is not None:
-                    break
-                if not running:
-                    start_next(tasks)
-            for ready, scope in running.items():
-                ready.cancel_reason = "hedge_lost"
-                scope.cancel()
-            # leaving the task group waits for the losers' clean-up: their connections close
+            if decided is not None:
+                break
+            if not running:
+                start_next()
+        await _stop(attempts, running, "hedge_lost")
     except BaseException:
-        # The client left (or the router failed): every attempt still running was cancelled,
-        # and a winner chosen meanwhile will never be sent.
-        await discard_all("client_disconnected")
+        # The client left (or the router failed): every racer is cancelled and waited for, and
+        # a winner chosen meanwhile will never be sent.
+        await _stop(attempts, running, "client_disconnected")
         await attempts.abandon(decided)
         attempts.record.in_flight = None
         raise
-    await discard_all("hedge_lost")
     return decided
+
+
+def _in_launch_order(
+    done: set[asyncio.Task[Attempted]], running: dict[asyncio.Task[Attempted], Ready]
+) -> list[asyncio.Task[Attempted]]:
+    """The finished racers in the order they were started (``running`` keeps that order)."""
+    return [task for task in running if task in done]
+
+
+async def _stop(attempts: RequestAttempts, running: dict[asyncio.Task[Attempted], Ready], reason: Reason) -> None:
+    """Cancel every racer still running, wait for each to end (its response closed, its
+    connection released), and event it as given up with ``reason``: one that finished anyway
+    before its cancellation landed is discarded with its result (a committed response closed).
+    A racer is forgotten only once discarded, so a second call (the client left while the first
+    waited) finishes the job."""
+    if not running:
+        return
+    for task, ready in running.items():
+        if not task.cancelling():  # a first call cancelled it already: let its clean-up finish
+            ready.cancel_reason = reason
+            task.cancel()
+    # Shielded: the racers' clean-up must finish even if this task is cancelled once more.
+    await asyncio.shield(asyncio.wait(list(running)))
+    for task, ready in list(running.items()):
+        del running[task]
+        await attempts.discard(ready, None if task.cancelled() else task.result(), reason)

@@ -10,20 +10,23 @@ plain loop in :meth:`~asgi_router.attempts.loop.AttemptLoop.run`, or the hedging
   ``deadline`` is reached; the :class:`~asgi_router.attempts.bookkeeping.Bookkeeper`'s
   ``context_window`` and ``over_budget``; then the :class:`~asgi_router.resilience.gate.Gate`'s
   ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
-* :meth:`~RequestAttempts.attempt` calls it (the lease learns when the upstream answered).
+* :meth:`~RequestAttempts.attempt` calls it (``call.py``; the lease learns when the upstream
+  answered), and accounts for a call that was cancelled (the client left, a lost hedge race).
 * :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
   stream's lease is finished by the relay's end, so late failures count), events and accounts
   for the result, and says whether the pass is decided.
 
 It lives apart from the loop so that each reads as one job: the loop decides the order and the
-retries; this class does and records each step.
+retries; this class does and records each step. Both read the router's parts from one public
+:class:`~asgi_router.attempts.context.AttemptContext`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
+from asgi_router.attempts.call import call
+from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
 from asgi_router.attempts.wire import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -39,9 +42,6 @@ from asgi_router.routing.plan import Plan
 from asgi_router.transports.base import close_response
 from asgi_router.transports.request_headers import request_headers_for_upstream
 
-if TYPE_CHECKING:
-    from asgi_router.attempts.loop import AttemptLoop
-
 __all__ = ["RequestAttempts"]
 
 
@@ -55,8 +55,8 @@ class RequestAttempts:
     """
 
     __slots__ = (
+        "_context",
         "_inbound",
-        "_loop",
         "_open_skips",
         "_route",
         "_stream",
@@ -65,6 +65,7 @@ class RequestAttempts:
         "attempts",
         "deadline",
         "facts",
+        "failover_on",
         "plan",
         "record",
         "stopped",
@@ -72,7 +73,7 @@ class RequestAttempts:
 
     def __init__(
         self,
-        loop: AttemptLoop,
+        context: AttemptContext,
         plan: Plan,
         request: InboundRequest,
         route: str,
@@ -81,8 +82,10 @@ class RequestAttempts:
         facts: RequestFacts,
         deadline: float,
     ) -> None:
-        self._loop = loop
+        self._context = context
         self.plan = plan
+        #: The reasons that move on to the next candidate (the group's, or the default).
+        self.failover_on = plan.failover_on
         # Each candidate's body: the client's bytes with the model spliced in where the parse
         # located it, else the payload serialised once (wire.py).
         span = request.model_span
@@ -112,23 +115,23 @@ class RequestAttempts:
         """
         if self.stopped:
             return None
-        loop = self._loop
+        context = self._context
         key = candidate.key
-        provider = loop._providers.get(candidate.provider)
+        provider = context.providers.get(candidate.provider)
         if provider is None or not provider.configured:
             unset = provider.missing_key_env if provider is not None else None
             self.skip(key, Skip("provider_not_configured", detail=f"{unset} is not set" if unset else None))
             return None
-        if self.attempts >= loop._policy.max_attempts or loop._clock() >= self.deadline:
+        if self.attempts >= context.policy.max_attempts or context.clock() >= self.deadline:
             self.skip(key, Skip("budget_exhausted"))
             self.stopped = True
             return None
         body = self._wire.for_model(candidate.model_id)
         if not self._wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
             raise AssertionError(f"target guard: wire body does not name {candidate}")
-        admitted: Skip | Lease | None = loop._book.admit(key, self.plan.policy, self.facts)
+        admitted: Skip | Lease | None = context.book.admit(key, self.plan.policy, self.facts)
         if admitted is None:
-            admitted = loop._gate.enter(candidate, force=force)
+            admitted = context.gate.enter(candidate, force=force)
         if isinstance(admitted, Skip):
             self.skip(key, admitted)
             if admitted.opened_at is not None and not retry:
@@ -138,31 +141,32 @@ class RequestAttempts:
             return None
         return Ready(candidate, key, provider, body, admitted)
 
-    def attempt(self, ready: Ready) -> Coroutine[Any, Any, Attempted]:
-        """Call ``ready``'s upstream: count the attempt, and return the call to await.
-
-        The call is :meth:`AttemptLoop._attempt <asgi_router.attempts.loop.AttemptLoop._attempt>`
-        itself, not a coroutine of this class around it: one frame fewer for every request, held
-        as long as the upstream takes to answer. It reports a cancellation back through
-        :meth:`aborted`.
-        """
-        loop = self._loop
+    async def attempt(self, ready: Ready) -> Attempted:
+        """Call ``ready``'s upstream and count the attempt; a cancelled call is accounted for
+        (:meth:`aborted`) before the cancellation goes on."""
+        context = self._context
         self.attempts += 1
-        ready.started = loop._clock()
+        ready.started = context.clock()
         self.record.in_flight = (ready.key, ready.started)
-        loop._book.started(ready.key, self.facts)
-        return loop._attempt(
-            ready,
-            ready.provider.urls[self._route],
-            request_headers_for_upstream(
-                self._inbound, ready.provider.headers, self.record.request_id, ready.provider.forward
-            ),
-            self._stream,
-            self.plan.failover_on,
-            self.attempts,
-            self.deadline,
-            self,
+        context.book.started(ready.key, self.facts)
+        provider = ready.provider
+        headers = request_headers_for_upstream(
+            self._inbound, provider.headers, self.record.request_id, provider.forward
         )
+        try:
+            return await call(
+                context,
+                ready,
+                provider.urls[self._route],
+                headers,
+                self._stream,
+                self.failover_on,
+                self.attempts,
+                self.deadline,
+            )
+        except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
+            self.aborted(ready)
+            raise
 
     def _landed(self, ready: Ready) -> None:
         """``ready``'s call is over: it is no longer the request's attempt in flight."""
@@ -172,19 +176,18 @@ class RequestAttempts:
 
     def aborted(self, ready: Ready) -> None:
         """``ready``'s call was cancelled (the client left, or it lost a hedge race): account for it."""
-        loop = self._loop
-        elapsed = loop._clock() - ready.started
+        elapsed = self._context.clock() - ready.started
         ready.lease.finish(ready.cancel_reason)
-        loop._book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
+        self._context.book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
 
     def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
         """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
-        loop = self._loop
+        book = self._context.book
         self._landed(ready)
-        elapsed = loop._clock() - ready.started
+        elapsed = self._context.clock() - ready.started
         if isinstance(result, Committed):
             result.attempts = self.attempts
-            loop._book.committed(ready.key, result.ttfb)
+            book.committed(ready.key, result.ttfb)
             if self._stream:
                 result.lease = ready.lease  # finished by the relay's end (ModelRouter._note_served)
             else:
@@ -193,7 +196,7 @@ class RequestAttempts:
         ready.lease.finish(result.reason)
         if isinstance(result, Refused):
             result.attempts = self.attempts
-            loop._book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
+            book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
             self.record.events.append(
                 AttemptEvent(
                     self.record.request_id,
@@ -207,13 +210,13 @@ class RequestAttempts:
                 )
             )
             return result
-        loop._book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
+        book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
         self._note(ready.key, "failed", result, elapsed)
         if result.fatal:
             summaries = self._summaries or []
             lines = "\n".join(summary.line() for summary in summaries)
             return RouterError(500, "router_error", lines, tuple(summaries))
-        if result.reason not in self.plan.failover_on:
+        if result.reason not in self.failover_on:
             # A group that does not fail over on this reason (say, timeouts) stops here; with
             # no response to pass through, the client gets the plan's error so far.
             return self.exhausted()
@@ -225,7 +228,7 @@ class RequestAttempts:
         Only reasons in ``retry_on`` are retried; the upstream's hint replaces the backoff, a
         hint over ``max_retry_wait`` is not waited, and no wait may outrun the deadline.
         """
-        policy = self._loop._policy
+        policy = self._context.policy
         if not isinstance(result, Failed) or result.fatal or result.reason not in policy.retry_on:
             return None
         return retry_wait(
@@ -233,8 +236,8 @@ class RequestAttempts:
             retry,
             backoff=policy.backoff,
             max_retry_wait=policy.max_retry_wait,
-            remaining=self.deadline - self._loop._clock(),
-            random=self._loop._random,
+            remaining=self.deadline - self._context.clock(),
+            random=self._context.random,
         )
 
     async def discard(self, ready: Ready, result: Attempted | None, reason: Reason) -> None:
@@ -248,9 +251,9 @@ class RequestAttempts:
         """
         ready.lease.finish(reason)
         self._landed(ready)
-        elapsed = self._loop._clock() - ready.started
+        elapsed = self._context.clock() - ready.started
         if result is not None:
-            self._loop._book.failed(ready.key, self.facts, reason, elapsed, 0.0)
+            self._context.book.failed(ready.key, self.facts, reason, elapsed, 0.0)
             if isinstance(result, Committed):
                 closing = close_response(result.response)
                 if closing is not None:
@@ -268,11 +271,11 @@ class RequestAttempts:
         key = str(decided.candidate)
         if decided.lease is not None:
             decided.lease.finish("client_disconnected")
-        self._loop._book.finished(key, self.facts, None)
+        self._context.book.finished(key, self.facts, None)
         closing = close_response(decided.response)
         if closing is not None:
             await closing
-        elapsed = self._loop._clock() - decided.started
+        elapsed = self._context.clock() - decided.started
         self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
 
     def oldest_open(self) -> Candidate | None:

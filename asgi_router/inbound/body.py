@@ -15,15 +15,12 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
-from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
-from types import CoroutineType, coroutine
 from typing import Any, Final
 
-from starlette.types import Message, Receive, Scope
+from starlette.types import Receive, Scope
 
-from asgi_router.core.deadlines import new_scope, watchdog_for
+from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
 from asgi_router.core.header_names import is_sane_request_id
 from asgi_router.inbound.safejson import JsonRefused, Span, loads_with_span
@@ -123,100 +120,31 @@ async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: floa
     """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
     has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
 
-    The deadline is a cancel scope and its watchdog, as for upstream reads: on asyncio a
-    :class:`~asgi_router.core.deadlines.TaskScope`, its own watchdog (it tells its own cancellation
-    from anyone else's by ``Task.uncancel`` as ``asyncio.timeout`` does, so the server
-    cancelling the request still propagates) on the loop's one coarse timer; on other anyio
-    backends an anyio scope and its deadline.
-
-    Most bodies need no deadline at all: a small request arrives with its headers, so the
-    server already holds the whole body when the app is called and ``receive()`` returns it
-    without ever suspending. :func:`_begin` finds that out by taking the first step of
-    ``receive()`` by hand; only a receive that has to wait (a body still on its way) goes on
-    under the deadline, from where it stopped (:func:`_resume`).
+    The time limit is a :class:`~asgi_router.core.deadlines.Deadline`, as for upstream reads: it
+    tells its own cancellation from anyone else's, so the server cancelling the request still
+    propagates. A client that leaves mid-body is :class:`ClientGone`: there is no one to answer.
     """
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
-    started = time.monotonic()
-    first = _begin(receive)
-    if not isinstance(first, _Waiting) and first["type"] == "http.request" and not first.get("more_body", False):
-        body: bytes = first.get("body", b"")
-        return body if len(body) <= limit else _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    with new_scope(native=True) as deadline:
-        watchdog = watchdog_for(deadline)
+    with Deadline() as deadline:
         if time_limit != math.inf:
-            watchdog.arm(time_limit - (time.monotonic() - started))
-        try:
-            message = await first.rest if isinstance(first, _Waiting) else first
-            while True:
-                if message["type"] == "http.disconnect":
-                    raise ClientGone
-                chunk: bytes = message.get("body", b"")
-                if chunk:
-                    size += len(chunk)
-                    if size > limit:
-                        return _too_large(limit)
-                    chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                message = await receive()
-        finally:
-            watchdog.close()
-    return _timed_out(time_limit)  # only reached when the watchdog cancelled the read
-
-
-class _Waiting:
-    """A ``receive()`` that has to wait: what is left of it, to await under the deadline."""
-
-    __slots__ = ("rest",)
-
-    def __init__(self, rest: Awaitable[Message]) -> None:
-        self.rest = rest
-
-
-def _begin(receive: Receive) -> Message | _Waiting:
-    """``receive()``'s first step, taken by hand: the message if it needed no waiting.
-
-    Only a coroutine (what servers' ``receive`` is) is stepped; any other awaitable (a future,
-    say) is left whole, to be awaited under the deadline as it is.
-    """
-    awaitable = receive()
-    if type(awaitable) is not CoroutineType:
-        return _Waiting(awaitable)
-    try:
-        waits_on = awaitable.send(None)
-    except StopIteration as done:
-        message: Message = done.value
-        return message
-    return _Waiting(_resume(awaitable, waits_on))
-
-
-@coroutine
-def _resume(rest: Coroutine[Any, Any, Message], waits_on: object) -> Generator[Any, Any, Message]:
-    """Await the rest of a ``receive()`` that :func:`_begin` started: hand what it waits on to
-    the task (an asyncio future, a trio trap: whatever the running library yielded), then pass
-    results, exceptions (a cancellation) and closing through, as ``await`` would have."""
-    while True:
-        try:
-            sent = yield waits_on
-        except GeneratorExit:
-            rest.close()
-            raise
-        except BaseException as exc:
-            try:
-                waits_on = rest.throw(exc)
-            except StopIteration as done:
-                message: Message = done.value
-                return message
-        else:
-            try:
-                waits_on = rest.send(sent)
-            except StopIteration as done:
-                message = done.value
-                return message
+            deadline.arm(time_limit)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    return _too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return _timed_out(time_limit)  # only reached when the deadline ended the block
 
 
 def _timed_out(time_limit: float) -> RouterError:

@@ -29,7 +29,7 @@ from starlette.types import Send
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import Tail
 from asgi_router.core.classify import UnrecognisedFailure, classify_exception
-from asgi_router.core.deadlines import new_scope, watchdog_for
+from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import stream_error_event
 from asgi_router.core.reasons import Reason
 from asgi_router.observability.events import RequestRecord, logger
@@ -72,14 +72,12 @@ async def relay_stream(
     tail: Tail | None = None,
     record: RequestRecord | None = None,
     complete: Callable[[], None] | None = None,
-    native_cancel: bool = False,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
     ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
     so the request's log line says how much it did receive. ``complete`` is called once the
-    response's last message has been sent (a disconnect after it is no abort). ``native_cancel``
-    picks the relay's cancel scope (see :func:`~asgi_router.core.deadlines.new_scope`).
+    response's last message has been sent (a disconnect after it is no abort).
     """
     response = committed.response
     chunks = response.chunks
@@ -96,29 +94,25 @@ async def relay_stream(
             if tail is not None:
                 tail.add(last)
             failure: Exception | None = None
-            # One scope for the whole relay; the watchdog cancels it when a read overruns.
-            with new_scope(native_cancel) as scope:
-                watchdog = watchdog_for(scope)
-                try:
-                    while True:
-                        watchdog.arm(min(idle, deadline - clock()))
-                        try:
-                            chunk = await chunks.__anext__()  # no anext() wrapper held while idle
-                        except StopAsyncIteration:
-                            break
-                        except Exception as exc:
-                            failure = exc
-                            break
-                        watchdog.disarm()  # a slow client is backpressure, not upstream idleness
-                        if chunk:
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                            sent += len(chunk)
-                            last = chunk
-                            if tail is not None:
-                                tail.add(chunk)
-                finally:
-                    watchdog.close()
-            if failure is not None or scope.cancelled_caught:
+            # One deadline scope for the whole relay, armed per read (core/deadlines.py).
+            with Deadline() as scope:
+                while True:
+                    scope.arm(min(idle, deadline - clock()))
+                    try:
+                        chunk = await chunks.__anext__()  # no anext() wrapper held while idle
+                    except StopAsyncIteration:
+                        break
+                    except Exception as exc:
+                        failure = exc
+                        break
+                    scope.disarm()  # a slow client is backpressure, not upstream idleness
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                        sent += len(chunk)
+                        last = chunk
+                        if tail is not None:
+                            tail.add(chunk)
+            if failure is not None or scope.expired:
                 reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
                 detail = (
                     "the router failed; see the server log"

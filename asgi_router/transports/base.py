@@ -20,10 +20,9 @@ request path only looks things up.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Protocol
-
-import anyio
 
 from asgi_router.transports.provider import ProviderRuntime
 
@@ -68,8 +67,9 @@ def close_response(response: UpstreamResponse) -> Awaitable[None] | None:
 
 
 async def _close_shielded(response: UpstreamResponse) -> None:
-    with anyio.CancelScope(shield=True):
-        await response.aclose()
+    # A task of its own, shielded: a second cancellation of the caller (the client leaving while a
+    # lost hedge closes) stops the wait, never the close itself.
+    await asyncio.shield(asyncio.ensure_future(response.aclose()))
 
 
 class Transport(Protocol):

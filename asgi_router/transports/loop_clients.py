@@ -15,9 +15,7 @@ own, made on that loop's first request (or on lifespan startup), and closed eith
   client session" is left for the garbage collector to warn about.
 
 The table belongs to the transport, so to one router: nothing process-wide outlives it, and a
-loop is referenced only while its client is open. Under another anyio backend (trio) a run is
-told apart by a token kept in an ``anyio.lowlevel.RunVar``; there is no keeper there, so a
-client is closed by lifespan shutdown only.
+loop is referenced only while its client is open.
 """
 
 from __future__ import annotations
@@ -26,9 +24,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from anyio.lowlevel import RunVar
-
-from asgi_router.core.deadlines import running_loop
 from asgi_router.observability.events import logger
 
 __all__ = ["LoopClients"]
@@ -37,12 +32,12 @@ C = TypeVar("C")
 
 
 class _Held(Generic[C]):
-    """A client, the loop (or run token) it belongs to, and the task that closes it at loop end."""
+    """A client, the loop it belongs to, and the task that closes it at loop end."""
 
-    __slots__ = ("client", "keeper", "key")
+    __slots__ = ("client", "keeper", "loop")
 
-    def __init__(self, key: object, client: C) -> None:
-        self.key = key
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: C) -> None:
+        self.loop = loop
         self.client = client
         self.keeper: asyncio.Task[None] | None = None
 
@@ -54,7 +49,7 @@ class LoopClients(Generic[C]):
     whether one was closed (by anyone): a closed client is replaced on the next request.
     """
 
-    __slots__ = ("_clients", "_close", "_is_closed", "_last", "_open", "_run_key")
+    __slots__ = ("_clients", "_close", "_is_closed", "_last", "_open")
 
     def __init__(
         self, open: Callable[[], C], close: Callable[[C], Awaitable[None]], is_closed: Callable[[C], bool]
@@ -62,20 +57,18 @@ class LoopClients(Generic[C]):
         self._open = open
         self._close = close
         self._is_closed = is_closed
-        self._clients: dict[object, _Held[C]] = {}
+        self._clients: dict[asyncio.AbstractEventLoop, _Held[C]] = {}
         #: The client used last: nearly every request runs on the same loop as the one before.
         self._last: _Held[C] | None = None
-        self._run_key: RunVar[object] = RunVar("asgi_router.transports.loop_clients")
 
     def current(self) -> C:
         """The running loop's client, made (with its keeper) if it has none or it was closed."""
-        loop = running_loop()
-        key = loop if loop is not None else self._other_run()
+        loop = asyncio.get_running_loop()
         held = self._last
-        if held is None or held.key is not key or self._is_closed(held.client):
-            held = self._clients.get(key)
+        if held is None or held.loop is not loop or self._is_closed(held.client):
+            held = self._clients.get(loop)
             if held is None or self._is_closed(held.client):
-                held = self._add(key, loop)
+                held = self._add(loop)
             self._last = held
         return held.client
 
@@ -85,36 +78,26 @@ class LoopClients(Generic[C]):
 
     async def aclose(self) -> None:
         """Close the running loop's client, if it has one (lifespan shutdown)."""
-        loop = running_loop()
-        held = self._clients.get(loop if loop is not None else self._other_run())
+        held = self._clients.get(asyncio.get_running_loop())
         if held is not None:
             if held.keeper is not None:
                 held.keeper.cancel()  # it finds its client gone and does nothing
             await self._release(held)
 
-    def _other_run(self) -> object:
-        """A token of the running anyio run, off asyncio (trio): one object per run."""
-        key = self._run_key.get(None)
-        if key is None:
-            key = object()
-            self._run_key.set(key)
-        return key
-
-    def _add(self, key: object, loop: asyncio.AbstractEventLoop | None) -> _Held[C]:
+    def _add(self, loop: asyncio.AbstractEventLoop) -> _Held[C]:
         # Forget clients of loops that were closed without ending their tasks (nothing to await
         # on them any more): a loop is not kept alive by a router it once called.
         for stale_key, stale in list(self._clients.items()):
-            if isinstance(stale_key, asyncio.AbstractEventLoop) and stale_key.is_closed():
+            if stale_key.is_closed():
                 del self._clients[stale_key]
                 if self._last is stale:
                     self._last = None
-        replaced = self._clients.get(key)
+        replaced = self._clients.get(loop)
         if replaced is not None and replaced.keeper is not None:
             replaced.keeper.cancel()  # its client was closed by someone else: nothing left to do
-        held = _Held(key, self._open())
-        self._clients[key] = held
-        if loop is not None:
-            held.keeper = loop.create_task(self._keep(held), name="asgi_router upstream client keeper")
+        held = _Held(loop, self._open())
+        self._clients[loop] = held
+        held.keeper = loop.create_task(self._keep(held), name="asgi_router upstream client keeper")
         return held
 
     async def _keep(self, held: _Held[C]) -> None:
@@ -122,12 +105,12 @@ class LoopClients(Generic[C]):
         try:
             await asyncio.get_running_loop().create_future()  # never done: only cancelled
         finally:
-            if self._clients.get(held.key) is held:  # not closed by aclose() meanwhile
+            if self._clients.get(held.loop) is held:  # not closed by aclose() meanwhile
                 await self._release(held)
 
     async def _release(self, held: _Held[C]) -> None:
-        if self._clients.get(held.key) is held:
-            del self._clients[held.key]
+        if self._clients.get(held.loop) is held:
+            del self._clients[held.loop]
         if self._last is held:
             self._last = None
         try:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import anyio
-import pytest
 
-from asgi_router.transports import loop_clients
 from asgi_router.transports.loop_clients import LoopClients
 
 
@@ -61,16 +59,3 @@ def test_aclose_closes_the_running_loops_client_and_the_next_call_opens_another(
 
     assert asyncio.run(use()) == [0, 1, 2]
     assert all(client.closed for client in maker.made)
-
-
-def test_off_asyncio_each_run_is_told_apart_by_its_run_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    # As under trio: no asyncio loop to key on or to hang a closing task on.
-    monkeypatch.setattr(loop_clients, "running_loop", lambda: None)
-    clients, maker = _clients()
-
-    async def use() -> int:
-        assert clients.current() is clients.current()
-        return clients.current().number
-
-    assert [anyio.run(use), anyio.run(use)] == [0, 1]
-    assert [client.closed for client in maker.made] == [False, False]  # lifespan shutdown's job

@@ -1,8 +1,7 @@
-"""read_body: a body already in the server's hands needs no deadline; one still arriving gets one.
+"""read_body: the whole body under the body's deadline, whether the server holds it already or not.
 
-The first ``receive()`` is stepped by hand (``_begin``): these pin that a receive which does not
-suspend is read with no cancel scope at all, and that one which does is awaited to the end as
-``await`` would (its result, its exceptions, a cancellation), under the body's deadline.
+These pin that every ``receive()`` is awaited as ``await`` would (its result, its exceptions, a
+cancellation), that a body which does not arrive in time is a 408, and the size cap a 413.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any
 
 import pytest
 
-import asgi_router.inbound.body as inbound
 from asgi_router.core.errors import RouterError
 from asgi_router.inbound.body import ClientGone, read_body
 
@@ -25,16 +23,17 @@ def _request(body: bytes, more: bool = False) -> dict[str, Any]:
     return {"type": "http.request", "body": body, "more_body": more}
 
 
-async def test_a_body_the_server_already_holds_is_read_without_a_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_scope(native: bool) -> None:
-        raise AssertionError("a receive that did not wait needs no cancel scope")
-
-    monkeypatch.setattr(inbound, "new_scope", no_scope)
+async def test_a_body_the_server_already_holds_is_read_in_one_receive() -> None:
+    calls = 0
 
     async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
         return _request(b'{"model":"m"}')
 
     assert await read_body(_SCOPE, receive, 1024, 30.0) == b'{"model":"m"}'
+    assert calls == 1
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
 async def test_a_body_still_arriving_is_awaited_to_the_end_and_joined() -> None:

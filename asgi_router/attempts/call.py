@@ -1,0 +1,206 @@
+"""One upstream call: send a candidate's request and say what came back, before any client byte.
+
+Commit rules:
+
+* streaming: a 2xx *and* its first non-empty body chunk within ``first_byte``: a 200 that then
+  says nothing is a timeout, and one that ends empty is ``stream_interrupted``; both fail over.
+* non-streaming: a 2xx whose whole body (at most ``max_response_bytes``) was read; a body that
+  breaks or stalls (``idle``) is a failure like any other, still before the first client byte.
+
+A non-2xx answer's body is read (bounded, by the first-byte time) so that its connection can be
+reused and its words refine the reason (``asgi_router.core.classify``): a 429 that says
+``insufficient_quota`` is ``billing``, a 400 that says the prompt exceeded *this* model's
+context window is ``context_window`` (the next model's window may be larger). A reason the plan
+does not fail over on (by default only ``client_error``) becomes :class:`Refused`, passed
+through to the client untouched.
+
+Every response that is not handed on is closed here, also on cancellation. An attempt's time
+limits (first byte, ``idle``, ``total``) are kept by one
+:class:`~asgi_router.core.deadlines.Deadline`, not a timer per read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Final
+
+from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.hints import retry_hint
+from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.classify import (
+    UnrecognisedFailure,
+    classify_exception,
+    classify_status,
+    refine_client_error,
+    refine_rate_limited,
+)
+from asgi_router.core.deadlines import Deadline
+from asgi_router.core.reasons import Reason
+from asgi_router.observability.events import logger
+from asgi_router.transports.base import UpstreamResponse, close_response
+
+__all__ = ["call", "read_to_end"]
+
+# A failover response's body is read (so its connection can be reused) up to this size.
+_FAILURE_BODY_CAP: Final = 64 * 1024
+# Failures whose response may say how long to wait (Retry-After on a 503 is standard too).
+_HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
+
+
+async def read_to_end(
+    chunks: AsyncIterator[bytes],
+    parts: list[bytes],
+    limit: int,
+    idle: float,
+    deadline: float,
+    clock: Callable[[], float],
+    scope: Deadline,
+) -> bytes | None:
+    """Append the remaining chunks to ``parts`` and join them; ``None`` past ``limit`` bytes.
+
+    Each read must arrive within ``idle`` seconds and before ``deadline``: ``scope`` (the
+    caller's) is cancelled otherwise.
+    """
+    size = 0
+    for part in parts:
+        size += len(part)
+    if size > limit:  # the first chunk alone may be over it
+        return None
+    while True:
+        scope.arm(min(idle, deadline - clock()))
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+
+
+async def call(
+    context: AttemptContext,
+    ready: Ready,
+    url: str,
+    headers: dict[str, str],
+    stream: bool,
+    failover_on: frozenset[Reason],
+    attempts: int,
+    commit_by: float,
+) -> Attempted:
+    """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts)."""
+    candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
+    timeouts = provider.timeouts
+    clock = context.clock
+    # Until commit, the request's deadline caps the attempt; the relay has the attempt's own.
+    relay_deadline = started + timeouts.total
+    deadline = min(relay_deadline, commit_by)
+    # Until the first body byte, every read (a failure's body included) must end by this.
+    first_byte_by = min(started + timeouts.first_byte, deadline)
+    response: UpstreamResponse | None = None
+    handed_off = False
+    try:
+        # One deadline scope per attempt, not one per read. The client leaving or a lost hedge
+        # race cancels the request or the racer's task instead, which this scope lets through.
+        with Deadline() as scope:
+            scope.arm(first_byte_by - clock())
+            response = await context.transport.send(provider, url, headers, ready.body)
+            lease.responded()
+            status = response.status
+            reason = classify_status(status)
+            if reason != "served":
+                return await _unserved(
+                    context, candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, scope
+                )
+            chunks = response.chunks
+            try:  # the first non-empty chunk (b"": none before the end)
+                first = await anext(chunks)
+                while not first:
+                    first = await anext(chunks)
+            except StopAsyncIteration:
+                first = b""
+            ttfb = clock() - started
+            if not first:
+                return Failed("stream_interrupted", status, ttfb=ttfb)
+            if not stream:
+                limit = context.max_response_bytes
+                if response.drained:  # all of it came with the first chunk
+                    whole: bytes | None = first if len(first) <= limit else None
+                else:
+                    whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, scope)
+                if whole is None:
+                    return Failed("upstream_5xx", status, ttfb=ttfb)
+                first = whole
+            handed_off = True
+            return Committed(candidate, response, first, provider, started, relay_deadline, ttfb, attempts)
+        # Only reached when a read overran its time and the scope ended the block.
+        return Failed("timeout", response.status if response else None)
+    except Exception as exc:
+        try:
+            return Failed(classify_exception(exc), response.status if response else None)
+        except UnrecognisedFailure:
+            # The router's own failure (its client, or a bug), not the upstream's: not retried,
+            # and counted against no breaker or statistic (classify.py).
+            logger.exception("asgi_router: the router failed calling %s; not retried", candidate)
+            return Failed("router_error", response.status if response else None, fatal=True)
+    finally:
+        if response is not None and (not handed_off or not stream):
+            closing = close_response(response)  # closed even when cancelled: never leak it
+            if closing is not None:
+                await closing
+
+
+async def _unserved(
+    context: AttemptContext,
+    candidate: Candidate,
+    response: UpstreamResponse,
+    reason: Reason,
+    failover_on: frozenset[Reason],
+    attempts: int,
+    idle: float,
+    first_byte_by: float,
+    scope: Deadline,
+) -> Failed | Refused:
+    """A non-2xx answer: read its body (bounded, by the first-byte time) and fail over or refuse."""
+    clock, status = context.clock, response.status
+    if reason in failover_on:
+        failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, scope)
+        reason, retry_after = _read_failure(reason, response.raw_headers, failure)
+        return Failed(reason, status, retry_after)
+    refusal = await read_to_end(response.chunks, [], context.max_response_bytes, idle, first_byte_by, clock, scope)
+    if refusal is None:
+        return Failed("upstream_5xx", status)
+    if reason == "client_error":
+        reason, words = _read_refusal(status, refusal)
+        if reason in failover_on:
+            return Failed(reason, status, words=words)
+    return Refused(candidate, status, response.raw_headers, refusal, attempts, reason)
+
+
+# Reading what a failure says (its body, its hint headers) only refines what its status already
+# decided, so a bug there must not make the failure fatal (an exception out of an attempt that
+# the tables do not know is the router's own error, with no failover): it is logged, and the
+# status alone decides.
+
+
+def _read_failure(
+    reason: Reason, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
+) -> tuple[Reason, float | None]:
+    """A failed-over answer's refined reason and its retry hint; never raises."""
+    try:
+        if reason == "rate_limited":
+            reason = refine_rate_limited(body)
+        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in _HINTED else None
+    except Exception:
+        logger.exception("asgi_router: could not read a %s answer's body or headers; its status decides", reason)
+        return reason, None
+
+
+def _read_refusal(status: int, body: bytes) -> tuple[Reason, str | None]:
+    """A ``client_error``'s refined reason and the provider's words; never raises."""
+    try:
+        return refine_client_error(status, body)
+    except Exception:
+        logger.exception("asgi_router: could not read a %d answer's body; passed through as it is", status)
+        return "client_error", None

@@ -1,0 +1,41 @@
+"""What every attempt of a router needs besides its request: built once per router.
+
+The attempt loop (``loop.py``), one request's steps (``steps.py``) and a single upstream call
+(``call.py``) all read these. They are one public, frozen record, so that each of those modules
+reads the router's parts by name instead of reaching into another class's private attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.resilience.gate import Gate
+from asgi_router.resilience.retry import RetryPolicy
+from asgi_router.transports.base import Transport
+from asgi_router.transports.provider import ProviderRuntime
+
+__all__ = ["AttemptContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """A router's attempt machinery: where requests go and what keeps count of them."""
+
+    #: Sends every upstream request.
+    transport: Transport
+    #: Each provider's per-request constants (URLs, header block with its key, timeouts).
+    providers: Mapping[str, ProviderRuntime]
+    #: Largest non-streaming upstream body read before answering (a larger one fails over).
+    max_response_bytes: int
+    #: Monotonic seconds (tests move it by hand).
+    clock: Callable[[], float]
+    #: Statistics upkeep and the context-window and rpm/tpm admission checks.
+    book: Bookkeeper
+    #: Breakers and concurrency caps.
+    gate: Gate
+    #: Retries in place, backoff, ``max_attempts`` and the request ``deadline``.
+    policy: RetryPolicy
+    #: Uniform in [0, 1), for the backoff jitter.
+    random: Callable[[], float]

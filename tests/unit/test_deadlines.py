@@ -1,0 +1,191 @@
+"""Deadline: the router's own cancel scope, with asyncio.timeout's semantics and a moving deadline.
+
+These pin what the attempt loop, the relay, the body read and the disconnect listener rely on:
+a scope swallows only its own cancellation, lets everyone else's through, and leaves the task's
+cancellation count as it found it; an armed read that overruns ends the block, one that does
+not never does, and re-arming moves the deadline either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from asgi_router.core.deadlines import Deadline
+
+pytestmark = pytest.mark.anyio
+
+
+async def _cancel_soon(scope: Deadline, delay: float = 0.01) -> None:
+    await asyncio.sleep(delay)
+    scope.cancel()
+
+
+async def test_a_scope_cancelled_from_another_task_ends_its_block_and_the_code_after_runs() -> None:
+    reached_after = False
+    with Deadline() as scope:
+        helper = asyncio.get_running_loop().create_task(_cancel_soon(scope))
+        await asyncio.sleep(5)
+    reached_after = True
+    await helper
+    assert scope.expired and reached_after
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_an_enclosing_scopes_cancellation_passes_through_an_inner_scope() -> None:
+    inner_exited_by_exception = False
+    with Deadline() as outer:
+        helper = asyncio.get_running_loop().create_task(_cancel_soon(outer))
+        try:
+            with Deadline() as inner:
+                await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            inner_exited_by_exception = True
+            raise
+    await helper
+    assert inner_exited_by_exception
+    assert outer.expired and not inner.expired
+
+
+async def test_an_inner_scopes_cancellation_stops_at_it_and_the_outer_block_goes_on() -> None:
+    with Deadline() as outer:
+        with Deadline() as inner:
+            helper = asyncio.get_running_loop().create_task(_cancel_soon(inner))
+            await asyncio.sleep(5)
+        await asyncio.sleep(0)  # still inside outer, no longer cancelled
+        still_running = True
+    await helper
+    assert inner.expired and not outer.expired and still_running
+
+
+async def test_someone_elses_cancellation_propagates_even_when_the_scope_was_cancelled_too() -> None:
+    async def body(scopes: list[Deadline]) -> None:
+        with Deadline() as scope:
+            scopes.append(scope)
+            await asyncio.sleep(5)
+
+    scopes: list[Deadline] = []
+    task = asyncio.get_running_loop().create_task(body(scopes))
+    await asyncio.sleep(0.01)
+    scopes[0].cancel()
+    task.cancel()  # e.g. the server cancelling the request task at the same time
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not scopes[0].expired
+
+
+async def test_cancelling_after_the_block_ended_is_a_no_op() -> None:
+    with Deadline() as scope:
+        await asyncio.sleep(0)
+    scope.cancel()
+    await asyncio.sleep(0.01)  # a stray cancellation would land here
+    assert not scope.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_cancelling_twice_is_one_cancellation_and_the_count_is_restored() -> None:
+    with Deadline() as scope:
+
+        async def twice() -> None:
+            await asyncio.sleep(0.01)
+            scope.cancel()
+            scope.cancel()
+
+        helper = asyncio.get_running_loop().create_task(twice())
+        await asyncio.sleep(5)
+    await helper
+    assert scope.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    await asyncio.sleep(0.01)  # and nothing is left pending on the task
+
+
+async def test_a_cancellation_that_did_not_land_before_the_block_ended_is_taken_back() -> None:
+    # The helper cancels just as the block finishes without awaiting again: the request must
+    # not linger on the task and hit a later, unrelated await.
+    with Deadline() as scope:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(fut.set_result, None)
+        await fut
+    scope.cancel()  # after exit: nothing happens
+    await asyncio.sleep(0.01)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def _stuck_read(*allowances: float) -> tuple[Deadline, float]:
+    """Arm each allowance in turn (a read arriving 20 ms into each but the last), then block in
+    the last read until the scope ends it; the scope and the seconds it all took."""
+    started = time.monotonic()
+    with Deadline() as scope:
+        for allowance in allowances[:-1]:
+            scope.arm(allowance)
+            await asyncio.sleep(0.02)  # within the allowance
+        scope.arm(allowances[-1])  # the read that never comes
+        await asyncio.sleep(5)
+    return scope, time.monotonic() - started
+
+
+async def test_an_armed_read_that_overruns_ends_the_block_and_not_before() -> None:
+    scope, took = await _stuck_read(0.05)
+    assert scope.expired
+    assert 0.05 <= took < 2
+
+
+async def test_reads_that_come_in_time_keep_the_block_going_however_many() -> None:
+    # Ten reads, each within its 50 ms but 200 ms in all: only the last, stuck one ends it.
+    scope, took = await _stuck_read(*([0.05] * 10), 0.05)
+    assert scope.expired
+    assert took >= 0.2 + 0.05
+
+
+async def test_a_later_deadline_than_the_pending_timer_is_honoured_when_the_timer_fires() -> None:
+    # The first arm sets the timer for 30 ms; the second, 20 ms in, asks for 100 ms more: the
+    # timer fires early, finds the read not yet due, and waits for the new time.
+    scope, took = await _stuck_read(0.03, 0.1)
+    assert scope.expired
+    assert took >= 0.02 + 0.1
+
+
+async def test_an_earlier_deadline_than_the_pending_timer_moves_the_timer() -> None:
+    started = time.monotonic()
+    with Deadline() as scope:
+        scope.arm(5)
+        scope.arm(0.02)
+        await asyncio.sleep(5)
+    assert scope.expired
+    assert time.monotonic() - started < 2
+
+
+async def test_a_disarmed_scope_never_cancels() -> None:
+    with Deadline() as scope:
+        scope.arm(0.01)
+        scope.disarm()
+        await asyncio.sleep(0.05)
+    assert not scope.expired
+
+
+async def test_leaving_an_armed_scope_cancels_its_timer() -> None:
+    with Deadline() as scope:
+        scope.arm(0.02)
+    await asyncio.sleep(0.05)  # the timer would have fired here
+    assert not scope.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+class _Overrun(Deadline):
+    __slots__ = ("overruns",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overruns = 0
+
+    def _overrun(self) -> None:
+        self.overruns += 1
+
+
+async def test_a_subclass_decides_what_an_overrun_does() -> None:
+    with _Overrun() as scope:
+        scope.arm(0.01)
+        await asyncio.sleep(0.05)
+    assert scope.overruns == 1 and not scope.expired
