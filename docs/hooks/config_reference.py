@@ -201,15 +201,15 @@ def _bounds(metadata: list[Any]) -> str:
     said = []
     for item in metadata:
         if isinstance(item, Gt):
-            said.append(f"> {item.gt}")
+            said.append(f"> {item.gt:g}")
         elif isinstance(item, Ge):
-            said.append(f"≥ {item.ge}")
+            said.append(f"≥ {item.ge:g}")
         elif isinstance(item, Lt):
-            said.append(f"< {item.lt}")
+            said.append(f"< {item.lt:g}")
         elif isinstance(item, Le):
-            said.append(f"≤ {item.le}")
+            said.append(f"≤ {item.le:g}")
         elif isinstance(item, MinLen):
-            said.append(f"at least {item.min_length}")
+            said.append("not empty" if item.min_length == 1 else f"at least {item.min_length} long")
     return ", ".join(said)
 
 
