@@ -6,6 +6,10 @@ See README.rst for configuration and semantics, and DESIGN.md for the contract.
 
 from asgi_router.config.catalog import ModelInfo
 from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.errors import ConfigError
+from asgi_router.config.groups import GroupSettings, MemberSettings
+from asgi_router.config.inbound_auth import Authorize
+from asgi_router.config.providers import PoolSettings, ProviderSettings, Timeouts
 from asgi_router.config.resilience import (
     BackoffSettings,
     BreakerSettings,
@@ -14,16 +18,7 @@ from asgi_router.config.resilience import (
     RetryBudgetSettings,
 )
 from asgi_router.config.rules import RuleSettings
-from asgi_router.config.settings import (
-    Authorize,
-    ConfigError,
-    GroupSettings,
-    MemberSettings,
-    PoolSettings,
-    ProviderSettings,
-    RouterSettings,
-    Timeouts,
-)
+from asgi_router.config.settings import RouterSettings
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.errors import AttemptSummary, RouterError
 from asgi_router.core.reasons import Reason

@@ -47,7 +47,9 @@ from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import Tail
 from asgi_router.config.degraded import DegradedSettings
-from asgi_router.config.settings import Authorize, ConfigError, RouterSettings, load_settings
+from asgi_router.config.errors import ConfigError
+from asgi_router.config.inbound_auth import Authorize
+from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason

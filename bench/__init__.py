@@ -3,7 +3,7 @@
 Every server runs as its own process on 127.0.0.1 under uvicorn (uvloop + httptools, one
 worker), as it would in production; load comes from ``wrk``, an external C load generator, so
 the Python under test does not share a process with the Python that measures it. See
-``docs/performance.rst`` for what is measured, why, and how to read ``bench/results.md``.
+``docs/performance.md`` for what is measured, why, and how to read ``bench/results.md``.
 
 Modules, in the order a run uses them: :mod:`bench.upstream` (the fast mock upstream),
 :mod:`bench.floor` (a raw aiohttp passthrough proxy: the floor), :mod:`bench.host` (a host

@@ -14,7 +14,7 @@ an ``api_keys`` check is a constant-time compare of one header, well under a mic
 Circuit breakers run (their bookkeeping is part of every request) but never open: with the
 defaults, ``down`` would be skipped after five refusals and the failover scenario would measure
 a skip, not the refused connection it is about.
-``gc_freeze`` is on, as docs/performance.rst recommends for production (``BENCH_GC_FREEZE=0``
+``gc_freeze`` is on, as docs/performance.md recommends for production (``BENCH_GC_FREEZE=0``
 turns it off to see what it is worth).
 """
 
@@ -48,7 +48,7 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
                 "failover": {"members": ["down/ok", "up/ok"]},
                 "slow": {"members": ["up/slow", "up2/slow"]},
             },
-            "pool": {"max_connections": 4096, "max_keepalive_connections": 4096},
+            "pool": {"max_connections": 4096},
             "transport": transport,
             "gc_freeze": gc_freeze,
             "allow_unauthenticated": True,

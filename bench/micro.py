@@ -2,7 +2,7 @@
 
 Load tests on a shared 2-core machine are noisy; these are not. They time:
 
-* resolution + classification (DESIGN.md §3 asks for microseconds): ``resolve_string`` of a
+* resolution + classification (resolution does no I/O and must take microseconds): ``resolve_string`` of a
   group ref, ``classify_status`` of a 200, and the failover path's ``classify_exception``;
 * the front half of a request: one JSON parse, resolution, the model spliced into the body
   bytes, the upstream header block — for a small and a 100 KB body (and, for comparison,

@@ -241,9 +241,7 @@ async def test_abandoned_streams_through_a_two_connection_pool_leak_nothing(
 ) -> None:
     upstream, url = token_upstream
     upstream.reset()
-    router = ModelRouter(
-        host_app(), settings=routed_settings(url, pool={"max_connections": POOL, "max_keepalive_connections": POOL})
-    )
+    router = ModelRouter(host_app(), settings=routed_settings(url, pool={"max_connections": POOL}))
     firsts: dict[str, bytes] = {}
     statuses: Counter[int] = Counter()
 

@@ -63,9 +63,15 @@ async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: Rout
         gc.unfreeze()
 
 
-async def test_pool_settings_bound_connections_on_both_transports(upstream: MockUpstream, refused_url: str) -> None:
-    # Six requests held 200 ms each by the upstream, through a pool of 3 that keeps 1 idle.
-    settings = make_settings(upstream.url, refused_url, pool={"max_connections": 3, "max_keepalive_connections": 1})  # type: ignore[attr-defined]
+async def test_pool_settings_bound_connections_on_both_transports(
+    upstream: MockUpstream, refused_url: str, transport_kind: str
+) -> None:
+    # Six requests held 200 ms each by the upstream, through a pool of 3; httpx keeps 1 idle
+    # (aiohttp cannot cap idle connections: its settings refuse max_keepalive_connections).
+    pool: dict[str, int] = {"max_connections": 3}
+    if transport_kind == "httpx":
+        pool["max_keepalive_connections"] = 1
+    settings = make_settings(upstream.url, refused_url, pool=pool)  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=settings)
     statuses: list[int] = []
     peak = 0
@@ -92,4 +98,5 @@ async def test_pool_settings_bound_connections_on_both_transports(upstream: Mock
         assert statuses == [200] * 6
         assert peak == 3  # all three in use at once, never a fourth
         assert router._transport.is_quiet()
-        assert router._transport.connections() == 1  # released beyond max_keepalive_connections: closed
+        if transport_kind == "httpx":
+            assert router._transport.connections() == 1  # released beyond max_keepalive_connections: closed

@@ -8,7 +8,7 @@ context and sorts last by cost: the catalog refines routing, it never gates it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
 __all__ = ["ModelInfo"]
 
@@ -18,7 +18,16 @@ class ModelInfo(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    context_window: PositiveInt | None = None
-    max_output_tokens: PositiveInt | None = None
-    input_price: NonNegativeFloat | None = None
-    output_price: NonNegativeFloat | None = None
+    context_window: PositiveInt | None = Field(
+        default=None,
+        description="Tokens the model can hold, prompt and output together (the context-window pre-check).",
+    )
+    max_output_tokens: PositiveInt | None = Field(
+        default=None, description="The largest `max_tokens` the model accepts (the context-window pre-check)."
+    )
+    input_price: NonNegativeFloat | None = Field(
+        default=None, description="US dollars per million prompt tokens (the `cost` strategy, `cost_usd`)."
+    )
+    output_price: NonNegativeFloat | None = Field(
+        default=None, description="US dollars per million completion tokens (the `cost` strategy, `cost_usd`)."
+    )

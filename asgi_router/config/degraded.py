@@ -23,5 +23,4 @@ class DegradedSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: The assistant message's text.
-    content: str = Field(min_length=1)
+    content: str = Field(min_length=1, description="The assistant message's text; must not be empty.")

@@ -25,7 +25,7 @@ from typing import Final
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsError
 
-__all__ = ["ENV_DELIMITER", "ENV_PREFIX", "Loc", "describe_refusal", "describe_undecodable"]
+__all__ = ["ENV_DELIMITER", "ENV_PREFIX", "ConfigError", "Loc", "describe_refusal", "describe_undecodable"]
 
 ENV_PREFIX: Final = "ASGI_ROUTER_"
 ENV_DELIMITER: Final = "__"
@@ -34,6 +34,10 @@ ENV_DELIMITER: Final = "__"
 _SCALAR_TAGS: Final = frozenset({"str", "int", "float", "bool", "bytes", "none", "list", "dict", "set", "frozenset"})
 
 Loc = tuple[int | str, ...]
+
+
+class ConfigError(ValueError):
+    """The router's configuration cannot be used; the message names the offending key."""
 
 
 def _model_names(model: type[BaseModel]) -> frozenset[str]:

@@ -1,7 +1,7 @@
 """Settings for retries, budgets, circuit breakers, health probes and event sinks.
 
-They live apart from :mod:`asgi_router.config.settings` so that each reads as one table of defaults
-(README.rst "Resilience" explains every key). The defaults and why:
+They live apart from the routing settings so that each reads as one table of defaults (the
+docs' "Resilience" page explains every key). The defaults and why:
 
 * ``retries = 2`` with full-jitter backoff (base 250 ms, cap 4 s): AWS's "Exponential Backoff
   and Jitter" result; two retries turn a typical transient 5xx into a success while at most
@@ -23,8 +23,6 @@ from __future__ import annotations
 from typing import Annotated, Final, Self
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -34,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from asgi_router.config.base import StrictSettings
 from asgi_router.core.reasons import Reason
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "Fraction",
     "HealthSettings",
     "RetryBudgetSettings",
-    "StrictSettings",
 ]
 
 #: Reasons worth asking the *same* candidate again. Auth, billing and unknown-model failures are
@@ -63,18 +61,13 @@ DEFAULT_BREAKER_FAILURES: Final[frozenset[Reason]] = frozenset(
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
-class StrictSettings(BaseModel):
-    """Base of every settings model: unknown keys refused, immutable once loaded."""
-
-    # hide_input_in_errors: a validation error must never echo a raw api_key back.
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-
 class BackoffSettings(StrictSettings):
-    """Full-jitter exponential backoff between same-candidate retries, in seconds."""
+    """Full-jitter exponential backoff between retries of the same candidate, in seconds: retry
+    *n* (from 0) waits a uniform random time in ``[0, min(cap, base * 2**n))``, so clients that
+    failed together do not retry together."""
 
-    base: PositiveFloat = 0.25
-    cap: PositiveFloat = 4.0
+    base: PositiveFloat = Field(default=0.25, description="Retry *n* waits up to `min(cap, base * 2**n)` seconds.")
+    cap: PositiveFloat = Field(default=4.0, description="The longest backoff, in seconds; at least `base`.")
 
     @model_validator(mode="after")
     def _check_order(self) -> Self:
@@ -84,32 +77,52 @@ class BackoffSettings(StrictSettings):
 
 
 class RetryBudgetSettings(StrictSettings):
-    """Per provider: concurrent retries <= max(min_concurrent, ratio * active attempts)."""
+    """Per provider, retries in flight may not exceed ``max(min_concurrent, ratio * attempts in
+    flight)``: during an outage retries add at most that share to the traffic instead of
+    multiplying it, while a lone failing request still gets its retries."""
 
-    ratio: Fraction = 0.2
-    min_concurrent: NonNegativeInt = 3
+    ratio: Fraction = Field(
+        default=0.2,
+        description="Retries in flight per provider, as a share (above 0, at most 1) of its attempts in flight ...",
+    )
+    min_concurrent: NonNegativeInt = Field(default=3, description="... but always at least this many.")
 
 
 class BreakerSettings(StrictSettings):
-    """One breaker per candidate (and one per provider for connect errors and timeouts)."""
+    """Circuit breakers: one per candidate (``provider/model-id``), counting the reasons in
+    ``failure_reasons``, and one per provider, counting connect errors and timeouts before any
+    response. An open breaker skips its candidate (reason ``circuit_open``) without a connection."""
 
-    enabled: bool = True
-    #: Open after this many failures in a row ...
-    consecutive_failures: PositiveInt = 5
-    #: ... or when at least this share of the calls in the window failed ...
-    failure_rate: Fraction = 0.5
-    #: ... once the window holds at least this many calls.
-    min_requests: PositiveInt = 20
-    #: Length of the sliding window, in seconds.
-    window: PositiveFloat = 60.0
-    #: How long a breaker stays open the first time; doubled on each re-open.
-    open_for: PositiveFloat = 30.0
-    max_open_for: PositiveFloat = 300.0
-    #: Probe requests admitted at once while half-open; that many successes close it.
-    half_open_probes: PositiveInt = 1
-    #: A probe with no result after this long is forgotten, so a stuck one cannot wedge it.
-    probe_timeout: PositiveFloat = 30.0
-    failure_reasons: frozenset[Reason] = DEFAULT_BREAKER_FAILURES
+    enabled: bool = Field(
+        default=True, description="Breakers on; `false` turns them off (health probes then act on nothing)."
+    )
+    consecutive_failures: PositiveInt = Field(default=5, description="Open after this many failures in a row ...")
+    failure_rate: Fraction = Field(
+        default=0.5, description="... or when at least this share (above 0, at most 1) of the window's calls failed ..."
+    )
+    min_requests: PositiveInt = Field(default=20, description="... once the window holds at least this many calls.")
+    window: PositiveFloat = Field(
+        default=60.0, description="The sliding window the failure rate is counted over, in seconds."
+    )
+    open_for: PositiveFloat = Field(
+        default=30.0, description="How long a breaker stays open the first time, in seconds; doubled on each re-open."
+    )
+    max_open_for: PositiveFloat = Field(
+        default=300.0, description="The cap on that doubling, in seconds; at least `open_for`. Closing resets it."
+    )
+    half_open_probes: PositiveInt = Field(
+        default=1, description="Requests admitted at once as probes while half-open; that many successes close it."
+    )
+    probe_timeout: PositiveFloat = Field(
+        default=30.0,
+        description="Seconds after which a probe with no result frees its slot, so a stuck probe cannot "
+        "keep the breaker half-open.",
+    )
+    failure_reasons: frozenset[Reason] = Field(
+        default=DEFAULT_BREAKER_FAILURES,
+        description="The reasons that count against a candidate's breaker: the ones that mean "
+        '"unhealthy", not "refused" (a 429 is not among them by default).',
+    )
 
     @model_validator(mode="after")
     def _check_order(self) -> Self:
@@ -119,13 +132,18 @@ class BreakerSettings(StrictSettings):
 
 
 class HealthSettings(StrictSettings):
-    """Active health probes for one provider: ``GET base_url + path`` every ``interval`` s."""
+    """Active health probes for one provider: ``GET base_url + path`` every ``interval`` seconds,
+    from lifespan startup to shutdown, on a client of their own. They act through the provider's
+    breaker, so they do nothing while breakers are off."""
 
-    interval: PositiveFloat = 5.0
-    path: str = "/models"
-    timeout: PositiveFloat = 2.0
-    #: Probe failures in a row that open the provider's breaker.
-    unhealthy_threshold: PositiveInt = 2
+    interval: PositiveFloat = Field(default=5.0, description="Seconds between probes.")
+    path: str = Field(
+        default="/models", description="Below `base_url`; starts with `/`, without whitespace, query or fragment."
+    )
+    timeout: PositiveFloat = Field(default=2.0, description="Seconds a probe may take; a slower answer is a failure.")
+    unhealthy_threshold: PositiveInt = Field(
+        default=2, description="Probe failures in a row that open the provider's breaker."
+    )
 
     @field_validator("path")
     @classmethod
@@ -136,11 +154,14 @@ class HealthSettings(StrictSettings):
 
 
 class EventSettings(StrictSettings):
-    """Where attempt events go: bounded per-sink queues and the ring of recent requests."""
+    """Where finished requests go: a bounded queue per event sink, and the ring of recent
+    requests that ``router.recent`` reads."""
 
-    #: Requests queued per sink before new ones are dropped (and counted).
-    queue_size: PositiveInt = 1024
-    #: Finished requests kept in memory for status pages (``ModelRouter.recent``).
-    recent: NonNegativeInt = 100
-    #: On shutdown, how long queued records may take to reach their sinks.
-    shutdown_grace: NonNegativeFloat = 2.0
+    queue_size: PositiveInt = Field(
+        default=1024,
+        description="Records queued per sink before new ones are dropped (and counted); a request never waits.",
+    )
+    recent: NonNegativeInt = Field(default=100, description="Finished requests kept for `router.recent` (`0`: none).")
+    shutdown_grace: NonNegativeFloat = Field(
+        default=2.0, description="Seconds queued records may take to reach their sinks at shutdown."
+    )

@@ -31,22 +31,43 @@ class RuleSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Shown to the client as ``x-router-route`` and recorded with the request.
-    name: str
-    #: What to resolve when the rule matches: ``group/<id>`` or ``provider/model-id``.
-    route: str
-    #: Rules-enabled groups this rule applies to (all of them when unset).
-    applies_to: list[str] | None = None
-    min_prompt_tokens: NonNegativeInt | None = None
-    max_prompt_tokens: PositiveInt | None = None
-    images: bool | None = None
-    tools: bool | None = None
-    stream: bool | None = None
-    reasoning: bool | None = None
-    #: Inbound header values that must all be equal (names are case-insensitive).
-    headers: dict[str, str] = Field(default_factory=dict)
-    #: ``metadata`` entries of the request body that must all be equal.
-    metadata: dict[str, str] = Field(default_factory=dict)
+    name: str = Field(
+        description="Sent back as `x-router-route` and recorded with the request; unique, letters, digits, "
+        "`_`, `.` and `-`, and not `default`."
+    )
+    route: str = Field(
+        description="What to resolve when the rule matches: `group/<id>` (not a group with rules itself) or "
+        "`provider/model-id`."
+    )
+    applies_to: list[str] | None = Field(
+        default=None, description="The groups with `rules = true` this rule is for; all of them when unset."
+    )
+    min_prompt_tokens: NonNegativeInt | None = Field(
+        default=None, description="Holds when the request's estimated prompt tokens are at least this."
+    )
+    max_prompt_tokens: PositiveInt | None = Field(
+        default=None, description="Holds when the request's estimated prompt tokens are below this."
+    )
+    images: bool | None = Field(
+        default=None, description="Holds when some message has an image part (`true`), or none has (`false`)."
+    )
+    tools: bool | None = Field(
+        default=None, description="Holds when the request offers `tools` (or legacy `functions`) (`true`), or does not."
+    )
+    stream: bool | None = Field(
+        default=None, description="Holds when the request streams (`true`), or does not (`false`)."
+    )
+    reasoning: bool | None = Field(
+        default=None,
+        description="Holds when `reasoning_effort` (or a `reasoning` object) is present (`true`), or absent.",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Inbound header values that must all be equal (names are case-insensitive).",
+    )
+    metadata: dict[str, str] = Field(
+        default_factory=dict, description="Entries of the request body's `metadata` that must all be equal."
+    )
 
     @field_validator("name")
     @classmethod

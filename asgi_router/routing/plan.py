@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final
 
+from asgi_router.config.groups import GroupSettings
 from asgi_router.config.rules import DEFAULT_ROUTE
-from asgi_router.config.settings import GroupSettings, RouterSettings
+from asgi_router.config.settings import RouterSettings
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason

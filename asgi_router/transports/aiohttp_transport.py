@@ -9,7 +9,7 @@ connections and polling every pooled socket for expiry on each request). See
 What is tuned, and why:
 
 * one ``ClientSession`` and one ``TCPConnector`` per router and event loop, opened on lifespan
-  startup or a loop's first request, sized by :class:`~asgi_router.config.settings.PoolSettings` as
+  startup or a loop's first request, sized by :class:`~asgi_router.config.providers.PoolSettings` as
   httpx's pool is: ``max_connections`` is the connector's ``limit``, ``keepalive_expiry`` its
   ``keepalive_timeout``, and
   ``max_keepalive_connections`` caps the idle connections kept (:class:`_PoolConnector`: aiohttp
@@ -35,7 +35,7 @@ import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
-from asgi_router.config.settings import PoolSettings
+from asgi_router.config.providers import PoolSettings
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
 
@@ -116,7 +116,7 @@ class AiohttpTransport:
 
     def _open(self) -> aiohttp.ClientSession:
         connector = _PoolConnector(
-            self._pool.max_keepalive_connections,
+            self._pool.max_keepalive_connections or self._pool.max_connections,
             limit=self._pool.max_connections,
             limit_per_host=0,
             keepalive_timeout=self._pool.keepalive_expiry,

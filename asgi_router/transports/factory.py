@@ -24,7 +24,7 @@ from typing import Literal
 
 import httpx2
 
-from asgi_router.config.settings import PoolSettings
+from asgi_router.config.providers import PoolSettings
 from asgi_router.transports.aiohttp_transport import AiohttpTransport
 from asgi_router.transports.base import Transport
 from asgi_router.transports.httpx_transport import HttpxTransport

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx2
 
-from asgi_router.config.settings import PoolSettings
+from asgi_router.config.providers import PoolSettings
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import httpx2
 
-from asgi_router.config.settings import ProviderSettings, Timeouts
+from asgi_router.config.providers import ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
 
 __all__ = ["ProviderRuntime", "upstream_path"]

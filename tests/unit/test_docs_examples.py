@@ -1,22 +1,26 @@
-"""Every configuration example in README.rst loads: the documentation cannot drift from the code.
+"""Every example in README.rst and the docs site loads: the documentation cannot drift from the code.
 
-The README states how its examples fit together, and this module holds it to that:
+The examples are read from README.rst (``.. code-block::``) and from every page of the site
+(``docs/*.md`` fenced blocks), in that order, the pages in the order of ``mkdocs.yml``'s ``nav``.
+The docs state how their examples fit together, and this module holds them to that:
 
 * a TOML example without ``[providers.*]`` is a fragment: it loads on top of the nearest
-  providers block above it (Routing's "the examples below assume these providers");
+  providers block above it (Routing's "the providers the examples assume");
 * Python examples run in order in one namespace (``PROVIDERS`` is defined once), with
-  ``router.toml`` (the Quick start file) in the working directory and ``app`` a fresh host app;
-  examples that only talk to a running server (the ``openai`` client) are compiled, not run;
+  ``router.toml`` (the Getting started file, which the README's quick start repeats) in the
+  working directory and ``app`` a fresh host app; examples that only talk to a running server
+  (the ``openai`` client) are compiled, not run;
 * inbound auth is required (issue 5), so every example must also *mount*: each TOML example and
   each ``settings`` builds a ``ModelRouter``, and each ``app`` gets its middleware stack built.
-  The fragments of Routing and Resilience, and examples that say so, take inbound auth from
-  ``ASGI_ROUTER_API_KEYS`` (README, "Quick start"); every other example must start without it.
+  The fragments of the Routing and Resilience pages, and examples that say so, take inbound auth
+  from ``ASGI_ROUTER_API_KEYS`` (Getting started); every other example must start without it.
   ``os.environ["..."]`` names the examples read are set to made-up keys;
 * the ``sh`` blocks of ``export ASGI_ROUTER_...`` lines configure a working router on their own.
 
-On top of the examples, the reference must name what the code has: every settings field, every
-``Reason``, every ``ModelRouter`` keyword, every error the router produces, every strategy (with
-a TOML example).
+On top of the examples, the docs must name what the code has: every settings field (the
+configuration reference is generated from the models, ``docs/hooks/config_reference.py``), every
+``Reason``, every ``ModelRouter`` keyword, every error the router produces (in the errors page's
+table), every strategy (with a TOML example).
 """
 
 from __future__ import annotations
@@ -40,15 +44,29 @@ from starlette.applications import Starlette
 import asgi_router
 from asgi_router import ModelRouter, Reason, RouterSettings
 
+from .docs_site import config_reference
+
 _ROOT = Path(__file__).resolve().parents[2]
 _README = _ROOT / "README.rst"
+_DOCS = _ROOT / "docs"
 _DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: (?P<language>\S+)\s*$")
+_FENCE = re.compile(r"^```\s*(?P<language>[\w-]*)\s*$")
+_NAV_PAGE = re.compile(r"^\s*-\s*(?:[^:]+:\s*)?(?P<page>[\w./-]+\.md)\s*$", re.MULTILINE)
 _ENV_READ = re.compile(r"""os\.environ\["([A-Za-z_][A-Za-z0-9_]*)"\]""")
-# Inbound auth from the environment is given only where the README says so: to the fragments of
-# these sections, and to examples that name the variable. Every other example must start on its own.
-_ENV_AUTH_SECTIONS = frozenset({"Routing", "Resilience"})
+# Inbound auth from the environment is given only where the docs say so: to the fragments of
+# these pages, and to examples that name the variable. Every other example must start on its own.
+_ENV_AUTH_SECTIONS = frozenset({"routing.md", "resilience.md"})
 _ENV_AUTH = "ASGI_ROUTER_API_KEYS"
 _INBOUND_KEYS = '["docs-example-inbound-key-0123456789"]'
+
+
+def _pages() -> list[Path]:
+    """The site's pages in the order of ``mkdocs.yml``'s ``nav``."""
+    nav = (_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    return [_DOCS / found["page"] for found in _NAV_PAGE.finditer(nav)]
+
+
+_SOURCES = [_README, *_pages()]
 
 
 @dataclass(frozen=True)
@@ -56,18 +74,22 @@ class Block:
     language: str
     text: str
     line: int
-    #: The top-level README section the block is in.
+    #: The file the block is in, relative to the repository.
+    source: str
+    #: README.rst: the top-level section the block is in; a docs page: the page's file name.
     section: str
+    #: Position among every block of the README and the pages, in reading order.
+    order: int
 
     @property
     def id(self) -> str:
-        return f"{self.language}@README.rst:{self.line}"
+        return f"{self.language}@{self.source}:{self.line}"
 
 
-def _read_blocks() -> list[Block]:
-    """Every ``.. code-block::`` of the README, dedented, at any indentation."""
-    lines = _README.read_text(encoding="utf-8").splitlines()
-    blocks: list[Block] = []
+def _rst_blocks(path: Path) -> list[tuple[str, str, int, str]]:
+    """Every ``.. code-block::`` of an RST file, dedented, at any indentation."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[tuple[str, str, int, str]] = []
     section = ""
     for number, line in enumerate(lines):
         underline = lines[number + 1] if number + 1 < len(lines) else ""
@@ -83,7 +105,38 @@ def _read_blocks() -> list[Block]:
                 break
             body.append(following)
         text = textwrap.dedent("\n".join(body)).strip("\n") + "\n"
-        blocks.append(Block(found["language"], text, number + 1, section))
+        blocks.append((found["language"], text, number + 1, section))
+    return blocks
+
+
+def _markdown_blocks(path: Path) -> list[tuple[str, str, int, str]]:
+    """Every fenced block of a Markdown page."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[tuple[str, str, int, str]] = []
+    opened: tuple[str, int] | None = None
+    body: list[str] = []
+    for number, line in enumerate(lines):
+        fence = _FENCE.match(line)
+        if opened is None and fence is not None:
+            opened, body = (fence["language"] or "text", number + 1), []
+        elif opened is not None and line.strip() == "```":
+            blocks.append((opened[0], "\n".join(body).strip("\n") + "\n", opened[1], path.name))
+            opened = None
+        elif opened is not None:
+            body.append(line)
+    assert opened is None, f"{path.name}:{opened[1]}: a fence that is never closed"
+    return blocks
+
+
+def _read_blocks() -> list[Block]:
+    blocks: list[Block] = []
+    for path in _SOURCES:
+        found = _rst_blocks(path) if path.suffix == ".rst" else _markdown_blocks(path)
+        source = str(path.relative_to(_ROOT))
+        blocks += [
+            Block(language, text, line, source, section, len(blocks) + index)
+            for index, (language, text, line, section) in enumerate(found)
+        ]
     return blocks
 
 
@@ -94,19 +147,26 @@ def _blocks(language: str) -> list[Block]:
     return [block for block in _BLOCKS if block.language == language]
 
 
+def _docs_text() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in _SOURCES)
+
+
 def _toml_with_providers(block: Block) -> str:
     """The block itself, or a fragment followed by the nearest providers block above it."""
     if "[providers." in block.text:
         return block.text
-    above = [b for b in _blocks("toml") if b.line < block.line and "[providers." in b.text]
+    above = [b for b in _blocks("toml") if b.order < block.order and "[providers." in b.text]
     assert above, f"{block.id}: a TOML fragment with no providers block above it"
     # the providers go after the fragment: its top-level keys must come before any [table]
     return block.text + "\n" + above[-1].text
 
 
 def _quick_start_file() -> Block:
-    [block] = [b for b in _blocks("toml") if b.text.startswith("# router.toml")]
-    return block
+    """The tutorial's ``router.toml``; the README's quick start repeats it word for word."""
+    files = [b for b in _blocks("toml") if b.text.startswith("# router.toml")]
+    [tutorial] = [b for b in files if b.source == "docs/getting-started.md"]
+    assert all(b.text == tutorial.text for b in files), [b.id for b in files]
+    return tutorial
 
 
 def _is_env_block(block: Block) -> bool:
@@ -124,7 +184,7 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.upper().startswith("ASGI_ROUTER_"):
             monkeypatch.delenv(name)
     # what the examples read with os.environ["..."]: made-up keys, distinct and long enough
-    for index, name in enumerate(sorted(set(_ENV_READ.findall(_README.read_text(encoding="utf-8"))))):
+    for index, name in enumerate(sorted(set(_ENV_READ.findall(_docs_text())))):
         monkeypatch.setenv(name, f"docs-example-key-{index:02d}-0123456789")
 
 
@@ -138,7 +198,7 @@ def _inbound_auth_for(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
 # --- the examples ---------------------------------------------------------------------------
 
 
-def test_the_readme_has_examples_in_every_spelling() -> None:
+def test_the_docs_have_examples_in_every_spelling() -> None:
     assert len(_blocks("toml")) >= 15
     assert len(_blocks("python")) >= 15
     assert any(_is_env_block(block) for block in _blocks("sh"))
@@ -217,16 +277,24 @@ def test_json_example_is_json(block: Block) -> None:
     json.loads(block.text)
 
 
-# --- the reference names what the code has --------------------------------------------------
+# --- the docs name what the code has -------------------------------------------------------
+
+
+def _config_reference() -> str:
+    """The configuration reference page as the site shows it: generated from the models."""
+    rendered: str = config_reference().render()
+    return rendered
 
 
 def _literal_names(text: str) -> set[str]:
-    return set(re.findall(r"``([^`]+)``", text))
+    """Inline literals: ``x`` in reStructuredText, `x` (or ``x``) in Markdown, outside code blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return {found[2].strip() for found in re.finditer(r"(`+)(.+?)\1", prose)}
 
 
 def _documented() -> set[str]:
-    names = _literal_names(_README.read_text(encoding="utf-8"))
-    # "``backoff.base``" documents field ``base`` of ``backoff``; "``images``, ``tools``" both
+    names = _literal_names(_docs_text() + "\n" + _config_reference())
+    # "`backoff.base`" documents field `base` of `backoff`; "`images`, `tools`" both
     return names | {name.rsplit(".", 1)[-1] for name in names}
 
 
@@ -240,7 +308,7 @@ _SETTINGS_MODELS: list[type[BaseModel]] = [
 @pytest.mark.parametrize("model", _SETTINGS_MODELS, ids=lambda model: model.__name__)
 def test_configuration_reference_names_every_field(model: type[BaseModel]) -> None:
     missing = set(model.model_fields) - _documented()
-    assert not missing, f"README.rst does not document {model.__name__} fields {sorted(missing)}"
+    assert not missing, f"the docs do not document {model.__name__} fields {sorted(missing)}"
 
 
 def test_every_reason_is_documented() -> None:
@@ -262,7 +330,8 @@ def test_every_strategy_has_a_toml_example() -> None:
 
 
 _PRODUCED = re.compile(r"(?:RouterError|ResolveError|error_body)\(\s*(\d{3}),\s*\"([a-z_]+)\"")
-_TABLE_ROW = re.compile(r"^\s*\* - (\d{3})\n\s*- ``([a-z_]+)``", re.MULTILINE)
+_TABLE_ROW = re.compile(r"^\| (\d{3}) \| `([a-z_]+)` \|", re.MULTILINE)
+_ERRORS_PAGE = _DOCS / "errors-and-headers.md"
 
 
 def test_the_error_table_lists_every_error_the_router_produces() -> None:
@@ -272,6 +341,7 @@ def test_the_error_table_lists_every_error_the_router_produces() -> None:
         for status, code in _PRODUCED.findall(module.read_text(encoding="utf-8"))
     }
     assert len(produced) >= 15  # the pattern still finds them
-    documented = {(int(status), code) for status, code in _TABLE_ROW.findall(_README.read_text(encoding="utf-8"))}
+    table = _TABLE_ROW.findall(_ERRORS_PAGE.read_text(encoding="utf-8"))
+    documented = {(int(status), code) for status, code in table}
     missing = produced - documented
     assert not missing, sorted(missing)

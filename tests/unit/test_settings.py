@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from asgi_router.config.settings import MAX_GROUP_DEPTH, ConfigError, ProviderSettings, RouterSettings, load_settings
+from asgi_router.config.errors import ConfigError
+from asgi_router.config.groups import MAX_GROUP_DEPTH
+from asgi_router.config.providers import ProviderSettings
+from asgi_router.config.settings import RouterSettings, load_settings
 
 SECRET = "sk-TEST-SECRET-0123456789abcdef"
 

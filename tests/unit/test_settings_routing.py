@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from asgi_router.config.settings import MemberSettings, RouterSettings
+from asgi_router.config.groups import MemberSettings
+from asgi_router.config.settings import RouterSettings
 
 _PROVIDERS: dict[str, Any] = {
     "openai": {"base_url": "https://api.openai.com/v1"},
