@@ -1,7 +1,9 @@
 """asgi_router: mount an OpenAI-compatible LLM gateway inside any Starlette or FastAPI app.
 
-``app.add_middleware(ModelRouter, settings=RouterSettings(...))`` (or ``config="router.toml"``).
-See README.rst for configuration and semantics, and DESIGN.md for the contract.
+``app.add_middleware(ModelRouter, settings=RouterSettings.from_toml("router.toml"))``. The manual
+is the docs site (``docs/``); what is exported here is what a user of the library needs: the
+middleware, its settings models, its errors, its events and sinks, the state it keeps, and the
+transport seam. Everything else lives in the sub-packages by concern (``docs/layout.md``).
 """
 
 from asgi_router.config.catalog import ModelInfo
@@ -19,18 +21,16 @@ from asgi_router.config.resilience import (
 )
 from asgi_router.config.rules import RuleSettings
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.candidate import Candidate
 from asgi_router.core.errors import AttemptSummary, RouterError
 from asgi_router.core.reasons import Reason
-from asgi_router.core.refs import InvalidRef, ModelRef, RefKind, parse_model_ref
+from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from asgi_router.inbound.auth import Forbidden
 from asgi_router.middleware import ModelRouter
 from asgi_router.observability.events import AttemptEvent, RequestRecord
 from asgi_router.observability.sinks import RecentRequests, Sink
 from asgi_router.resilience.state import InMemoryState, RouterState
 from asgi_router.resilience.stats import InMemoryStats, RoutingStats
-from asgi_router.routing.facts import RequestFacts
-from asgi_router.routing.plan import Plan, ResolveError, Resolver
+from asgi_router.transports.base import Transport, UpstreamResponse
 
 __all__ = [
     "AttemptEvent",
@@ -38,7 +38,6 @@ __all__ = [
     "Authorize",
     "BackoffSettings",
     "BreakerSettings",
-    "Candidate",
     "ConfigError",
     "DegradedSettings",
     "EventSettings",
@@ -47,21 +46,14 @@ __all__ = [
     "HealthSettings",
     "InMemoryState",
     "InMemoryStats",
-    "InvalidRef",
     "MemberSettings",
     "ModelInfo",
-    "ModelRef",
     "ModelRouter",
-    "Plan",
     "PoolSettings",
     "ProviderSettings",
     "Reason",
     "RecentRequests",
-    "RefKind",
-    "RequestFacts",
     "RequestRecord",
-    "ResolveError",
-    "Resolver",
     "RetryBudgetSettings",
     "RouterError",
     "RouterSettings",
@@ -70,5 +62,10 @@ __all__ = [
     "RuleSettings",
     "Sink",
     "Timeouts",
-    "parse_model_ref",
+    "Transport",
+    "UpstreamBroken",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamResponse",
+    "UpstreamTimeout",
 ]

@@ -1,45 +1,38 @@
 """``ModelRouter``: the pure-ASGI middleware that turns a host app into an LLM gateway.
 
 Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
-the first lines of ``__call__``. ``lifespan`` also goes to the host app, with the router
-opening its one shared upstream client on startup and closing it after the app's shutdown.
-A chat request flows: inbound auth → screen headers → read body → parse → resolve plan
-(strategy, rules) → attempt loop (with hedging for groups that hedge) → respond or relay →
-count tokens and cost. Auth and the header screen run before a byte of the body is read, so a
-refused client cannot make the router buffer anything. When every candidate failed, a group
-with a canned reply answers with it (``degraded.py``). ``GET /v1/models`` is answered from
-configuration (``models_endpoint.py``). Per-request state lives in an :class:`_Exchange`,
-never on the middleware.
+the first lines of ``__call__``; ``lifespan`` goes to the host app with the router's own start-up
+and shut-down around it (``runtime/lifespan.py``). A chat request flows: inbound auth → screen
+headers → read body → parse → resolve plan (strategy, rules) → attempt loop (with hedging for
+groups that hedge) → respond or relay → count tokens and cost. Auth and the header screen run
+before a byte of the body is read, so a refused client cannot make the router buffer anything.
+When every candidate failed, a group with a canned reply answers with it
+(``responses/degraded.py``). ``GET /v1/models`` is answered from configuration
+(``endpoints/models.py``). Per-request state lives in an
+:class:`~asgi_router.responses.exchange.Exchange`, never on the middleware.
 
-From the moment upstreams are involved, a watcher task listens for ``http.disconnect``: a
-client that leaves cancels the attempt or the relay at once, which closes the upstream response
-and releases its connection. On asyncio that watcher is a bare task cancelled at the end rather
-than an anyio task group (the group cost more than the rest of the router; ``_watched`` keeps
-it for other anyio backends), and it only starts 10-20 ms into the upstream work
-(``disconnect.py``): a fast answer never needs one.
-Any unexpected error is logged and, if nothing has been sent yet, answered with an
-OpenAI-shaped 500: the router never takes the host app down with it.
+From the moment upstreams are involved, the request runs in a
+:class:`~asgi_router.inbound.disconnect.ListeningScope`: a client that leaves cancels the
+attempt or the relay at once, which closes the upstream response and releases its connection.
+The listener only starts 10 ms into the upstream work: a fast answer never needs one. Any
+unexpected error is logged and, if nothing has been sent yet, answered with an OpenAI-shaped
+500: the router never takes the host app down with it.
 
-Between lifespan startup and shutdown the router also runs its background work: the event
-sink workers and the opt-in health probes. Each finished request is published to the sinks
-(the log line among them) without waiting for them. Without a lifespan (a sub-app mounted
-under a prefix gets none) requests are served all the same, on an upstream client of the
-running loop, and the log line is written on the request's task; what needs the lifespan is
-named once in a warning. Routes are matched on the path below ``root_path`` (``mounting.py``).
+Each finished request is published to the event sinks (the log line among them) without
+waiting for them. Routes are matched on the path below ``root_path`` (``inbound/mounting.py``),
+so the router works in a sub-app mounted under a prefix too.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final
+from typing import Any
 
-import anyio
 import httpx2
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.context import AttemptContext
@@ -50,7 +43,6 @@ from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.inbound_auth import Authorize
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason
 from asgi_router.endpoints.models import ModelsEndpoint
@@ -60,112 +52,25 @@ from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
-from asgi_router.observability.redaction import register_secrets, secrets_of
+from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.resilience.gate import Gate, Lease
+from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.state import InMemoryState, RouterState
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.degraded import degraded_reply, should_degrade
-from asgi_router.responses.headers import response_headers_for_client
+from asgi_router.responses.exchange import Exchange
+from asgi_router.responses.headers import response_headers_for_client, router_headers
 from asgi_router.responses.relay import relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.runtime.health import HealthProber
+from asgi_router.runtime.lifespan import Lifespan
 from asgi_router.transports.base import Transport
 from asgi_router.transports.factory import make_transport
 from asgi_router.transports.provider import ProviderRuntime
 
 __all__ = ["ModelRouter"]
-
-
-# The router's own header pairs, built once each: small counts, and the first names seen
-# (candidates and rules; a direct ref's model id is the client's to choose, hence the cap).
-_ATTEMPTS_HEADERS: Final = tuple((b"x-router-attempts", str(count).encode()) for count in range(16))
-_MODEL_HEADERS: dict[str, tuple[bytes, bytes]] = {}
-_ROUTE_HEADERS: dict[str, tuple[bytes, bytes]] = {}
-_NAMED_PAIRS_KEPT: Final = 1024
-
-
-def _named_pair(kept: dict[str, tuple[bytes, bytes]], name: bytes, value: str) -> tuple[bytes, bytes]:
-    pair = kept.get(value)
-    if pair is None:
-        pair = (name, value.encode())
-        if len(kept) < _NAMED_PAIRS_KEPT:
-            kept[value] = pair
-    return pair
-
-
-def _router_headers(
-    request_id: str, winner: str | None, attempts: int, route: str | None = None
-) -> list[tuple[bytes, bytes]]:
-    headers = [
-        (b"x-request-id", request_id.encode()),
-        _ATTEMPTS_HEADERS[attempts] if attempts < 16 else (b"x-router-attempts", str(attempts).encode()),
-    ]
-    if winner is not None:
-        headers.append(_named_pair(_MODEL_HEADERS, b"x-router-model", winner))
-    if route is not None:  # rule names and "default" are validated header-safe names
-        headers.append(_named_pair(_ROUTE_HEADERS, b"x-router-route", route))
-    return headers
-
-
-class _Exchange:
-    """One chat request's state: what was sent, whether the client is still there."""
-
-    __slots__ = (
-        "disconnected",
-        "finished",
-        "lease",
-        "path",
-        "receive",
-        "record",
-        "response_started",
-        "route",
-        "scope",
-        "send",
-    )
-
-    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str, path: str = "") -> None:
-        self.scope = scope
-        #: The route asked for: the path below ``root_path`` (``mounting.py``).
-        self.path = path
-        self.receive = receive
-        self.send = send
-        self.record = RequestRecord(request_id, "-")
-        self.response_started = False
-        self.finished = False
-        self.disconnected = False
-        #: The committed stream's lease, finished when the relay ends (or the request does).
-        self.lease: Lease | None = None
-        #: ``x-router-route`` once a plan was resolved.
-        self.route: str | None = None
-
-    def complete(self) -> None:
-        """The whole response has been handed to the server: a disconnect from now on is not an
-        abort (uvicorn's ``receive`` reports one as soon as a response is complete), so the
-        watcher must not cancel what is left (closing the upstream response)."""
-        self.finished = True
-
-    async def send_tracked(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.response_started = True
-        await self.send(message)
-
-    async def send_error(self, error: RouterError, attempts: int = 0) -> None:
-        headers = [(b"content-type", b"application/json")]
-        headers += _router_headers(self.record.request_id, None, attempts, self.route)
-        headers += error.headers
-        if error.retry_after is not None:
-            headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
-        self.record.status = error.status
-        await send_whole(self.send_tracked, error.status, headers, error.body())
-
-    def client_left(self, scope: Deadline) -> None:
-        """The client disconnected: cancel ``scope`` unless the response is already complete."""
-        if not self.finished:
-            self.disconnected = True
-            scope.cancel()
 
 
 class ModelRouter:
@@ -211,7 +116,7 @@ class ModelRouter:
             self.app = app
             self.settings = load_settings(settings, config, authorize)
             self._guard = build_guard(self.settings)
-            register_secrets(secrets_of(self.settings))
+            scrub_while_alive(self, secrets_of(self.settings))
             if self.settings.allow_unauthenticated:
                 logger.warning(
                     "allow_unauthenticated=True: anyone who can reach %s spends the configured "
@@ -263,8 +168,7 @@ class ModelRouter:
             #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
             self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
             self._health = HealthProber(self.settings, self._providers, self._gate)
-            #: Whether a lifespan startup reached the router, or the lack of one was reported.
-            self._lifespan_seen = False
+            self._lifespan = Lifespan(app, self.settings, self._transport, self.events, self._health)
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
@@ -295,7 +199,7 @@ class ModelRouter:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
-        exchange = _Exchange(scope, receive, send, request_id_for(scope), path)
+        exchange = Exchange(scope, receive, send, request_id_for(scope), path)
         try:
             # Auth and the header screen, then the body, then its parse and plan: each refusal is
             # answered here (the steps themselves are plain functions: no coroutine per step).
@@ -336,12 +240,11 @@ class ModelRouter:
                 exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
             self.recent.add(exchange.record)
-            if not self._lifespan_seen:
-                self._warn_without_lifespan()
+            self._lifespan.warn_if_missing()
             self.events.publish(exchange.record)
 
     @staticmethod
-    async def _failed(exchange: _Exchange) -> None:
+    async def _failed(exchange: Exchange) -> None:
         """An unexpected error inside the router (a host's ``authorize`` that raised, a bug): the
         traceback goes to the router's logger, which scrubs keys from it, and the client gets
         an OpenAI-shaped 500 if nothing was sent yet, never the server's plain-text one."""
@@ -353,7 +256,7 @@ class ModelRouter:
         """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
         model names are the gateway's configuration, not something to show anonymous callers."""
         assert self._models is not None
-        exchange = _Exchange(scope, receive, send, request_id_for(scope))
+        exchange = Exchange(scope, receive, send, request_id_for(scope))
         try:
             admitted = await self._guard.check(scope)
             if isinstance(admitted, RouterError):
@@ -363,82 +266,7 @@ class ModelRouter:
         except Exception:
             await self._failed(exchange)
 
-    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The host app's lifespan, with the router's own work around it: the upstream client
-        opened on startup, sink workers and health probes from startup to shutdown.
-
-        The app's ``lifespan.shutdown.complete`` (or ``.failed``) is held back until all of that
-        has ended, and forwarded as the very last thing: a server takes it as leave to stop the
-        loop (uvicorn returns and ``asyncio.run`` cancels whatever still runs), so anything of
-        the router's still winding down after it would die as a ``CancelledError`` traceback
-        (uvicorn's "Exception in 'lifespan' protocol" on every clean Ctrl-C).
-        """
-        stop = anyio.Event()
-        ended: list[Message] = []
-
-        async def receive_startup(*_: Any) -> Message:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._lifespan_seen = True
-                self._transport.start()
-                background.start_soon(self._background, stop)
-            return message
-
-        async def send_shutdown(message: Message) -> None:
-            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
-                await self.events.drain(self.settings.events.shutdown_grace)
-                stop.set()
-                ended.append(message)  # forwarded once the router's own work has ended
-                return
-            if message["type"] == "lifespan.startup.complete" and self.settings.gc_freeze:
-                gc.collect()
-                gc.freeze()  # the startup heap stays: stop re-scanning it on every full collection
-            await send(message)
-
-        failure: Exception | None = None
-        async with anyio.create_task_group() as background:
-            try:
-                await self.app(scope, receive_startup, send_shutdown)
-            except Exception as exc:  # re-raised as itself, not wrapped in an ExceptionGroup
-                failure = exc
-            finally:
-                stop.set()
-        await self._transport.aclose()
-        if ended:
-            await send(ended[0])  # the last await: the server may end the loop from here on
-        if failure is not None:
-            raise failure
-
-    def _warn_without_lifespan(self) -> None:
-        """Say once what does not run when requests come without a lifespan startup (a mounted
-        sub-app gets none, nor does ``TestClient(app)`` without ``with``): requests are served
-        and the log line written either way; other sinks and health probes need the lifespan."""
-        self._lifespan_seen = True
-        idle = []
-        sinks = self.events.lifespan_only()
-        if sinks:
-            idle.append("event sinks " + ", ".join(sinks))
-        if self._health.providers:
-            idle.append("health probes of " + ", ".join(self._health.providers))
-        if self.settings.gc_freeze:
-            idle.append("gc_freeze")
-        if idle:
-            logger.warning(
-                "asgi_router: serving without a lifespan startup (a mounted sub-app, or a server or "
-                "test client without lifespan); these run only from lifespan startup to shutdown "
-                "and do not run: %s",
-                "; ".join(idle),
-            )
-
-    async def _background(self, stop: anyio.Event) -> None:
-        """Event sink workers and health probes, from lifespan startup until ``stop``."""
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self.events.run)
-            tasks.start_soon(self._health.run)
-            await stop.wait()
-            tasks.cancel_scope.cancel()
-
-    def _admit(self, exchange: _Exchange, admitted: Admitted | RouterError) -> RouterError | None:
+    def _admit(self, exchange: Exchange, admitted: Admitted | RouterError) -> RouterError | None:
         """Inbound auth's verdict and the header screen, before a byte of the body is read."""
         if isinstance(admitted, RouterError):
             return admitted
@@ -446,7 +274,7 @@ class ModelRouter:
         return screen_headers(exchange.scope)
 
     def _prepare(
-        self, exchange: _Exchange, body: bytes | RouterError
+        self, exchange: Exchange, body: bytes | RouterError
     ) -> tuple[Plan, InboundRequest, RequestFacts] | RouterError:
         """The body parsed and its plan resolved, or why not."""
         if isinstance(body, RouterError):
@@ -485,14 +313,14 @@ class ModelRouter:
             record.in_flight = None
 
     def _attempts(
-        self, exchange: _Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
+        self, exchange: Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
     ) -> Coroutine[Any, Any, Committed | Refused | RouterError]:
         """The attempt loop's pass over ``plan`` (the call itself, to await)."""
         return self._loop.run(plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts)
 
     async def _respond(
         self,
-        exchange: _Exchange,
+        exchange: Exchange,
         plan: Plan,
         request: InboundRequest,
         facts: RequestFacts,
@@ -516,7 +344,7 @@ class ModelRouter:
         winner = result.candidate.key
         upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
-        headers += _router_headers(request_id, winner, result.attempts, plan.route)
+        headers += router_headers(request_id, winner, result.attempts, plan.route)
         if isinstance(result, Refused):
             record.status = result.status
             await send_whole(exchange.send_tracked, result.status, headers, result.body)
@@ -562,13 +390,11 @@ class ModelRouter:
         record.cost_usd = spend.cost_usd
         return spend
 
-    async def _send_degraded(
-        self, exchange: _Exchange, degraded: DegradedSettings, stream: bool, attempts: int
-    ) -> None:
+    async def _send_degraded(self, exchange: Exchange, degraded: DegradedSettings, stream: bool, attempts: int) -> None:
         """Every candidate failed and the group has a canned reply: send it, marked as such."""
         record = exchange.record
         headers, body = degraded_reply(degraded, record.request_id, record.ref, stream)
-        headers += _router_headers(record.request_id, None, attempts, exchange.route)
+        headers += router_headers(record.request_id, None, attempts, exchange.route)
         record.status = 200
         record.degraded = True
         await send_whole(exchange.send_tracked, 200, headers, body)

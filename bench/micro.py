@@ -125,8 +125,6 @@ class _MemoryTransport:
     awaiting, so the router runs it under the same cancel scopes.
     """
 
-    native_cancel = True
-
     def __init__(self, stream: bool) -> None:
         self._parts = sse_events() if stream else [COMPLETION]
         self._type = b"text/event-stream" if stream else b"application/json"
@@ -137,9 +135,6 @@ class _MemoryTransport:
 
     def is_quiet(self) -> bool:
         return True
-
-    def connections(self) -> int:
-        return 0
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Canned:
         return _Canned(self._parts, self._type)

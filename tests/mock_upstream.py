@@ -71,6 +71,8 @@ class Seen:
     done: threading.Event = field(default_factory=threading.Event)
     #: The path the request was sent to.
     path: str = ""
+    #: The router's side of the connection it came on (its port tells connections apart).
+    client_port: int = 0
 
 
 def usage(prompt: int = 3, completion_tokens: int = 3) -> dict[str, int]:
@@ -127,6 +129,9 @@ class MockUpstream:
         self.hits: dict[str, int] = {}
         self.health_status: dict[str, int] = {}
         self.health_hits: dict[str, int] = {}
+        #: Requests being answered right now, and the most ever at once (until reset by a test).
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
         self.app = Starlette(
             routes=[
@@ -166,11 +171,14 @@ class MockUpstream:
         body = await request.json()
         model = str(body.get("model"))
         request_id = request.headers.get("x-request-id", f"anon-{id(request)}")
-        seen = Seen(model, dict(request.headers), body, path=request.url.path)
+        client = request.scope.get("client")
+        seen = Seen(model, dict(request.headers), body, path=request.url.path, client_port=client[1] if client else 0)
         with self._lock:
             self.seen[request_id] = seen
             self.all_seen.setdefault(request_id, []).append(seen)
             self.hits[model] = self.hits.get(model, 0) + 1
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         stream = body.get("stream") is True
         try:
             response = await self._scenario(request, model, stream, seen)
@@ -178,6 +186,9 @@ class MockUpstream:
             seen.disconnected = True
             seen.done.set()
             raise
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         if not isinstance(response, (StreamingResponse, EventSourceResponse)):
             seen.completed = True
             seen.done.set()

@@ -86,7 +86,7 @@ async def test_degraded_reply_is_recorded_and_never_replaces_a_client_error(upst
     assert soft.status_code == 200
     record = records.of(soft.headers["x-request-id"])
     assert (record.degraded, record.status) == (True, 200)
-    # a one-member group retries in place (``retries = 2``, README.rst "Resilience") before degrading
+    # a one-member group retries in place (``retries = 2``, docs/resilience.md) before degrading
     assert [(e.candidate, e.reason) for e in record.events] == [("mock/status-500", "upstream_5xx")] * 3
     assert (wrong.status_code, "x-router-degraded" in wrong.headers) == (422, False)
     assert (huge.status_code, "x-router-degraded" in huge.headers) == (400, False)

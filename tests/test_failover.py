@@ -1,4 +1,4 @@
-"""The attempt loop against a real loopback upstream: every row of DESIGN.md §4."""
+"""The attempt loop against a real loopback upstream: every row of the failover table (docs/errors-and-headers.md)."""
 
 from __future__ import annotations
 

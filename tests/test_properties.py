@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from asgi_router import InvalidRef, ModelRef, ModelRouter, Plan, RouterSettings, parse_model_ref
-from asgi_router.core.refs import MAX_MODEL_ID_LENGTH
+from asgi_router import ModelRouter, RouterSettings
+from asgi_router.core.refs import MAX_MODEL_ID_LENGTH, InvalidRef, ModelRef, parse_model_ref
 from asgi_router.inbound.safejson import JsonRefused, loads_with_span
 from asgi_router.inbound.screen import FORBIDDEN_FIELDS
-from asgi_router.routing.plan import Resolver
+from asgi_router.routing.plan import Plan, Resolver
 from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import anyio
 import httpx2
@@ -66,37 +67,40 @@ async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: Rout
 async def test_pool_settings_bound_connections_on_both_transports(
     upstream: MockUpstream, refused_url: str, transport_kind: str
 ) -> None:
-    # Six requests held 200 ms each by the upstream, through a pool of 3; httpx keeps 1 idle
-    # (aiohttp cannot cap idle connections: its settings refuse max_keepalive_connections).
+    # Six requests held 200 ms each by the upstream, through a pool of 3: the upstream never
+    # answers more than 3 at once. Then three more at once: httpx kept 1 connection idle (it
+    # opens 2), aiohttp keeps every released connection (its settings refuse an idle cap).
+    # Connections are told apart by the router's port as the upstream saw it.
     pool: dict[str, int] = {"max_connections": 3}
     if transport_kind == "httpx":
         pool["max_keepalive_connections"] = 1
     settings = make_settings(upstream.url, refused_url, pool=pool)  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=settings)
     statuses: list[int] = []
-    peak = 0
+    ports: list[set[int]] = []
 
     async with (
         LifespanManager(router),
         httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r", timeout=10) as client,
     ):
 
-        async def one() -> None:
-            response = await client.post("/v1/chat/completions", json={"model": "mock/slow-200", "messages": []})
+        async def one(request_id: str) -> None:
+            response = await client.post(
+                "/v1/chat/completions",
+                json={"model": "mock/slow-200", "messages": []},
+                headers={"x-request-id": request_id},
+            )
             statuses.append(response.status_code)
 
-        async def sample() -> None:
-            nonlocal peak
-            while len(statuses) < 6:
-                peak = max(peak, router._transport.connections())
-                await anyio.sleep(0.01)
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(sample)
-            for _ in range(6):
-                tasks.start_soon(one)
-        assert statuses == [200] * 6
-        assert peak == 3  # all three in use at once, never a fourth
-        assert router._transport.is_quiet()
-        if transport_kind == "httpx":
-            assert router._transport.connections() == 1  # released beyond max_keepalive_connections: closed
+        for burst, size in enumerate((6, 3)):
+            upstream.peak_in_flight = 0
+            ids = [f"pool-{transport_kind}-{burst}-{index}-{uuid.uuid4().hex[:8]}" for index in range(size)]
+            async with anyio.create_task_group() as tasks:
+                for request_id in ids:
+                    tasks.start_soon(one, request_id)
+            assert upstream.peak_in_flight == 3  # all three in use at once, never a fourth
+            ports.append({upstream.record(request_id).client_port for request_id in ids})
+        assert statuses == [200] * 9
+        assert router.transport.is_quiet()
+    assert len(ports[0]) == 3
+    assert len(ports[0] & ports[1]) == (1 if transport_kind == "httpx" else 3)

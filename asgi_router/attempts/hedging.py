@@ -4,7 +4,7 @@ Opt-in per group (``hedge_after = 0.8``). A slow first byte is the commonest LLM
 is not an error: the request may well succeed, only late. Waiting out the first-byte timeout
 before failing over costs the user that whole timeout; hedging starts the next candidate once
 the current one has been silent for ``hedge_after`` seconds and lets both run. The first to
-*commit* (DESIGN.md §5) wins; the other is cancelled, which closes its upstream response and
+*commit* (``docs/errors-and-headers.md``) wins; the other is cancelled, which closes its upstream response and
 releases its connection, so the upstream sees the disconnect and stops generating. Nothing has
 been sent to the client until a winner is chosen, so hedging can never splice two answers:
 there is no hedging after commit.

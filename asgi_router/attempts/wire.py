@@ -1,7 +1,7 @@
 """Each candidate's request body: the client's bytes with only the ``model`` value changed.
 
 The attempt loop sends every candidate the client's body with one change, the ``model`` value,
-and checks the result names the candidate (the target guard, DESIGN.md §4). Re-serialising the
+and checks the result names the candidate (the target guard, ``docs/errors-and-headers.md``). Re-serialising the
 parsed payload for that costs as much as parsing it (~80 µs for a 100 KB long-context request,
 a third of the router's CPU there). So the inbound parse (:func:`asgi_router.inbound.safejson.loads_with_span`)
 records the byte span of the ``model`` value, and :class:`SplicedBody` replaces just that span:

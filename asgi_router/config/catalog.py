@@ -1,9 +1,7 @@
-"""The model catalog: what the router knows about each ``provider/model-id`` it may call.
+"""The catalog's settings: what the router knows about each ``provider/model-id`` it may call.
 
-Configured under ``[catalog."provider/model-id"]``. Three features read it: the ``cost``
-strategy (prices), the context-window pre-check (window and output cap), and cost accounting
-(``cost_usd`` on served events). A model missing from the catalog is never skipped for its
-context and sorts last by cost: the catalog refines routing, it never gates it.
+Configured under ``[catalog."provider/model-id"]``: context window, output cap and prices. The
+lookups over it live in :mod:`asgi_router.routing.catalog`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""The degraded answer: a configured canned reply sent when every candidate of a group failed.
+"""A group's degraded answer, as configured: the canned reply for when every candidate failed.
 
-Opt-in per group (``degraded = {content = "..."}``). Some products would rather show "the
-assistant is busy, try again in a minute" inside their chat UI than surface a 502; this gives
-them that without a code path of their own. The reply is shaped as the request asked: one
-``chat.completion`` JSON object, or an SSE stream of ``chat.completion.chunk`` events ending
-in ``data: [DONE]``, so the ``openai`` SDK reads it like any answer. It is always marked
-``x-router-degraded: 1`` so that callers who care can tell it from a model's answer.
-
-Only failures that say "no capacity right now" degrade (5xx-class and 429); a request that
-fits no model's context window is the client's problem and keeps its 400.
+How the reply is built and sent lives in :mod:`asgi_router.responses.degraded`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""``[[rules]]``: pick the group for a request to a rules-enabled group from what the request is.
+"""``[[rules]]`` settings: one entry's conditions and the ref they route to.
 
-A group with ``rules = true`` (say ``group/auto``) first runs the rules table, in order; the
-first rule whose every condition holds names the ref to resolve instead (``route``), and its
-``name`` goes back to the client as ``x-router-route``. When no rule matches, the group's own
-members are the plan and the route is ``default``. A rule with no conditions always matches,
-which makes a catch-all last rule possible.
-
-Conditions are plain request facts, so every decision can be explained from the request alone:
-estimated prompt tokens (``min_prompt_tokens`` is >=, ``max_prompt_tokens`` is <), images, tools,
-``stream``, ``reasoning`` (``reasoning_effort`` present), header values and ``metadata`` tags.
-Cheap checks run before the token estimate so most misses never estimate anything.
+How a table of rules picks a route for a request lives in :mod:`asgi_router.routing.rules`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The classification is a pure function over what came back from one attempt: an HTTP status, or
 the exception that ended the attempt before a usable response. Its answer is a :data:`Reason`
 from a bounded vocabulary; whether that reason fails over is a separate, per-group policy
-(:data:`DEFAULT_FAILOVER`). The tables below are the single source of truth for DESIGN.md §4:
+(:data:`DEFAULT_FAILOVER`). The tables below are the single source of truth for what the
+errors-and-headers page of the docs promises:
 
 ================================  ===================  ==============================
 what came back                    reason               default action
@@ -46,10 +47,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Final
 
-import aiohttp
-import httpx2
-
 from asgi_router.core.reasons import Reason
+from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamTimeout
 
 __all__ = [
     "DEFAULT_FAILOVER",
@@ -90,17 +89,13 @@ _STATUS_TABLE: Final[dict[int, Reason]] = {
     429: "rate_limited",
 }
 
-# Transport failures of both transports (httpx2 and aiohttp), most specific first. Timeouts
-# before the generic connection errors so that a connect timeout reads as a timeout, not as a
-# connect error (aiohttp's ServerTimeoutError is also a ClientConnectionError).
+# What a transport raises (asgi_router.core.upstream_errors: each transport translates its HTTP
+# library's exceptions into these), and the deadlines' own ``TimeoutError``.
 _EXCEPTION_TABLE: Final[tuple[tuple[type[BaseException], Reason], ...]] = (
-    (TimeoutError, "timeout"),  # anyio.fail_after: first-byte, idle, total
-    (httpx2.TimeoutException, "timeout"),  # connect / pool / write timeouts
-    (httpx2.TransportError, "connect_error"),  # refused, DNS, TLS, reset, protocol errors
-    (aiohttp.ServerTimeoutError, "timeout"),  # connect / socket timeouts (also a TimeoutError)
-    (aiohttp.ClientConnectionError, "connect_error"),  # refused, DNS, TLS, reset, ServerDisconnected
-    (aiohttp.ClientPayloadError, "connect_error"),  # body cut mid-way (bad chunked framing, short read)
-    (aiohttp.ClientResponseError, "connect_error"),  # unparsable status line or headers: protocol error
+    (TimeoutError, "timeout"),  # first-byte, idle, total
+    (UpstreamTimeout, "timeout"),  # connect and pool waits
+    (UpstreamConnectError, "connect_error"),  # refused, DNS, TLS, reset before a response
+    (UpstreamBroken, "connect_error"),  # cut mid-body, bad framing, unparsable status or headers
 )
 
 
@@ -126,7 +121,7 @@ class UnrecognisedFailure(Exception):
 
 
 def classify_status(status: int) -> Reason:
-    """Classify an upstream HTTP status (DESIGN.md §4)."""
+    """Classify an upstream HTTP status (the table above; ``docs/errors-and-headers.md``)."""
     reason = _STATUS_TABLE.get(status)
     if reason is not None:
         return reason

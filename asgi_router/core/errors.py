@@ -1,6 +1,6 @@
 """OpenAI-shaped error bodies, so that every SDK surfaces the router's errors as it would OpenAI's.
 
-Shape (DESIGN.md §4)::
+Shape (``docs/errors-and-headers.md``)::
 
     {"error": {"message": ..., "type": ..., "code": ..., "param": null, "attempts": [...]}}
 
@@ -112,7 +112,7 @@ def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptS
 
 
 def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
-    """The error for a plan whose every candidate failed (DESIGN.md §4).
+    """The error for a plan whose every candidate failed (``docs/errors-and-headers.md``).
 
     All rate-limited (upstream 429 or the router's own rpm/tpm budgets): 429 with the smallest
     Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400

@@ -1,18 +1,12 @@
-"""Header hygiene in both directions, in two named helpers (as fastapi-proxy-lib does).
+"""Header names the router treats specially, in both directions: one table each, checked everywhere.
 
-Upstream, the router sends an *allowlist*: ``content-type``, ``accept``, ``user-agent``,
-``x-request-id``, plus what a provider's ``forward_headers`` names. A client's
-``Authorization``, ``Cookie``, ``x-api-key`` or proxy headers must never reach a provider (the
-provider gets its own key), and hop-by-hop headers belong to one connection only: that
-includes every header the inbound ``Connection`` names, even an allowlisted one. The denylist
-(:func:`never_forwarded`) is checked at config load *and* per request, so a forward list cannot
-smuggle a credential through. Back to the client, hop-by-hop headers, ``Set-Cookie`` (an
-upstream has no business setting cookies on the host app's domain), ``Alt-Svc`` (it would
-advertise the upstream's endpoints as the host app's) and the headers the ASGI server or the
-router itself sets are dropped. The provider's own request id (``x-request-id``, or Anthropic's
-``request-id``) is what its support asks for, but ``x-request-id`` is the router's: it goes back
-as ``x-upstream-request-id`` when it is a sane token (:func:`is_sane_request_id`, the test the
-client's own id must pass too).
+Hop-by-hop headers belong to one connection only (RFC 9110 §7.6.1), and that includes every
+header a ``Connection`` header names. Credentials, cookies and what the router itself decides
+(encoding, framing, routing) never reach a provider, whatever a configuration says: the
+denylist (:func:`never_forwarded`) is checked at config load *and* per request, so a provider's
+``forward_headers`` cannot smuggle a credential through. Request ids echoed into headers and log
+lines must be sane tokens (:func:`is_sane_request_id`). The official SDKs say they retry on their
+own with ``x-stainless-retry-count`` (:func:`client_retries`).
 """
 
 from __future__ import annotations

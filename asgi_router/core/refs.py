@@ -1,6 +1,6 @@
 """Parse the request's ``model`` string into a :class:`ModelRef`.
 
-One string carries two meanings (DESIGN.md §2): ``provider/model-id`` names a concrete upstream
+One string carries two meanings (``docs/routing.md``): ``provider/model-id`` names a concrete upstream
 model, ``group/<id>`` names a routing group, and a bare name is looked up among the configured
 aliases. The string is split at the *first* ``/`` so that ids which contain slashes themselves
 (``openrouter/deepseek/deepseek-chat``) are kept whole.

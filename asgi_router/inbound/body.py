@@ -13,8 +13,7 @@ would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
 from __future__ import annotations
 
 import math
-import os
-import threading
+import secrets
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -70,36 +69,9 @@ def request_id_for(scope: Scope) -> str:
     return fresh_request_id()
 
 
-class _RandomPool(threading.local):
-    """Random bytes from the OS, fetched 4 KiB at a time (one ``getrandom`` call per 256 ids)."""
-
-    data = b""
-    used = 0
-
-
-_pool = _RandomPool()
-
-
-def _forget_pool() -> None:  # pragma: no cover - runs in a forked child
-    global _pool
-    _pool = _RandomPool()
-
-
-# A forked child must never hand out the ids its parent still holds in its pool.
-os.register_at_fork(after_in_child=_forget_pool)
-
-
 def fresh_request_id() -> str:
-    """32 hex digits from the OS's CSPRNG: as unguessable as ``uuid4().hex``, without a UUID
-    object or a system call per request. Each id is 16 bytes no other id is drawn from; the
-    pool is per thread and dropped in a forked child, so no two requests share one."""
-    pool = _pool
-    used = pool.used
-    if used + 16 > len(pool.data):
-        pool.data = os.urandom(4096)
-        used = 0
-    pool.used = used + 16
-    return pool.data[used : used + 16].hex()
+    """32 hex digits from the OS's CSPRNG: as unguessable as ``uuid4().hex``."""
+    return secrets.token_hex(16)
 
 
 def _declared_length(scope: Scope) -> int | None:

@@ -3,11 +3,12 @@
 The router never formats a key into a log line on purpose (events hold candidates, reasons and
 timings; error messages are built from those too). But it does log tracebacks of failures it
 does not recognise, and a traceback carries the exception's message, which a transport or a
-host's ``authorize`` callable may have built from the request's headers. So every router
-registers its secrets here (provider keys, inbound ``api_keys``) and a filter on the
-``asgi_router`` logger replaces any occurrence with ``[redacted]`` before a handler sees the
-record. Only whole keys are matched: the router never prints part of a key either (no
-"sk-...abcd" masking), so there is no partial form to look for.
+host's ``authorize`` callable may have built from the request's headers. So every router puts a
+filter of its own on the ``asgi_router`` logger (:func:`scrub_while_alive`) that replaces any
+occurrence of its secrets (provider keys, inbound ``api_keys``) with ``[redacted]`` before a
+handler sees the record, and that leaves the logger with the router. Only whole keys are
+matched: the router never prints part of a key either (no "sk-...abcd" masking), so there is no
+partial form to look for.
 
 The check costs one substring search per secret per emitted record; records that are never
 emitted (the logger disabled for their level) cost nothing.
@@ -18,13 +19,14 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+import weakref
 from collections.abc import Iterable
 from typing import Final
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.observability.events import logger
 
-__all__ = ["REDACTED", "register_secrets", "secrets_of"]
+__all__ = ["REDACTED", "SecretFilter", "scrub_while_alive", "secrets_of"]
 
 REDACTED: Final = "[redacted]"
 
@@ -33,10 +35,12 @@ REDACTED: Final = "[redacted]"
 _MIN_SECRET: Final = 8
 
 
-class _SecretFilter(logging.Filter):
-    def __init__(self) -> None:
+class SecretFilter(logging.Filter):
+    """Replaces every occurrence of its secrets in a record's message and traceback."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self.secrets: frozenset[str] = frozenset()
+        self.secrets = frozenset(secret for secret in secrets if len(secret) >= _MIN_SECRET)
 
     def _scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -63,13 +67,14 @@ class _SecretFilter(logging.Filter):
         return True
 
 
-_FILTER: Final = _SecretFilter()
-logger.addFilter(_FILTER)
-
-
-def register_secrets(secrets: Iterable[str]) -> None:
-    """Add ``secrets`` to what the ``asgi_router`` logger scrubs (for the process's lifetime)."""
-    _FILTER.secrets = _FILTER.secrets | {secret for secret in secrets if len(secret) >= _MIN_SECRET}
+def scrub_while_alive(owner: object, secrets: Iterable[str]) -> SecretFilter:
+    """Scrub ``secrets`` from the ``asgi_router`` logger's records for as long as ``owner`` (a
+    router) lives: the filter is taken off the logger when ``owner`` is collected, so no secret
+    list outlives the router that configured it, and two routers each scrub their own keys."""
+    scrubber = SecretFilter(secrets)
+    logger.addFilter(scrubber)
+    weakref.finalize(owner, logger.removeFilter, scrubber)
+    return scrubber
 
 
 _CREDENTIAL_HEADER: Final = re.compile(r"key|token|secret|auth|password|credential|signature", re.IGNORECASE)

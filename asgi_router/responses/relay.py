@@ -8,10 +8,9 @@ SDK raises ``APIError`` rather than returning a truncated answer as if it were w
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits are kept by one cancel scope and its watchdog per relay
-(:func:`~asgi_router.core.deadlines.watchdog_for`; a cancel scope per chunk cost more than relaying
-the chunk); time spent waiting on a
-slow *client* does not count as upstream idleness.
+``idle`` and ``total`` limits are kept by one :class:`~asgi_router.core.deadlines.Deadline` per
+relay, armed before each read and disarmed after it: time spent waiting on a slow *client* does
+not count as upstream idleness.
 
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
 event needs a blank line first to start on an event boundary. A

@@ -1,6 +1,6 @@
 """Strategies beyond ``order``/``rotate``: each turns a group's members into a per-request order.
 
-A strategy only *orders* candidates (DESIGN.md §3): it reads numbers from
+A strategy only *orders* candidates (``docs/routing.md``): it reads numbers from
 :class:`~asgi_router.resilience.stats.RoutingStats`, the catalog and the request's facts, and returns a
 tuple. It does no I/O, never awaits, and costs microseconds. Which candidates are then *skipped*
 (provider not configured, context too small, budget spent) is the attempt loop's business, so

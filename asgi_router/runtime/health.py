@@ -15,17 +15,18 @@ is right is not this probe's question.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import anyio
 import httpx2
 
 from asgi_router.config.resilience import HealthSettings
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.classify import UnrecognisedFailure, classify_exception, classify_status
+from asgi_router.core.classify import classify_status
 from asgi_router.observability.events import logger
 from asgi_router.resilience.gate import Gate
+from asgi_router.transports.httpx_transport import translate
 from asgi_router.transports.provider import ProviderRuntime
 
 __all__ = ["HealthProber"]
@@ -65,10 +66,10 @@ class HealthProber:
             return
         async with (
             httpx2.AsyncClient(trust_env=False, follow_redirects=False) as client,
-            anyio.create_task_group() as tasks,
+            asyncio.TaskGroup() as tasks,
         ):
             for target in self._targets:
-                tasks.start_soon(self._watch, client, target)
+                tasks.create_task(self._watch(client, target))
 
     async def _watch(self, client: httpx2.AsyncClient, target: _Target) -> None:
         failures = 0
@@ -83,21 +84,24 @@ class HealthProber:
                     if failures == target.health.unhealthy_threshold:
                         logger.warning("asgi_router: %s fails its health probes; opening its breaker", target.provider)
                     self._gate.trip(target.provider)
-            await anyio.sleep(target.health.interval)
+            await asyncio.sleep(target.health.interval)
 
     @staticmethod
     async def probe(client: httpx2.AsyncClient, target: _Target) -> bool | None:
         """One probe: healthy, unhealthy, or ``None`` when the probe itself broke (a bug)."""
         try:
-            with anyio.fail_after(target.health.timeout):
+            async with asyncio.timeout(target.health.timeout):
                 response = await client.get(
                     target.url, headers=target.headers, timeout=httpx2.Timeout(target.health.timeout)
                 )
-        except Exception as exc:
-            try:
-                classify_exception(exc)
-            except UnrecognisedFailure:
-                logger.exception("asgi_router: health probe of %s failed unexpectedly", target.provider)
-                return None
+        except TimeoutError:
             return False
+        except httpx2.HTTPError as exc:
+            if translate(exc) is not None:  # the transport's own reading: connection, timeout
+                return False
+            logger.exception("asgi_router: health probe of %s failed unexpectedly", target.provider)
+            return None
+        except Exception:
+            logger.exception("asgi_router: health probe of %s failed unexpectedly", target.provider)
+            return None
         return classify_status(response.status_code) not in ("upstream_5xx", "timeout")

@@ -1,21 +1,17 @@
-"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+"""The one seam upstream HTTP goes through: what a transport does, and what it gives back.
 
 The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
-iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
-implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
-:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
-official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
-:class:`~asgi_router.transports.aiohttp_transport.AiohttpTransport`, the default because it is the faster
-(``docs/performance.rst``). Either way: one client per router and running event loop
-(``loop_clients.py``), shared by every request on that loop.
+iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``start``,
+``aclose``). Two implementations sit behind it, chosen by ``RouterSettings.transport``
+(``factory.py``): ``aiohttp_transport.py``, the default because it is the faster
+(``docs/performance.md``), and ``httpx_transport.py`` over ``httpx2`` (the maintained fork the
+official ``openai`` SDK depends on, and what a user injects with ``http_client=``). Either way:
+one client per router and running event loop (``loop_clients.py``), shared by every request on
+that loop. A test or a user may bring a transport of their own (``ModelRouter(transport=...)``).
 
-Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
-re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
-client can read without the router decompressing anything.
-
-:class:`ProviderRuntime` is everything about a provider that does not change per request (its
-URLs, its header block with the key already in it, its timeouts), built once at start-up so the
-request path only looks things up.
+A transport raises only the router's own exceptions (:mod:`asgi_router.core.upstream_errors`)
+for what went wrong upstream, from ``send`` and from its chunks: each translates its library's
+at one boundary, so nothing above it imports an HTTP library.
 """
 
 from __future__ import annotations
@@ -91,7 +87,4 @@ class Transport(Protocol):
         """Whether a pool is open, on any loop (introspection for tests and health checks)."""
 
     def is_quiet(self) -> bool:
-        """No request holds an upstream connection and none is mid-response (leak checks)."""
-
-    def connections(self) -> int:
-        """Upstream connections the pool holds, idle or in use (leak checks, health pages)."""
+        """Every response :meth:`send` returned has been closed (leak checks)."""

@@ -1,35 +1,47 @@
-"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+"""The httpx implementation of the upstream :class:`~asgi_router.transports.base.Transport` seam.
 
-The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
-iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
-implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
-:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
-official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
-:class:`~asgi_router.transports.aiohttp_transport.AiohttpTransport`, the default because it is the faster
-(``docs/performance.rst``). Either way: one client per router and running event loop
-(``loop_clients.py``), shared by every request on that loop.
-
+Over ``httpx2`` (the maintained httpx fork the official ``openai`` SDK depends on): what a user
+injects with ``ModelRouter(http_client=...)``, and the transport of ``transport = "httpx"``.
 Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
-re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
-client can read without the router decompressing anything.
-
-:class:`ProviderRuntime` is everything about a provider that does not change per request (its
-URLs, its header block with the key already in it, its timeouts), built once at start-up so the
-request path only looks things up.
+re-chunked. httpx's exceptions are translated into the router's own
+(:mod:`asgi_router.core.upstream_errors`) here and nowhere else (:func:`translate`), in
+:meth:`HttpxTransport.send` and in each read of a response's chunks.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx2
 
 from asgi_router.config.providers import PoolSettings
+from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
 
-__all__ = ["HttpxResponse", "HttpxTransport"]
+__all__ = ["HttpxResponse", "HttpxTransport", "translate"]
+
+
+def translate(exc: httpx2.HTTPError) -> UpstreamError | None:
+    """The router's exception for one of httpx's, or ``None`` for one it does not know."""
+    if isinstance(exc, httpx2.TimeoutException):  # connect, pool and write timeouts
+        return UpstreamTimeout(str(exc))
+    if isinstance(exc, (httpx2.ConnectError, httpx2.ProxyError, httpx2.UnsupportedProtocol)):
+        return UpstreamConnectError(str(exc))
+    if isinstance(exc, httpx2.TransportError):  # read/write errors, protocol errors, a cut body
+        return UpstreamBroken(str(exc))
+    return None
+
+
+async def _translated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx2.HTTPError as exc:
+        translated = translate(exc)
+        if translated is None:
+            raise
+        raise translated from exc
 
 
 async def _already_read(content: bytes) -> AsyncIterator[bytes]:
@@ -37,27 +49,34 @@ async def _already_read(content: bytes) -> AsyncIterator[bytes]:
 
 
 class HttpxResponse:
-    """:class:`UpstreamResponse` over an ``httpx2.Response`` opened with ``stream=True``."""
+    """:class:`~asgi_router.transports.base.UpstreamResponse` over an ``httpx2.Response`` opened with
+    ``stream=True``."""
 
-    __slots__ = ("_response", "chunks", "raw_headers", "status")
+    __slots__ = ("_owner", "_response", "chunks", "raw_headers", "status")
 
     #: httpx says nothing cheap about it: a whole response reads on to the end of its chunks.
     drained = False
 
-    def __init__(self, response: httpx2.Response) -> None:
+    def __init__(self, response: httpx2.Response, owner: HttpxTransport) -> None:
         self._response = response
+        self._owner: HttpxTransport | None = owner
         self.status = response.status_code
         self.raw_headers = response.headers.raw
         # A response built in memory (``httpx2.MockTransport`` with ``content=``) arrives
         # already read; ``aiter_raw()`` would refuse it, so serve its content as one chunk.
-        self.chunks = _already_read(response.content) if response.is_stream_consumed else response.aiter_raw()
+        self.chunks = (
+            _already_read(response.content) if response.is_stream_consumed else _translated(response.aiter_raw())
+        )
 
     async def aclose(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.open_responses -= 1
         await self._response.aclose()
 
 
 class HttpxTransport:
-    """:class:`Transport` over one shared ``httpx2.AsyncClient`` per running event loop.
+    """:class:`~asgi_router.transports.base.Transport` over one shared ``httpx2.AsyncClient`` per running event loop.
 
     httpcore's pool belongs to the loop it first ran on, so each loop gets a client of its own
     (:class:`~asgi_router.transports.loop_clients.LoopClients`), made on lifespan startup or on the loop's
@@ -71,6 +90,8 @@ class HttpxTransport:
         self._pool = pool
         self._injected = client
         self._clients = LoopClients(self._open, httpx2.AsyncClient.aclose, _client_closed)
+        #: Responses sent and not closed yet (leak checks: :meth:`is_quiet`).
+        self.open_responses = 0
 
     def _open(self) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
@@ -100,28 +121,22 @@ class HttpxTransport:
     def is_open(self) -> bool:
         return bool(self._all())
 
-    @staticmethod
-    def _pool_of(client: httpx2.AsyncClient) -> Any:
-        """httpcore2's pool, or ``None`` (an injected client over another transport, e.g.
-        ``MockTransport``, which holds no sockets). httpcore2 has no public view of it."""
-        return getattr(getattr(client, "_transport", None), "_pool", None)
-
-    def _pools(self) -> list[Any]:
-        return [pool for pool in map(self._pool_of, self._all()) if pool is not None]
-
     def is_quiet(self) -> bool:
-        return all(
-            not pool._requests and all(conn.is_idle() or conn.is_closed() for conn in pool.connections)
-            for pool in self._pools()
-        )
-
-    def connections(self) -> int:
-        return sum(1 for pool in self._pools() for conn in pool.connections if not conn.is_closed())
+        """Every response this transport returned has been closed (its connection released)."""
+        return self.open_responses == 0
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
         client = self.client
         request = client.build_request("POST", url, headers=headers, content=body, timeout=provider.httpx_timeout)
-        return HttpxResponse(await client.send(request, stream=True))
+        try:
+            response = await client.send(request, stream=True)
+        except httpx2.HTTPError as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+        self.open_responses += 1
+        return HttpxResponse(response, self)
 
     async def aclose(self) -> None:
         if self._injected is None:

@@ -1,21 +1,7 @@
-"""The one place that talks HTTP to upstreams: a seam the transport can be swapped behind.
+"""Everything about a provider that does not change per request, computed once at start-up.
 
-The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
-iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``aclose``). Two
-implementations sit behind it, chosen by ``RouterSettings.transport`` (:func:`make_transport`):
-:class:`HttpxTransport` here, over the httpx API through ``httpx2`` (the maintained fork the
-official ``openai`` SDK depends on, and what a user injects with ``http_client=``), and
-:class:`~asgi_router.transports.aiohttp_transport.AiohttpTransport`, the default because it is the faster
-(``docs/performance.rst``). Either way: one client per router and running event loop
-(``loop_clients.py``), shared by every request on that loop.
-
-Chunks come from ``aiter_raw()``: bytes exactly as the upstream sent them, never decoded or
-re-chunked. ``accept-encoding: identity`` is asked for so that what is relayed is what the
-client can read without the router decompressing anything.
-
-:class:`ProviderRuntime` is everything about a provider that does not change per request (its
-URLs, its header block with the key already in it, its timeouts), built once at start-up so the
-request path only looks things up.
+Its upstream URL per inbound route, its header block with the key already in it, its timeouts
+and which inbound headers it receives: the request path only looks these up.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Header hygiene in both directions, in two named helpers (as fastapi-proxy-lib does).
+"""The headers an upstream request carries: the provider's own block plus an allowlist of the client's.
 
 Upstream, the router sends an *allowlist*: ``content-type``, ``accept``, ``user-agent``,
 ``x-request-id``, plus what a provider's ``forward_headers`` names. A client's
-``Authorization``, ``Cookie``, ``x-api-key`` or proxy headers must never reach a provider (the
-provider gets its own key), and hop-by-hop headers belong to one connection only: that
-includes every header the inbound ``Connection`` names, even an allowlisted one. The denylist
-(:func:`never_forwarded`) is checked at config load *and* per request, so a forward list cannot
-smuggle a credential through. Back to the client, hop-by-hop headers, ``Set-Cookie`` (an
-upstream has no business setting cookies on the host app's domain), ``Alt-Svc`` (it would
-advertise the upstream's endpoints as the host app's) and the headers the ASGI server or the
-router itself sets are dropped. The provider's own request id (``x-request-id``, or Anthropic's
-``request-id``) is what its support asks for, but ``x-request-id`` is the router's: it goes back
-as ``x-upstream-request-id`` when it is a sane token (:func:`is_sane_request_id`, the test the
-client's own id must pass too).
+``Authorization``, ``Cookie``, ``x-api-key`` or proxy headers never reach a provider (the
+provider gets its own key), and neither does any header the inbound ``Connection`` names.
 """
 
 from __future__ import annotations

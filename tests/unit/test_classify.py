@@ -1,7 +1,8 @@
-"""classify.py: the failover table of DESIGN.md §4 and Retry-After parsing."""
+"""classify.py: the failover table of docs/errors-and-headers.md and Retry-After parsing."""
 
 from __future__ import annotations
 
+import inspect
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ import aiohttp
 import httpx2
 import pytest
 
+from asgi_router.core import classify as classify_module
 from asgi_router.core.classify import (
     DEFAULT_FAILOVER,
     UnrecognisedFailure,
@@ -16,6 +18,8 @@ from asgi_router.core.classify import (
     classify_status,
     parse_retry_after,
 )
+from asgi_router.transports.aiohttp_transport import translate as translate_aiohttp
+from asgi_router.transports.httpx_transport import translate as translate_httpx
 
 _REQUEST = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 _KEY = aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None)
@@ -71,17 +75,42 @@ def test_classify_status_maps_each_table_row_to_its_reason(status: int, reason: 
     ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else value,
 )
 def test_classify_exception_maps_transport_failures(exc: BaseException, reason: str) -> None:
-    assert classify_exception(exc) == reason
+    assert classify_exception(_through_its_transport(exc)) == reason
+
+
+def _through_its_transport(exc: BaseException) -> BaseException:
+    """What the transport whose library raised ``exc`` hands on: the router's own exception."""
+    if isinstance(exc, httpx2.HTTPError):
+        translated = translate_httpx(exc)
+    elif isinstance(exc, aiohttp.ClientError):
+        translated = translate_aiohttp(exc)
+    else:
+        return exc
+    assert translated is not None, f"{type(exc).__name__} is not translated"
+    assert translated.__class__.__module__ == "asgi_router.core.upstream_errors"
+    return translated
 
 
 def test_connect_timeout_is_a_timeout_not_a_connect_error() -> None:
     # ConnectTimeout is also a TransportError: the more specific row must win.
-    assert classify_exception(httpx2.ConnectTimeout("t", request=_REQUEST)) == "timeout"
+    assert classify_exception(_through_its_transport(httpx2.ConnectTimeout("t", request=_REQUEST))) == "timeout"
 
 
 def test_aiohttp_connect_timeout_is_a_timeout_not_a_connect_error() -> None:
     # ConnectionTimeoutError is also a ClientConnectionError: the timeout row must win.
-    assert classify_exception(aiohttp.ConnectionTimeoutError("t")) == "timeout"
+    assert classify_exception(_through_its_transport(aiohttp.ConnectionTimeoutError("t"))) == "timeout"
+
+
+@pytest.mark.parametrize("library", ["aiohttp", "httpx2", "httpcore2", "anyio"])
+def test_classification_imports_no_http_library(library: str) -> None:
+    # Transports translate their library's exceptions at their own boundary (upstream_errors).
+    source = inspect.getsource(classify_module)
+    assert f"import {library}" not in source and f"from {library}" not in source
+
+
+def test_an_http_library_exception_no_transport_translated_is_the_routers_own_failure() -> None:
+    with pytest.raises(UnrecognisedFailure):
+        classify_exception(httpx2.ConnectError("refused", request=_REQUEST))
 
 
 def test_unknown_exception_raises_unrecognised_failure_and_is_never_retried() -> None:

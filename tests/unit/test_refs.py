@@ -1,4 +1,4 @@
-"""parse_model_ref: DESIGN.md §2, one string with two meanings, parsed totally."""
+"""parse_model_ref: docs/routing.md, one string with two meanings, parsed totally."""
 
 from __future__ import annotations
 

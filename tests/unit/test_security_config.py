@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 
 from asgi_router import RouterSettings
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
-from asgi_router.observability.redaction import REDACTED, register_secrets, secrets_of
+from asgi_router.observability.redaction import REDACTED, scrub_while_alive, secrets_of
 from asgi_router.responses.headers import response_headers_for_client
 from asgi_router.transports.provider import ProviderRuntime
 from asgi_router.transports.request_headers import request_headers_for_upstream
@@ -203,7 +204,8 @@ def test_secrets_of_lists_provider_keys_from_config_and_environment_and_inbound_
 
 def test_router_logger_scrubs_a_registered_key_from_messages_and_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
     secret = "scrub-me-0123456789abcdef"
-    register_secrets([secret])
+    owner = Owner()
+    scrub_while_alive(owner, [secret])
     caplog.set_level(logging.INFO, logger="asgi_router")
     try:
         raise ValueError(f"transport said: Bearer {secret}")
@@ -214,3 +216,18 @@ def test_router_logger_scrubs_a_registered_key_from_messages_and_tracebacks(capl
     assert REDACTED in record.getMessage()
     assert record.exc_text is not None and secret not in record.exc_text and REDACTED in record.exc_text
     assert secret not in caplog.text
+
+
+class Owner:
+    """Stands for a router: what a scrubbing filter lives as long as."""
+
+
+def test_a_routers_secrets_are_scrubbed_only_while_it_lives(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "gone-with-router-0123456789"
+    owner = Owner()
+    filters_before = len(logging.getLogger("asgi_router").filters)
+    scrub_while_alive(owner, [secret])
+    assert len(logging.getLogger("asgi_router").filters) == filters_before + 1
+    del owner
+    gc.collect()
+    assert len(logging.getLogger("asgi_router").filters) == filters_before  # nothing outlives it

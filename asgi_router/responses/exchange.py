@@ -1,0 +1,79 @@
+"""One chat request's answer as it goes out: what was sent, and whether the client is still there.
+
+An :class:`Exchange` is made per request by the middleware and dropped with it: per-request
+state lives here, never on the middleware. It sends the router's own errors (OpenAI-shaped,
+with the router's headers), remembers whether a response has started (after that, no error
+response can be sent: only an in-band stream error), and is the party the disconnect listener
+tells when the client leaves (:class:`~asgi_router.inbound.disconnect.ListeningScope`).
+"""
+
+from __future__ import annotations
+
+from starlette.types import Message, Receive, Scope, Send
+
+from asgi_router.core.deadlines import Deadline
+from asgi_router.core.errors import RouterError
+from asgi_router.observability.events import RequestRecord
+from asgi_router.resilience.gate import Lease
+from asgi_router.responses.headers import router_headers
+from asgi_router.responses.relay import send_whole
+
+__all__ = ["Exchange"]
+
+
+class Exchange:
+    """One chat request's state: what was sent, whether the client is still there."""
+
+    __slots__ = (
+        "disconnected",
+        "finished",
+        "lease",
+        "path",
+        "receive",
+        "record",
+        "response_started",
+        "route",
+        "scope",
+        "send",
+    )
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str, path: str = "") -> None:
+        self.scope = scope
+        #: The route asked for: the path below ``root_path`` (``inbound/mounting.py``).
+        self.path = path
+        self.receive = receive
+        self.send = send
+        self.record = RequestRecord(request_id, "-")
+        self.response_started = False
+        self.finished = False
+        self.disconnected = False
+        #: The committed stream's lease, finished when the relay ends (or the request does).
+        self.lease: Lease | None = None
+        #: ``x-router-route`` once a plan was resolved.
+        self.route: str | None = None
+
+    def complete(self) -> None:
+        """The whole response has been handed to the server: a disconnect from now on is not an
+        abort (uvicorn's ``receive`` reports one as soon as a response is complete), so the
+        listener must not cancel what is left (closing the upstream response)."""
+        self.finished = True
+
+    async def send_tracked(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.response_started = True
+        await self.send(message)
+
+    async def send_error(self, error: RouterError, attempts: int = 0) -> None:
+        headers = [(b"content-type", b"application/json")]
+        headers += router_headers(self.record.request_id, None, attempts, self.route)
+        headers += error.headers
+        if error.retry_after is not None:
+            headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
+        self.record.status = error.status
+        await send_whole(self.send_tracked, error.status, headers, error.body())
+
+    def client_left(self, scope: Deadline) -> None:
+        """The client disconnected: cancel ``scope`` unless the response is already complete."""
+        if not self.finished:
+            self.disconnected = True
+            scope.cancel()
