@@ -32,6 +32,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--targets", default="upstream,floor,router,router-httpx", help="servers to load")
     parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (0: skip)")
     parser.add_argument("--demo-app", default="", help="MODULE:APP of demo_app (default: found if importable)")
+    parser.add_argument(
+        "--baseline", default="", help="another checkout of the project, served as target router-baseline"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 s, 1 round, c=16, 100 streams")
     parser.add_argument("--install-wrk", action="store_true", help="apt-get install wrk if it is missing")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.md", help="Markdown report path")
@@ -41,7 +44,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def _config(args: argparse.Namespace) -> scenarios.Config:
     if args.quick:
         return scenarios.Config(
-            seconds=1, rounds=1, concurrency=(16,), streams=min(args.streams, 100), demo_app=args.demo_app
+            seconds=1,
+            rounds=1,
+            concurrency=(16,),
+            streams=min(args.streams, 100),
+            demo_app=args.demo_app,
+            baseline=args.baseline,
         )
     return scenarios.Config(
         seconds=args.seconds,
@@ -51,6 +59,7 @@ def _config(args: argparse.Namespace) -> scenarios.Config:
         targets=tuple(t for t in args.targets.split(",") if t),
         streams=args.streams,
         demo_app=args.demo_app,
+        baseline=args.baseline,
     )
 
 
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     data["micro"] = {**micro(), **router_in_process(1000 if args.quick else 5000)}
     _say("  " + ", ".join(f"{k} {v:.1f}" for k, v in data["micro"].items()))
     _say("load (wrk): " + ", ".join(config.targets))
-    with scenarios.setup(wrk_path, config.targets) as running:
+    with scenarios.setup(wrk_path, config.targets, config.baseline) as running:
         data["load"] = scenarios.load(running, config, _progress)
         _say("failover past a refused connection")
         data["failover"] = scenarios.failover(running, config)

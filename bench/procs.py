@@ -67,7 +67,8 @@ class Server:
     """One uvicorn process serving ``target`` (``module:attribute``) until :meth:`stop`.
 
     ``command`` replaces uvicorn: the arguments after ``python``, with ``{port}`` standing for
-    the port to listen on.
+    the port to listen on. ``cwd`` runs it from another checkout of the project (the code it
+    imports is that checkout's), for a before/after comparison in one run.
     """
 
     def __init__(
@@ -77,10 +78,13 @@ class Server:
         env: dict[str, str] | None = None,
         logs: Path | None = None,
         command: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.target = target
         self.command = command
+        #: Where the server runs (and so which checkout's code it imports): this one by default.
+        self.cwd = cwd or ROOT
         self.port = free_port()
         self.env = {**os.environ, **(env or {})}
         self.logs = logs or ROOT / "bench" / "results"
@@ -110,7 +114,7 @@ class Server:
             ]  # fmt: skip
         log = (self.logs / f"{self.name}.log").open("wb")
         started = time.perf_counter()
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT)
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd)
         log.close()
         deadline = started + timeout
         while not _answers(self.port, ready_path):

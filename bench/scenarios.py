@@ -40,6 +40,8 @@ class Config:
     targets: tuple[str, ...] = ("upstream", "floor", "router", "router-httpx")
     streams: int = 1000
     demo_app: str = ""
+    #: Another checkout of the project whose router runs as target ``router-baseline``.
+    baseline: str = ""
 
 
 @dataclass
@@ -75,7 +77,7 @@ def _model_for(target: str, group: str = "bench") -> str:
 
 
 @contextmanager
-def setup(wrk_path: str, targets: tuple[str, ...]) -> Iterator[Setup]:
+def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterator[Setup]:
     """Start the upstream and every target the run needs; stop them all afterwards."""
     with ExitStack() as stack:
         upstream = stack.enter_context(Server("upstream", "bench.upstream:app"))
@@ -86,6 +88,10 @@ def setup(wrk_path: str, targets: tuple[str, ...]) -> Iterator[Setup]:
         if "router" in targets:
             servers["router"] = stack.enter_context(
                 Server("router", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"})
+            )
+        if baseline:
+            servers["router-baseline"] = stack.enter_context(
+                Server("router-baseline", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"}, cwd=Path(baseline))
             )
         if "router-httpx" in targets:
             servers["router-httpx"] = stack.enter_context(
@@ -110,7 +116,7 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
     """Every scenario, concurrency and target, in alternating rounds; medians and ratios."""
-    targets = [t for t in config.targets if t in run.servers]
+    targets = [t for t in (*config.targets, "router-baseline") if t in run.servers]
     cells: list[dict[str, Any]] = []
     for scenario in config.scenarios:
         for target in targets:  # warm each target up once per scenario (pools, caches, JIT-less paths)
@@ -172,16 +178,18 @@ def streams(config: Config, targets: tuple[str, ...]) -> dict[str, Any]:
     with Server("upstream-streams", "bench.upstream:app") as upstream:
         env = {"BENCH_UPSTREAM": upstream.origin, "BENCH_REFUSED": refused_origin()}
         kinds = {
-            "floor": ("bench.floor:app", {}),
-            "router": ("bench.host:app", {"BENCH_TRANSPORT": "aiohttp"}),
-            "router-httpx": ("bench.host:app", {"BENCH_TRANSPORT": "httpx"}),
+            "floor": ("bench.floor:app", {}, None),
+            "router": ("bench.host:app", {"BENCH_TRANSPORT": "aiohttp"}, None),
+            "router-baseline": ("bench.host:app", {"BENCH_TRANSPORT": "aiohttp"}, config.baseline or None),
+            "router-httpx": ("bench.host:app", {"BENCH_TRANSPORT": "httpx"}, None),
         }
-        for target, (app, extra) in kinds.items():
-            if target not in targets:
+        for target, (app, extra, checkout) in kinds.items():
+            if target not in targets and not (target == "router-baseline" and checkout):
                 continue
             model = "group/slow" if target.startswith("router") else "slow"
             body = json.dumps({"model": model, "stream": True, "messages": []}, separators=(",", ":")).encode()
-            with Server(f"{target}-streams", app, {**env, **extra}) as server:
+            cwd = Path(checkout) if checkout else None
+            with Server(f"{target}-streams", app, {**env, **extra}, cwd=cwd) as server:
                 result = hold_streams(server.origin + CHAT, body, config.streams, server.rss_kib)
             out[target] = {
                 "streams": config.streams,
