@@ -1,4 +1,4 @@
-"""Error bodies, header hygiene, inbound parsing and the wire body (DESIGN.md §4-§6)."""
+"""Error bodies, header hygiene, inbound parsing and the wire body."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resolver: from a ref to an ordered Plan of candidates (DESIGN.md §3)."""
+"""Resolver: from a ref to an ordered Plan of candidates."""
 
 from __future__ import annotations
 

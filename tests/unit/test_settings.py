@@ -1,4 +1,4 @@
-"""RouterSettings: keywords, TOML and environment build one validated object (DESIGN.md §2, §7)."""
+"""RouterSettings: keywords, TOML and environment build one validated object."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
 from asgi_router.config.catalog import ModelInfo
 from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
 from asgi_router.core.errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
