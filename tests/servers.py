@@ -22,10 +22,11 @@ class ServerThread:
     """``uvicorn`` serving ``app`` on a free loopback port until :meth:`stop`.
 
     :meth:`stop` waits up to ``graceful_shutdown`` seconds for open requests to finish, then
-    cancels them.
+    cancels them. ``http`` is uvicorn's HTTP implementation: the pure-Python ``h11`` unless a
+    test asks for ``httptools`` (what production runs).
     """
 
-    def __init__(self, app: Any, *, lifespan: str = "on", graceful_shutdown: float = 2) -> None:
+    def __init__(self, app: Any, *, lifespan: str = "on", graceful_shutdown: float = 2, http: str = "h11") -> None:
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -33,7 +34,7 @@ class ServerThread:
             log_level="critical",
             lifespan=lifespan,
             loop="asyncio",
-            http="h11",
+            http=http,
             timeout_graceful_shutdown=graceful_shutdown,
         )
         self.server = uvicorn.Server(config)
