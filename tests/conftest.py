@@ -16,7 +16,7 @@ from asgi_router.observability.sinks import EventBus
 
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
-from .servers import ServerThread
+from .servers import ServersByTransport, ServerThread
 
 API_KEY = "sk-test-upstream-SECRET-0123456789"
 """The key configured for the mock provider: it must never show up in a response or log."""
@@ -51,16 +51,36 @@ def anyio_backend() -> str:
 
 
 TRANSPORTS = ("aiohttp", "httpx")
+"""The upstream transports a router can be built on (``RouterSettings.transport``)."""
 
 
-@pytest.fixture(params=TRANSPORTS, autouse=True)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--transport",
+        choices=TRANSPORTS,
+        default="aiohttp",
+        help="the upstream transport for tests not marked both_transports (default: aiohttp, the router's default)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``both_transports`` runs once per transport (its ids say which)."""
+    if metafunc.definition.get_closest_marker("both_transports") is not None:
+        metafunc.parametrize("transport_kind", TRANSPORTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def transport_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every integration test runs once per upstream transport.
+    """The upstream transport of every router the test builds.
 
-    Through the environment, so that every ``RouterSettings`` a test builds (by
-    :func:`make_settings` or by hand) picks it up; ``tests/unit`` overrides this fixture.
+    Most behaviour is the same whichever transport carries it, so a test runs on one: the
+    default (``--transport`` picks another). A test whose behaviour depends on the transport
+    (streaming, disconnects, timeouts, connection errors, pools, response size caps) is marked
+    ``both_transports`` and runs on each. Set through the environment, so that every
+    ``RouterSettings`` a test builds (by :func:`make_settings` or by hand) picks it up;
+    ``tests/unit`` overrides this fixture.
     """
-    kind: str = request.param
+    kind: str = getattr(request, "param", None) or request.config.getoption("transport")
     monkeypatch.setenv("ASGI_ROUTER_TRANSPORT", kind)
     return kind
 
@@ -151,6 +171,28 @@ def served_router(settings: RouterSettings) -> Iterator[tuple[ModelRouter, Serve
         yield router, server
 
 
+def shared_routers(
+    upstream: MockUpstream, refused_url: str | None = None, **overrides: Any
+) -> ServersByTransport[ModelRouter]:
+    """Routers on :func:`make_settings` with ``overrides``, one per transport, for the tests of a
+    module to share (its module-scoped ``routers`` fixture). Their breakers are off: one test's
+    failures must not open a breaker for the next (tests about breakers build their own)."""
+    overrides.setdefault("breaker", {"enabled": False})
+
+    def build(kind: str) -> ModelRouter:
+        settings = make_settings(upstream.url, refused_url, transport=kind, **overrides)  # type: ignore[attr-defined]
+        return ModelRouter(host_app(), settings=settings)
+
+    return ServersByTransport(build)
+
+
+@pytest.fixture
+def server(routers: ServersByTransport[ModelRouter], transport_kind: str) -> ServerThread:
+    """The module's shared router (its module-scoped ``routers`` fixture) on the test's transport,
+    served on loopback."""
+    return routers(transport_kind)[1]
+
+
 @pytest.fixture
 async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
     """The official ``openai`` client, talking to the module's ``server`` fixture (a router on a
@@ -161,7 +203,7 @@ async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
 
 def pool_is_quiet(router: ModelRouter) -> bool:
     """No request holds an upstream connection and no connection is mid-response."""
-    return router._transport.is_quiet()
+    return router.transport.is_quiet()
 
 
 class SentMessages(list[dict[str, Any]]):

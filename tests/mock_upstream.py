@@ -35,7 +35,8 @@ each test picks behaviour per candidate. Scenarios (``model`` as the upstream re
 ``trickle-<n>``        streams n events, 20 ms apart (for disconnect tests)
 =====================  ==================================================================
 
-Every request is recorded under its ``x-request-id``: what arrived, and whether the upstream
+Every request is recorded under its ``x-request-id``: what arrived, on which path (chat is
+served on ``/v1/chat/completions`` and ``/v1/llm/chat/completions``), and whether the upstream
 finished or saw the client disconnect. Records are read from the test thread.
 
 ``GET /v1/health/<tag>`` answers with ``health_status[tag]`` (default 200) and counts its hits
@@ -136,6 +137,8 @@ class MockUpstream:
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                # A custom route's upstream path (``routes = [..., "/llm/chat/completions"]``).
+                Route("/v1/llm/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/v1/health/{tag}", self.health, methods=["GET"]),
             ]

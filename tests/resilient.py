@@ -11,8 +11,10 @@ import httpx2
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter
+from asgi_router.config.resilience import RetryBudgetSettings
 from asgi_router.observability.events import RequestRecord
 from asgi_router.observability.sinks import Sink
+from asgi_router.resilience.state import RouterState
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream
@@ -44,6 +46,20 @@ class Collect:
         self.records.append(record)
 
 
+def holds_no_retry(state: RouterState, provider: str) -> bool:
+    """Whether every retry token ``provider`` was given has been given back.
+
+    Asked through the state's own interface: with nothing in flight, a budget of at least one
+    concurrent retry admits one only while none is outstanding (the token taken to ask is given
+    straight back).
+    """
+    assert state.in_flight(provider) == 0, "ask once the provider is idle"
+    if not state.begin_retry(provider, RetryBudgetSettings(ratio=0.01, min_concurrent=1)):
+        return False
+    state.end_retry(provider)
+    return True
+
+
 def tag() -> str:
     """A unique tag for a mock model id, so stateful scenarios and hit counts never collide."""
     return "x" + uuid.uuid4().hex[:10]
@@ -63,23 +79,25 @@ async def routed_router(
     clock: Callable[[], float] | None = None,
     random: Callable[[], float] | None = None,
     sinks: Sequence[Sink] = (),
+    router: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[tuple[httpx2.AsyncClient, ModelRouter]]:
-    """An in-process client and its router (lifespan running), built on ``overrides`` settings."""
-    kwargs: dict[str, Any] = {"sinks": sinks}
+    """An in-process client and its router (lifespan running), built on ``overrides`` settings;
+    ``router`` holds further ``ModelRouter`` keyword arguments (``transport``, ``state``)."""
+    kwargs: dict[str, Any] = {"sinks": sinks, **(router or {})}
     if clock is not None:
         kwargs["clock"] = clock
     if random is not None:
         kwargs["random"] = random
     overrides.setdefault("backoff", FAST_BACKOFF)
-    router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url, **overrides), **kwargs)  # type: ignore[attr-defined]
+    instance = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url, **overrides), **kwargs)  # type: ignore[attr-defined]
     async with (
-        LifespanManager(router) as manager,
+        LifespanManager(instance) as manager,
         httpx2.AsyncClient(
             transport=httpx2.ASGITransport(app=manager.app), base_url="http://router", timeout=30
         ) as client,
     ):
-        yield client, router
+        yield client, instance
 
 
 async def record_of(response: httpx2.Response, router: ModelRouter) -> RequestRecord:

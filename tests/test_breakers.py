@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import pytest
@@ -117,6 +116,7 @@ async def test_an_open_breaker_stops_same_candidate_retries(upstream: MockUpstre
 
 
 @pytest.mark.parametrize(("member", "reason"), [("break-2", "stream_interrupted"), ("stall-2", "timeout")])
+@pytest.mark.both_transports
 async def test_a_late_failure_after_commit_counts_against_the_candidate(
     upstream: MockUpstream, member: str, reason: str
 ) -> None:
@@ -135,6 +135,7 @@ async def test_a_late_failure_after_commit_counts_against_the_candidate(
         assert (await events_of(after, router))[0] == (f"mock/{member}", "skipped", "circuit_open")
 
 
+@pytest.mark.both_transports
 async def test_connect_errors_open_the_provider_breaker_for_all_its_models(
     upstream: MockUpstream, refused_url: str
 ) -> None:
@@ -165,10 +166,10 @@ async def test_a_provider_at_max_concurrent_is_skipped_as_saturated(upstream: Mo
     providers = {"capped": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "max_concurrent": 1}}  # type: ignore[attr-defined]
     groups = {"g": {"members": ["capped/ok", "mock2/ok"]}}
     async with routed_router(upstream, providers=providers, groups=groups) as (client, router):
-        state: Any = router.state
+        state = router.state
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(chat, client, "capped/slow-400")
-            await eventually(lambda: state._in_flight.get("capped") == 1)
+            await eventually(lambda: state.in_flight("capped") == 1)
             grouped = await chat(client, "group/g")
             alone = await chat(client, "capped/ok")
         after = await chat(client, "capped/ok")
@@ -178,20 +179,20 @@ async def test_a_provider_at_max_concurrent_is_skipped_as_saturated(upstream: Mo
     assert alone.status_code == 503
     assert alone.json()["error"]["code"] == "upstream_saturated"
     assert after.status_code == 200  # the slot came back when the slow request ended
-    assert state._in_flight["capped"] == 0
+    assert state.in_flight("capped") == 0
 
 
 async def test_a_committed_stream_holds_its_concurrency_slot_until_it_ends(upstream: MockUpstream) -> None:
     providers = {"capped": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "max_concurrent": 1}}  # type: ignore[attr-defined]
     async with routed_router(upstream, providers=providers) as (client, router):
-        state: Any = router.state
+        state = router.state
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(chat, client, "capped/trickle-20")  # ~0.4 s of streaming
-            await eventually(lambda: state._in_flight.get("capped") == 1)
+            await eventually(lambda: state.in_flight("capped") == 1)
             await anyio.sleep(0.1)  # well after the commit
             during = await chat(client, "capped/ok")
         assert during.status_code == 503
-        assert state._in_flight["capped"] == 0
+        assert state.in_flight("capped") == 0
 
 
 async def test_health_probes_open_the_provider_breaker_and_let_it_close_again(upstream: MockUpstream) -> None:
@@ -225,6 +226,7 @@ async def test_without_health_settings_nothing_is_probed(upstream: MockUpstream)
     assert sum(upstream.health_hits.values()) == before
 
 
+@pytest.mark.both_transports
 async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUpstream) -> None:
     """The relay is cancelled, so it never reports; the request's end must still free the slot."""
     providers = {"capped": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "max_concurrent": 1}}  # type: ignore[attr-defined]
@@ -242,8 +244,8 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     scope = chat_scope()
     with anyio.fail_after(5):
         await router(scope, receive, sent)  # type: ignore[arg-type]
-    await router._transport.aclose()
-    state: Any = router.state
+    await router.transport.aclose()
+    state = router.state
     assert sent[0]["type"] == "http.response.start"
     assert sent[-1].get("more_body", True)  # cut off mid-stream, not finished
-    assert state._in_flight["capped"] == 0
+    assert state.in_flight("capped") == 0

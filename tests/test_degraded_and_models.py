@@ -9,20 +9,20 @@ import pytest
 
 from asgi_router import ModelRouter
 
-from .conftest import host_app, make_settings
+from .conftest import shared_routers
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, request_records, router_client
-from .servers import ServerThread
+from .servers import ServersByTransport
 
 pytestmark = pytest.mark.anyio
 
 _BUSY = "The assistant is busy; please try again in a minute."
 
 
-@pytest.fixture
-def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
-    settings = make_settings(
-        upstream.url,  # type: ignore[attr-defined]
+@pytest.fixture(scope="module")
+def routers(upstream: MockUpstream, refused_url: str) -> Iterator[ServersByTransport[ModelRouter]]:
+    with shared_routers(
+        upstream,
         refused_url,
         groups={
             "coder": {"members": ["mock/ok", "group/backup"]},
@@ -31,9 +31,8 @@ def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
         },
         aliases={"fast": "group/coder", "mini": "mock2/mini"},
         catalog={"mock/priced": {"input_price": 1.0, "output_price": 2.0}},
-    )
-    with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
-        yield running
+    ) as served:
+        yield served
 
 
 # --- degraded -----------------------------------------------------------------------------------

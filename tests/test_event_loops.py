@@ -10,7 +10,6 @@ them). A failure of the router's own client is the router's error, never the ups
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import json
 from collections.abc import AsyncIterator
@@ -25,9 +24,12 @@ from asgi_router import ModelRouter
 from asgi_router.resilience.breaker import BreakerView
 
 from .conftest import host_app, make_settings
+from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .resilient import routed_router
 from .servers import ServerThread
+
+pytestmark = pytest.mark.both_transports  # each transport keeps one client per event loop
 
 _CHAT = {"model": "mock/ok", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -40,7 +42,7 @@ def test_testclient_without_with_serves_every_call_each_on_its_own_loop(upstream
     assert [answer.status_code for answer in answers] == [200, 200, 200]
     assert {answer.json()["choices"][0]["message"]["content"] for answer in answers} == {"hello from ok"}
     assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
-    assert not router._transport.is_open  # each call's loop closed its own client as it ended
+    assert not router.transport.is_open  # each call's loop closed its own client as it ended
     gc.collect()
 
 
@@ -53,7 +55,7 @@ def test_one_asyncio_run_per_call_through_asgitransport_is_served_every_time(ups
             return (await client.post("/v1/chat/completions", json=_CHAT)).status_code
 
     assert [asyncio.run(one_call()), asyncio.run(one_call())] == [200, 200]
-    assert not router._transport.is_open
+    assert not router.transport.is_open
     gc.collect()
 
 
@@ -61,24 +63,20 @@ def test_a_server_without_lifespan_closes_its_loops_client_when_it_stops(upstrea
     router = ModelRouter(host_app(), settings=make_settings(upstream.url))  # type: ignore[attr-defined]
     with ServerThread(router, lifespan="off") as server:
         answer = httpx2.post(f"{server.url}/v1/chat/completions", json=_CHAT)
-        assert router._transport.is_open
+        assert router.transport.is_open
     assert answer.status_code == 200
-    assert not router._transport.is_open
+    assert not router.transport.is_open
     gc.collect()
 
 
-class _LoopClosed:
+class _LoopClosed(FakeTransport):
     """A transport whose own client is broken the way a client of an ended loop is."""
-
-    def start(self) -> None: ...
 
     async def send(self, *args: Any) -> Any:
         raise RuntimeError("Event loop is closed")
 
-    async def aclose(self) -> None: ...
 
-
-class _BreaksMidStream:
+class _BreaksMidStream(FakeTransport):
     """A transport whose response's client breaks after the first chunk (the router's side)."""
 
     status = 200
@@ -93,8 +91,6 @@ class _BreaksMidStream:
         raise RuntimeError("Event loop is closed")
 
     async def aclose(self) -> None: ...
-
-    def start(self) -> None: ...
 
     async def send(self, *args: Any) -> _BreaksMidStream:
         return self
@@ -112,17 +108,20 @@ class _Broken:
     after: httpx2.Response
 
 
-async def _own_client_broken(upstream: MockUpstream, broken: object, stream: bool) -> _Broken:
+async def _own_client_broken(upstream: MockUpstream, broken: FakeTransport, stream: bool) -> _Broken:
     """One request of group ``g`` (mock/ok, then mock2/ok) over ``broken``, whose breaker opens at
-    the first failure counted against it, then one over the working transport."""
-    groups = {"g": {"members": ["mock/ok", "mock2/ok"]}}
-    async with routed_router(upstream, groups=groups, breaker={"consecutive_failures": 1}) as (client, router):
-        working = router._loop.context.transport
-        router._loop.context = dataclasses.replace(router._loop.context, transport=broken)
+    the first failure counted against it, then one through a router on a working transport that
+    shares the first one's state (its breakers and statistics)."""
+    settings: dict[str, Any] = {
+        "groups": {"g": {"members": ["mock/ok", "mock2/ok"]}},
+        "breaker": {"consecutive_failures": 1},
+    }
+    async with routed_router(upstream, router={"transport": broken}, **settings) as (client, router):
         answer = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g", "stream": stream})
-        breakers = [router.state.breaker(key) for key in ("mock/ok", "mock")]
-        latency, in_flight = router.state.latency("mock/ok"), router.state.in_flight("mock/ok")
-        router._loop.context = dataclasses.replace(router._loop.context, transport=working)
+        state = router.state
+        breakers = [state.breaker(key) for key in ("mock/ok", "mock")]
+        latency, in_flight = state.latency("mock/ok"), state.in_flight("mock/ok")
+    async with routed_router(upstream, router={"state": state}, **settings) as (client, _):
         after = await client.post("/v1/chat/completions", json={**_CHAT, "model": "group/g"})
     return _Broken(answer, breakers, latency, in_flight, after)
 

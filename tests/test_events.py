@@ -65,6 +65,7 @@ async def test_raising_and_blocking_sinks_never_delay_or_fail_a_request(upstream
     assert shutdown < 1.5  # the stuck sinks get shutdown_grace (0.2 s), not forever
 
 
+@pytest.mark.both_transports
 async def test_events_and_records_never_carry_the_api_key(upstream: MockUpstream, refused_url: str) -> None:
     collect = Collect()
     flaky = f"fail-1-{tag()}-503"
@@ -83,6 +84,7 @@ async def test_events_and_records_never_carry_the_api_key(upstream: MockUpstream
             assert API_KEY[3:12] not in text
 
 
+@pytest.mark.both_transports
 async def test_every_attempt_is_one_frozen_event_with_index_timing_and_status(upstream: MockUpstream) -> None:
     model = f"fail-1-{tag()}-503"
     async with routed_router(upstream) as (client, router):
@@ -138,4 +140,4 @@ async def test_recent_requests_are_kept_without_a_lifespan_while_sinks_get_nothi
         )
         assert collect.records == [] and router.events.pending  # queued, never delivered
     finally:
-        await router._transport.aclose()
+        await router.transport.aclose()

@@ -1,4 +1,5 @@
-"""The attempt loop against a real loopback upstream: every row of the failover table (docs/errors-and-headers.md)."""
+"""The attempt loop against a real loopback upstream: every row of the failover table (each
+failure's reason, and whether the loop moves on), and the answer when no candidate serves."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from asgi_router import ModelRouter
 
 from .conftest import API_KEY, host_app, make_settings
 from .mock_upstream import MockUpstream
+from .routing_helpers import request_records
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +42,7 @@ async def routed(
         yield client
 
 
-FAILOVER_ROWS = [
+FAILOVER_STATUSES = [
     ("mock/status-429", "rate_limited", 429),
     ("mock/status-500", "upstream_5xx", 500),
     ("mock/status-503", "upstream_5xx", 503),
@@ -49,20 +51,40 @@ FAILOVER_ROWS = [
     ("mock/status-402", "billing", 402),
     ("mock/status-404", "model_not_found", 404),
     ("mock/status-408", "timeout", 408),
+]
+"""Answers the upstream gives: the same whichever transport carried them."""
+
+FAILOVER_TRANSPORT_ERRORS = [
     ("down/anything", "connect_error", None),
     ("mock/hang", "timeout", None),
     ("mock/silent", "timeout", 200),
     ("mock/empty", "stream_interrupted", 200),
 ]
+"""Failures each transport sees in its own way (refused connection, no headers, no body byte,
+an empty body) and must report as the same reason."""
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize(("first", "reason", "status"), FAILOVER_ROWS)
-async def test_retryable_failure_fails_over_to_next_member(
+_SAY_NOTHING = ("mock/hang", "mock/silent")
+_QUICK_TIMEOUTS = {"connect": 1, "first_byte": 0.2, "idle": 0.2, "total": 10}
+"""For members that fail by saying nothing: their provider times out in 0.2 s, so that the test
+does not wait a second for each (every other provider keeps the usual 1 s)."""
+
+
+async def _assert_fails_over_to_the_next_member(
     upstream: MockUpstream, refused_url: str, first: str, reason: str, status: int | None, stream: bool
 ) -> None:
-    async with routed(upstream, refused_url, groups={"g": {"members": [first, "mock2/ok"]}}) as client:
-        response = await chat(client, "group/g", stream=stream)
+    providers: dict[str, Any] = {}
+    if first in _SAY_NOTHING:
+        providers["mock"] = {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "timeouts": _QUICK_TIMEOUTS}  # type: ignore[attr-defined]
+    groups = {"g": {"members": [first, "mock2/ok"]}}
+    with request_records() as records:
+        async with routed(upstream, refused_url, providers=providers, groups=groups) as client:
+            response = await chat(client, "group/g", stream=stream)
+    events = records.of(response.headers["x-request-id"]).events
+    assert [(e.candidate, e.outcome, e.reason, e.status) for e in events] == [
+        (first, "failed", reason, status),
+        ("mock2/ok", "served", "served", 200),
+    ]
     assert response.status_code == 200
     assert response.headers["x-router-model"] == "mock2/ok"
     assert response.headers["x-router-attempts"] == "2"
@@ -71,6 +93,23 @@ async def test_retryable_failure_fails_over_to_next_member(
     # each candidate got its own model id (target guard); a refused connection never arrives
     expected = [first.split("/", 1)[1], "ok"] if not first.startswith("down/") else ["ok"]
     assert upstream.attempts(request_id) == expected
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("first", "reason", "status"), FAILOVER_STATUSES)
+async def test_retryable_status_fails_over_to_next_member(
+    upstream: MockUpstream, refused_url: str, first: str, reason: str, status: int | None, stream: bool
+) -> None:
+    await _assert_fails_over_to_the_next_member(upstream, refused_url, first, reason, status, stream)
+
+
+@pytest.mark.both_transports
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("first", "reason", "status"), FAILOVER_TRANSPORT_ERRORS)
+async def test_connection_failure_or_timeout_fails_over_to_next_member(
+    upstream: MockUpstream, refused_url: str, first: str, reason: str, status: int | None, stream: bool
+) -> None:
+    await _assert_fails_over_to_the_next_member(upstream, refused_url, first, reason, status, stream)
 
 
 @pytest.mark.parametrize("status", [400, 409, 413, 422])
@@ -106,6 +145,7 @@ async def test_all_rate_limited_is_429_with_smallest_retry_after(upstream: MockU
     ]
 
 
+@pytest.mark.both_transports
 async def test_all_timed_out_is_504_and_takes_about_one_first_byte_timeout_each(
     upstream: MockUpstream, refused_url: str
 ) -> None:
@@ -233,6 +273,7 @@ def test_provider_without_its_key_is_named_in_one_warning_at_start_up(
     assert "'other'" in named[1] and "ASGI_ROUTER_TEST_OTHER_MISSING_KEY is not set" in named[1]
 
 
+@pytest.mark.both_transports
 async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: MockUpstream, refused_url: str) -> None:
     async with routed(
         upstream, refused_url, max_response_bytes=64 * 1024, groups={"g": {"members": ["mock/big-256", "mock2/big-16"]}}
@@ -243,6 +284,7 @@ async def test_non_streaming_body_over_the_response_cap_fails_over(upstream: Moc
     assert len(response.json()["choices"][0]["message"]["content"]) == 16 * 1024
 
 
+@pytest.mark.both_transports
 async def test_a_small_body_over_the_response_cap_that_arrives_at_once_fails_over_too(
     upstream: MockUpstream, refused_url: str
 ) -> None:

@@ -14,6 +14,7 @@ from asgi_router import ModelRouter
 from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import host_app, make_settings, pool_is_quiet
+from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, request_records, router_client, seen_all
 from .servers import ServerThread
@@ -34,6 +35,7 @@ async def _wait_quiet(router: ModelRouter) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.both_transports
 async def test_slow_first_member_loses_the_race_and_its_upstream_sees_the_disconnect(
     upstream: MockUpstream, stream: bool
 ) -> None:
@@ -61,6 +63,7 @@ async def test_slow_first_member_loses_the_race_and_its_upstream_sees_the_discon
     assert lost.latency >= 0.2  # it ran at least until the hedge started
 
 
+@pytest.mark.both_transports
 async def test_first_member_that_commits_later_still_wins_and_the_hedge_is_cancelled(upstream: MockUpstream) -> None:
     async with router_client(upstream, **_hedged(["mock/slow-400", "mock2/slow-3000"], hedge_after=0.1)) as (
         client,
@@ -116,6 +119,7 @@ async def test_a_zero_hedge_budget_never_hedges(upstream: MockUpstream) -> None:
     assert (response.headers["x-router-model"], response.headers["x-router-attempts"]) == ("mock/slow-300", "1")
 
 
+@pytest.mark.both_transports
 async def test_client_leaving_mid_race_cancels_both_upstreams_and_frees_the_pool(upstream: MockUpstream) -> None:
     settings = make_settings(upstream.url, **_hedged(["mock/hang", "mock2/hang"], hedge_after=0.1))  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=settings)
@@ -138,8 +142,8 @@ async def test_client_leaving_mid_race_cancels_both_upstreams_and_frees_the_pool
         ("mock/hang", "aborted", "client_disconnected"),
         ("mock2/hang", "aborted", "client_disconnected"),
     ]
-    assert router._book.stats.in_flight("mock/hang") == 0
-    assert router._book.stats.in_flight("mock2/hang") == 0
+    assert router.state.in_flight("mock/hang") == 0
+    assert router.state.in_flight("mock2/hang") == 0
 
 
 class _GatedResponse:
@@ -161,27 +165,21 @@ class _GatedResponse:
         self.closed = True
 
 
-class _GatedTransport:
+class _GatedTransport(FakeTransport):
     def __init__(self) -> None:
         self.gate = anyio.Event()
         self.responses: list[_GatedResponse] = []
-
-    def start(self) -> None: ...
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _GatedResponse:
         self.responses.append(_GatedResponse(self.gate))
         return self.responses[-1]
 
-    async def aclose(self) -> None: ...
-
 
 async def test_a_loser_that_commits_at_the_same_moment_is_closed_not_leaked(upstream: MockUpstream) -> None:
     transport = _GatedTransport()
     with request_records() as records:
-        async with router_client(upstream, **_hedged(["mock/a", "mock2/b"], hedge_after=0.05)) as (client, router):
-            router._loop.__setattr__(
-                "context", __import__("dataclasses").replace(router._loop.context, transport=transport)
-            )
+        hedged = _hedged(["mock/a", "mock2/b"], hedge_after=0.05)
+        async with router_client(upstream, router={"transport": transport}, **hedged) as (client, router):
             responses: list[httpx2.Response] = []
 
             async def ask() -> None:
@@ -203,4 +201,4 @@ async def test_a_loser_that_commits_at_the_same_moment_is_closed_not_leaked(upst
         ("mock/a", "served", "served"),
         ("mock2/b", "aborted", "hedge_lost"),
     ]
-    assert router._book.stats.in_flight("mock2/b") == 0
+    assert router.state.in_flight("mock2/b") == 0

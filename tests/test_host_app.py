@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from asgi_router import ModelRouter, RouterSettings
 
 from .conftest import host_app
+from .mock_upstream import MockUpstream
 from .servers import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +28,7 @@ async def test_host_routes_and_other_methods_pass_through_untouched(client: http
     assert (wrong_method.status_code, wrong_method.json()) == (404, {"detail": "Not Found"})  # FastAPI's answer
 
 
+@pytest.mark.both_transports
 async def test_host_lifespan_runs_and_router_client_opens_and_closes_with_it(settings: RouterSettings) -> None:
     events: list[str] = []
 
@@ -40,9 +42,9 @@ async def test_host_lifespan_runs_and_router_client_opens_and_closes_with_it(set
     router = ModelRouter(app, settings=settings)
     async with LifespanManager(router):
         assert events == ["startup"]
-        assert router._transport.is_open
+        assert router.transport.is_open
     assert events == ["startup", "shutdown"]
-    assert not router._transport.is_open
+    assert not router.transport.is_open
 
 
 async def test_websocket_scope_passes_through_to_the_host(settings: RouterSettings) -> None:
@@ -131,12 +133,25 @@ async def test_router_works_when_the_host_app_has_no_lifespan(settings: RouterSe
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client:
         response = await client.post("/v1/chat/completions", json={"model": "mock/ok", "messages": []})
     assert response.status_code == 200
-    await router._transport.aclose()
+    await router.transport.aclose()
 
 
-async def test_custom_routes_are_served_and_mapped_below_base_url(settings: RouterSettings) -> None:
+async def test_custom_routes_are_served_and_mapped_below_base_url(
+    settings: RouterSettings, upstream: MockUpstream
+) -> None:
     custom = settings.model_copy(update={"routes": ["/v1/chat/completions", "/llm/chat/completions"]})
     router = ModelRouter(host_app(), settings=custom)
-    assert router._providers["mock"].urls["/llm/chat/completions"].endswith("/v1/llm/chat/completions")
-    assert router._providers["mock"].urls["/v1/chat/completions"].endswith("/v1/chat/completions")
-    assert not router._providers["mock"].urls["/v1/chat/completions"].endswith("/v1/v1/chat/completions")
+    paths: dict[str, str] = {}
+    async with (
+        LifespanManager(router),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client,
+    ):
+        for route in custom.routes:
+            response = await client.post(route, json={"model": "mock/ok", "messages": []})
+            assert response.status_code == 200, route
+            paths[route] = upstream.record(response.headers["x-request-id"]).path
+    # base_url ends in /v1: each route lands below it, and /v1 is never doubled
+    assert paths == {
+        "/v1/chat/completions": "/v1/chat/completions",
+        "/llm/chat/completions": "/v1/llm/chat/completions",
+    }

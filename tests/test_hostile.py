@@ -27,9 +27,9 @@ from asgi_router.core.refs import MAX_MODEL_ID_LENGTH
 from asgi_router.inbound.safejson import MAX_JSON_DEPTH, MAX_NUMBER_CHARS
 from asgi_router.inbound.screen import FORBIDDEN_FIELDS
 
-from .conftest import host_app, make_settings
+from .conftest import host_app, make_settings, shared_routers
 from .mock_upstream import MockUpstream
-from .servers import ServerThread
+from .servers import ServersByTransport, ServerThread
 
 pytestmark = pytest.mark.anyio
 
@@ -95,12 +95,17 @@ def request_head(port: int, *fields: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
+@pytest.fixture(scope="module")
+def routers(upstream: MockUpstream) -> Iterator[ServersByTransport[ModelRouter]]:
+    """Routers with a 1 KiB body cap and a 0.5 s body deadline."""
+    with shared_routers(upstream, max_body_bytes=1024, body_timeout=0.5) as served:
+        yield served
+
+
 @pytest.fixture
-def small_router(upstream: MockUpstream) -> Iterator[ServerThread]:
-    """A router with a 1 KiB body cap and a 0.5 s body deadline, served on loopback."""
-    settings = make_settings(upstream.url, max_body_bytes=1024, body_timeout=0.5)  # type: ignore[attr-defined]
-    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
-        yield server
+def small_router(server: ServerThread) -> ServerThread:
+    """The module's router (1 KiB body cap, 0.5 s body deadline), served on loopback."""
+    return server
 
 
 async def test_declared_length_over_the_cap_is_413_before_a_single_body_byte_is_sent(
@@ -277,6 +282,7 @@ async def test_redirecting_or_credential_field_is_400_and_nothing_reaches_any_ho
     assert app.requests == before
 
 
+@pytest.mark.both_transports
 async def test_upstream_redirect_to_another_host_is_not_followed(
     upstream: MockUpstream, attacker: tuple[Attacker, str]
 ) -> None:

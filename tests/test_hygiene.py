@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,12 +13,14 @@ from asgi_lifespan import LifespanManager
 from asgi_router import ModelRouter, RouterSettings
 
 from .conftest import API_KEY, host_app
+from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.both_transports
 async def test_client_credentials_and_hop_by_hop_headers_never_reach_the_upstream(
     client: httpx2.AsyncClient,
 ) -> None:
@@ -50,6 +51,7 @@ async def test_client_credentials_and_hop_by_hop_headers_never_reach_the_upstrea
     assert "client-own-key" not in response.text
 
 
+@pytest.mark.both_transports
 async def test_upstream_cookies_and_hop_by_hop_headers_are_not_relayed(client: httpx2.AsyncClient) -> None:
     response = await client.post("/v1/chat/completions", json={"model": "mock/headers", "messages": []})
     assert response.status_code == 200
@@ -130,16 +132,12 @@ async def test_body_over_the_limit_is_413_by_content_length_and_by_stream(
 
 
 async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(settings: RouterSettings) -> None:
-    class Exploding:
+    class Exploding(FakeTransport):
         calls = 0
-
-        def start(self) -> None: ...
 
         async def send(self, *args: Any) -> Any:
             Exploding.calls += 1
             raise ValueError("a bug, not a flaky upstream")
-
-        async def aclose(self) -> None: ...
 
     grouped = settings.model_copy(deep=True)
     router = ModelRouter(
@@ -147,8 +145,8 @@ async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(se
         settings=RouterSettings(
             providers=grouped.providers, groups={"g": {"members": ["mock/ok", "mock2/ok"]}}, allow_unauthenticated=True
         ),
+        transport=Exploding(),
     )
-    router._loop.context = dataclasses.replace(router._loop.context, transport=Exploding())
     async with (
         LifespanManager(router),
         httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client,
@@ -161,6 +159,7 @@ async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(se
     assert still_up.status_code == 200
 
 
+@pytest.mark.both_transports
 async def test_no_api_key_in_any_log_line_or_response(
     settings: RouterSettings, caplog: pytest.LogCaptureFixture, refused_url: str
 ) -> None:
@@ -183,6 +182,7 @@ async def test_no_api_key_in_any_log_line_or_response(
         assert API_KEY[3:12] not in text
 
 
+@pytest.mark.both_transports
 async def test_upstream_cannot_forge_router_headers(client: httpx2.AsyncClient) -> None:
     response = await client.post("/v1/chat/completions", json={"model": "mock/headers", "messages": []})
     assert response.headers.get_list("x-router-route") == ["default"]

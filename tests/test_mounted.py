@@ -92,7 +92,7 @@ async def test_a_root_path_from_the_server_is_stripped_before_routes_are_matched
         await router(scope, receive_once(json.dumps({**_CHAT, "model": "mock/ok"}).encode(), never.wait), sent)
         await router({**scope, "path": "/apix/v1/chat/completions"}, receive_once(b"{}", never.wait), outside)
     finally:
-        await router._transport.aclose()
+        await router.transport.aclose()
     headers = dict(sent[0]["headers"])
     assert sent[0]["status"] == 200
     assert upstream.record(headers[b"x-request-id"].decode()).path == "/v1/chat/completions"

@@ -25,7 +25,7 @@ from bench.procs import Server
 
 from .conftest import SentMessages, chat_scope, host_app, make_settings
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_transports]  # what a request leaves depends on the client
 
 
 @pytest.fixture(scope="module")
@@ -76,4 +76,4 @@ async def test_served_requests_leave_nothing_for_the_cyclic_collector(
         # (A library may leave a few once, e.g. a cache built on first use.)
         assert found < 100, f"{found} objects in cycles after 100 requests: {kinds.most_common(8)}"
     finally:
-        await router._transport.aclose()
+        await router.transport.aclose()

@@ -10,30 +10,27 @@ import pytest
 
 from asgi_router import ModelRouter
 
-from .conftest import API_KEY, host_app, make_settings
+from .conftest import API_KEY, shared_routers
 from .mock_upstream import MockUpstream
-from .servers import ServerThread
+from .resilient import FAST_BACKOFF, tag
+from .servers import ServersByTransport, ServerThread
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def server(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
-    settings = make_settings(
-        upstream.url,  # type: ignore[attr-defined]
-        refused_url,
-        groups={
-            "coder": {"members": ["down/x", "mock/status-503", "mock2/ok"]},
-            "broken": {"members": ["mock/break-2", "mock2/ok"]},
-            "limited": {"members": ["mock/status-429-ra2", "mock2/status-429-ra5"]},
-            "dead": {"members": ["down/a", "mock/status-500"]},
-            "overflow": {"members": ["mock/ctx-exceeded", "mock2/ctx-anthropic"]},
-            "ids": {"members": ["mock/status-503-rid1", "mock2/rid-winner"]},
-            "refused": {"members": ["mock/status-400-ridrefuser", "mock2/rid-never"]},
-        },
-    )
-    with ServerThread(ModelRouter(host_app(), settings=settings)) as running:
-        yield running
+@pytest.fixture(scope="module")
+def routers(upstream: MockUpstream, refused_url: str) -> Iterator[ServersByTransport[ModelRouter]]:
+    groups = {
+        "coder": {"members": ["down/x", "mock/status-503", "mock2/ok"]},
+        "broken": {"members": ["mock/break-2", "mock2/ok"]},
+        "limited": {"members": ["mock/status-429-ra2", "mock2/status-429-ra5"]},
+        "dead": {"members": ["down/a", "mock/status-500"]},
+        "overflow": {"members": ["mock/ctx-exceeded", "mock2/ctx-anthropic"]},
+        "ids": {"members": ["mock/status-503-rid1", "mock2/rid-winner"]},
+        "refused": {"members": ["mock/status-400-ridrefuser", "mock2/rid-never"]},
+    }
+    with shared_routers(upstream, refused_url, backoff=FAST_BACKOFF, groups=groups) as served:
+        yield served
 
 
 async def test_sdk_non_streaming_completion_through_a_failing_over_group(sdk: openai.AsyncOpenAI) -> None:
@@ -46,6 +43,7 @@ async def test_sdk_non_streaming_completion_through_a_failing_over_group(sdk: op
     assert raw.headers["x-router-attempts"] == "3"
 
 
+@pytest.mark.both_transports
 async def test_sdk_streaming_completion_yields_every_delta(sdk: openai.AsyncOpenAI) -> None:
     stream = await sdk.chat.completions.create(
         model="group/coder", messages=[{"role": "user", "content": "hi"}], stream=True
@@ -54,6 +52,7 @@ async def test_sdk_streaming_completion_yields_every_delta(sdk: openai.AsyncOpen
     assert "".join(parts) == "Hello from ok"
 
 
+@pytest.mark.both_transports
 async def test_sdk_raises_api_error_on_a_stream_broken_after_commit(sdk: openai.AsyncOpenAI) -> None:
     stream = await sdk.chat.completions.create(
         model="group/broken", messages=[{"role": "user", "content": "hi"}], stream=True
@@ -133,14 +132,25 @@ async def test_sdk_sees_an_overflow_on_every_candidate_as_a_400_that_starts_with
     assert caught.value.body["message"].splitlines() == [words, *lines]
 
 
+async def _retry_soon(response: httpx2.Response) -> None:
+    """Let the SDK retry after 10 ms (it honours ``retry-after-ms``) rather than its own backoff
+    of 0.5 s, then 1 s: how long it waits is not what the test is about."""
+    response.headers["retry-after-ms"] = "10"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_an_sdk_that_retries_on_its_own_is_not_multiplied_by_the_routers_retries(
-    server: ServerThread, upstream: MockUpstream, transport_kind: str, stream: bool
+    server: ServerThread, upstream: MockUpstream, stream: bool
 ) -> None:
     # The SDK sends x-stainless-retry-count on every try: it retries, so the router does not retry
     # in place as well (3 SDK tries x 3 router tries was 9 upstream calls for one request).
-    model = f"status-503-storm{transport_kind}{stream}"  # its own hit counter at the mock
-    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=2) as client:
+    model = f"status-503-{tag()}"  # its own hit counter at the mock
+    async with (
+        httpx2.AsyncClient(event_hooks={"response": [_retry_soon]}) as http,
+        openai.AsyncOpenAI(
+            base_url=f"{server.url}/v1", api_key="client-key", max_retries=2, http_client=http
+        ) as client,
+    ):
         with pytest.raises(openai.InternalServerError) as caught:
             await client.chat.completions.create(
                 model=f"mock/{model}", messages=[{"role": "user", "content": "hi"}], stream=stream
@@ -151,9 +161,9 @@ async def test_an_sdk_that_retries_on_its_own_is_not_multiplied_by_the_routers_r
 
 
 async def test_a_client_that_does_not_say_it_retries_still_gets_the_routers_retries(
-    server: ServerThread, upstream: MockUpstream, transport_kind: str
+    server: ServerThread, upstream: MockUpstream
 ) -> None:
-    model = f"status-503-plain{transport_kind}"
+    model = f"status-503-{tag()}"
     async with httpx2.AsyncClient(base_url=server.url, timeout=10) as client:
         response = await client.post(
             "/v1/chat/completions", json={"model": f"mock/{model}", "messages": [{"role": "user", "content": "hi"}]}

@@ -2,13 +2,12 @@
 
 Each property runs a bounded number of examples (``_FAST``) so that the suite stays quick on a
 small CI machine; ``deadline=None`` because a shared core makes single examples slow at random.
-The router-level properties drive ``ModelRouter`` with hand-written ``receive``/``send`` and a
-scripted transport (no sockets), so one router serves every example.
+The router-level properties drive ``ModelRouter`` with hand-written ``receive``/``send`` over an
+injected scripted transport (no sockets), so one router serves every example.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import string
@@ -31,6 +30,7 @@ from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, host_app, make_settings
+from .fakes import FakeTransport
 
 _FAST = settings(
     max_examples=150,
@@ -242,26 +242,31 @@ class _Scripted:
         self.closed = True
 
 
-class _ScriptedTransport:
-    def __init__(self, response: _Scripted) -> None:
-        self.response = response
+class _ScriptedTransport(FakeTransport):
+    """Answers with the response of the example being run (:meth:`script`); keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.response = _Scripted(200, b"application/json", [b"{}"])
         self.sent: list[bytes] = []
 
-    def start(self) -> None:
-        pass
+    def script(self, response: _Scripted) -> _ScriptedTransport:
+        self.response, self.sent = response, []
+        return self
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Scripted:
         self.sent.append(body)
         return self.response
 
-    async def aclose(self) -> None:
-        pass
+
+@pytest.fixture(scope="module")
+def scripted() -> _ScriptedTransport:
+    return _ScriptedTransport()
 
 
 @pytest.fixture(scope="module")
-def router() -> ModelRouter:
-    """One router for every example; each example swaps in its own scripted transport."""
-    return ModelRouter(host_app(), settings=make_settings("http://127.0.0.1:9"))
+def router(scripted: _ScriptedTransport) -> ModelRouter:
+    """One router for every example, on a transport each example scripts anew."""
+    return ModelRouter(host_app(), settings=make_settings("http://127.0.0.1:9"), transport=scripted)
 
 
 async def _drive(router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
@@ -299,11 +304,10 @@ def split_streams(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 @_FAST
 @given(case=split_streams())
 def test_relay_sends_any_split_of_any_sse_stream_byte_exact_and_unregrouped(
-    router: ModelRouter, case: tuple[bytes, list[bytes]]
+    router: ModelRouter, scripted: _ScriptedTransport, case: tuple[bytes, list[bytes]]
 ) -> None:
     stream, chunks = case
-    transport = _ScriptedTransport(_Scripted(200, b"text/event-stream", chunks))
-    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
+    transport = scripted.script(_Scripted(200, b"text/event-stream", chunks))
     request = json.dumps({"model": "mock/x", "stream": True, "messages": []}).encode()
     sent = anyio.run(_drive, router, request, _JSON)
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
@@ -334,15 +338,10 @@ content_types = st.sampled_from(
 @_FAST
 @given(body=request_bodies, headers=content_types)
 def test_any_request_gets_an_openai_shaped_answer_never_a_500_or_a_traceback(
-    router: ModelRouter, body: bytes, headers: list[tuple[bytes, bytes]]
+    router: ModelRouter, scripted: _ScriptedTransport, body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
     completion = json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode()
-    router._loop.__setattr__(
-        "context",
-        __import__("dataclasses").replace(
-            router._loop.context, transport=_ScriptedTransport(_Scripted(200, b"application/json", [completion]))
-        ),
-    )
+    scripted.script(_Scripted(200, b"application/json", [completion]))
     sent = anyio.run(_drive, router, body, headers)
     status = sent[0]["status"]
     payload = b"".join(message.get("body", b"") for message in sent[1:])
@@ -391,20 +390,21 @@ def non_utf8_bodies(draw: st.DrawFn) -> bytes:
     return body
 
 
-def _drive_to_json_upstream(router: ModelRouter, body: bytes) -> tuple[list[dict[str, Any]], _ScriptedTransport]:
+def _drive_to_json_upstream(
+    router: ModelRouter, scripted: _ScriptedTransport, body: bytes
+) -> tuple[list[dict[str, Any]], _ScriptedTransport]:
     """One JSON request through ``router`` to an upstream answering ``{}``: what was sent back,
     and the transport (what reached the upstream)."""
-    transport = _ScriptedTransport(_Scripted(200, b"application/json", [b"{}"]))
-    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
+    transport = scripted.script(_Scripted(200, b"application/json", [b"{}"]))
     return anyio.run(_drive, router, body, _JSON), transport
 
 
 @_FAST
 @given(body=non_utf8_bodies() | st.binary(min_size=1, max_size=300).filter(lambda data: not _is_utf8(data)))
 def test_any_body_that_is_not_utf8_is_a_400_invalid_json_before_any_upstream_is_called(
-    router: ModelRouter, body: bytes
+    router: ModelRouter, scripted: _ScriptedTransport, body: bytes
 ) -> None:
-    sent, transport = _drive_to_json_upstream(router, body)
+    sent, transport = _drive_to_json_upstream(router, scripted, body)
     assert sent[0]["status"] == 400
     assert json.loads(b"".join(message.get("body", b"") for message in sent[1:]))["error"]["code"] == "invalid_json"
     assert transport.sent == []
@@ -420,9 +420,9 @@ def test_any_body_that_is_not_utf8_is_a_400_invalid_json_before_any_upstream_is_
     ids=["spliced", "re-serialised"],
 )
 def test_lone_surrogate_escapes_are_valid_json_and_reach_the_upstream_as_escapes_in_utf8(
-    router: ModelRouter, body: bytes
+    router: ModelRouter, scripted: _ScriptedTransport, body: bytes
 ) -> None:
-    sent, transport = _drive_to_json_upstream(router, body)
+    sent, transport = _drive_to_json_upstream(router, scripted, body)
     assert sent[0]["status"] == 200
     (wire,) = transport.sent
     wire.decode("utf-8")  # what the upstream gets is UTF-8 ...

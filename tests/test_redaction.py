@@ -9,7 +9,6 @@ reaches it through an exception message.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -22,6 +21,7 @@ from asgi_router.observability.sinks import EventBus
 from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import API_KEY, CLIENT_KEY, host_app
+from .fakes import FakeTransport
 from .redaction import LeakTap
 
 pytestmark = pytest.mark.anyio
@@ -98,19 +98,14 @@ def test_tap_flags_a_key_in_a_record_published_to_the_sinks(leak_tap: LeakTap) -
 async def test_transport_exception_carrying_the_key_is_logged_scrubbed_and_never_sent(
     leak_tap: LeakTap, settings: RouterSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Leaky:
+    class Leaky(FakeTransport):
         """A transport whose error message includes the request's headers (a plausible bug)."""
-
-        def start(self) -> None: ...
 
         async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> Any:
             raise ValueError(f"cannot send {headers}")
 
-        async def aclose(self) -> None: ...
-
     caplog.set_level(logging.ERROR, logger="asgi_router")
-    router = ModelRouter(host_app(), settings=settings)
-    router._loop.context = dataclasses.replace(router._loop.context, transport=Leaky())
+    router = ModelRouter(host_app(), settings=settings, transport=Leaky())
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client:
         response = await client.post("/v1/chat/completions", json={"model": "mock/ok", "messages": []})
     assert response.status_code == 500  # the router's own failure (router_error)

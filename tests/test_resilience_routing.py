@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import anyio
 import pytest
@@ -13,6 +12,7 @@ from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, pool_is_quiet
+from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
 
@@ -32,11 +32,12 @@ async def test_a_lost_hedge_frees_its_slot_and_leaves_the_losers_breakers_alone(
         response = await chat(client, "group/h")
         events = await events_of(response, router)
         await eventually(lambda: pool_is_quiet(router))
-        state: Any = router.state
+        state = router.state
     assert response.headers["x-router-model"] == "mock2/ok"
     assert sorted(events) == [("mock/slow-600", "aborted", "hedge_lost"), ("mock2/ok", "served", "served")]
     assert router.state.breaker("mock/slow-600") is None and router.state.breaker("mock") is None
-    assert state._in_flight == {"mock": 0, "mock2": 0}  # both leases and both statistics released
+    # both leases (per provider) and both statistics (per candidate) released
+    assert [state.in_flight(key) for key in ("mock", "mock2", "mock/slow-600", "mock2/ok")] == [0, 0, 0, 0]
 
 
 async def test_a_hedged_group_whose_members_are_all_open_still_tries_the_oldest(upstream: MockUpstream) -> None:
@@ -62,7 +63,6 @@ async def test_the_router_state_holds_the_statistics_strategies_read(upstream: M
     groups = {"lb": {"strategy": "least_busy", "members": ["mock/slow-300", "mock2/ok"]}}
     async with routed_router(upstream, groups=groups) as (client, router):
         state = router.state
-        assert router._book.stats is state and router._resolver.stats is state
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(chat, client, "group/lb")
             # one table, two kinds of key: the candidate (bookkeeper) and its provider (gate lease)
@@ -116,21 +116,14 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
     go_first, loser_closable, never = anyio.Event(), anyio.Event(), anyio.Event()
     responses: list[_Scripted] = []
 
-    class Transport:
-        def start(self) -> None: ...
-
-        async def aclose(self) -> None: ...
-
+    class Transport(FakeTransport):
         async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Scripted:
             first = not responses
             responses.append(_Scripted(go_first, None) if first else _Scripted(never, loser_closable))
             return responses[-1]
 
     groups = {"h": {"members": ["mock/a", "mock2/b"], "hedge_after": 0.05}}
-    async with routed_router(upstream, groups=groups) as (_, router):
-        router._loop.__setattr__(
-            "context", __import__("dataclasses").replace(router._loop.context, transport=Transport())
-        )
+    async with routed_router(upstream, groups=groups, router={"transport": Transport()}) as (_, router):
         body = json.dumps({"model": "group/h", "stream": True, "messages": []}).encode()
         leave = anyio.Event()
         sent = SentMessages()
@@ -154,11 +147,12 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
             loser_closable.set()
         assert await router.events.drain(5)
         [record] = [r for r in router.recent.snapshot() if r.request_id == "never-received"]
-        state: Any = router.state
+        state = router.state
     assert [r.closed for r in responses] == [True, True]
     assert sent == []  # nothing reached the client
     assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
         ("mock/a", "aborted", "client_disconnected"),
         ("mock2/b", "aborted", "client_disconnected"),
     ]
-    assert state._in_flight == {"mock": 0, "mock2": 0}  # both leases and both statistics released
+    # both leases (per provider) and both statistics (per candidate) released
+    assert [state.in_flight(key) for key in ("mock", "mock2", "mock/a", "mock2/b")] == [0, 0, 0, 0]

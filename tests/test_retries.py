@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import anyio
 import pytest
@@ -18,7 +17,7 @@ from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
-from .resilient import chat, events_of, routed_router, tag
+from .resilient import chat, events_of, holds_no_retry, routed_router, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +58,7 @@ async def test_a_streamed_request_is_retried_before_commit(upstream: MockUpstrea
     assert upstream.hits[model] == 2
 
 
+@pytest.mark.both_transports
 async def test_a_stream_that_breaks_after_commit_is_never_retried(upstream: MockUpstream) -> None:
     async with routed_router(upstream, retries=2) as (client, _):
         response = await chat(client, "mock/break-2", stream=True)
@@ -68,6 +68,7 @@ async def test_a_stream_that_breaks_after_commit_is_never_retried(upstream: Mock
     assert upstream.attempts(response.headers["x-request-id"]) == ["break-2"]
 
 
+@pytest.mark.both_transports
 async def test_the_same_break_before_commit_is_retried(upstream: MockUpstream) -> None:
     async with routed_router(upstream, retries=2) as (client, _):
         response = await chat(client, "mock/break-2", stream=False)  # the body is read before commit
@@ -169,6 +170,7 @@ async def test_a_hint_longer_than_max_retry_wait_fails_over_at_once(upstream: Mo
 # --- deadline and max_attempts ----------------------------------------------------------------
 
 
+@pytest.mark.both_transports
 async def test_deadline_cuts_a_hanging_attempt_and_answers_504(upstream: MockUpstream) -> None:
     timeouts = {"connect": 1, "first_byte": 5, "idle": 5, "total": 10}
     async with routed_router(upstream, timeouts=timeouts, deadline=0.3) as (client, router):
@@ -222,12 +224,12 @@ async def test_retry_budget_holds_under_100_concurrent_failing_requests(upstream
             async with anyio.create_task_group() as tasks:
                 for _ in range(100):
                     tasks.start_soon(one)
-        state: Any = router.state
+        state = router.state
     assert statuses == [502] * 100
     hits = upstream.hits[model]
     assert 100 < hits <= 150, hits  # some retries (the budget is not zero), at most half of them
-    assert set(state._in_flight.values()) == {0}  # every slot and token was given back
-    assert set(state._retries.values()) == {0}
+    assert (state.in_flight("mock"), state.in_flight(f"mock/{model}")) == (0, 0)  # every slot given back
+    assert holds_no_retry(state, "mock")  # and every retry token
 
 
 async def test_a_lone_failing_request_gets_all_its_retries_from_min_concurrent(upstream: MockUpstream) -> None:
@@ -267,10 +269,10 @@ async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstrea
     with anyio.fail_after(4):
         await router(scope, receive, sent)  # type: ignore[arg-type]
     elapsed = time.monotonic() - started
-    await router._transport.aclose()
-    state: Any = router.state
+    await router.transport.aclose()
+    state = router.state
     assert elapsed < 1.5
     assert sent == []  # nothing was sent to a client that is gone
     assert upstream.hits[model] == 1
-    assert set(state._retries.values()) == {0}
-    assert set(state._in_flight.values()) == {0}
+    assert holds_no_retry(state, "mock")
+    assert (state.in_flight("mock"), state.in_flight(f"mock/{model}")) == (0, 0)

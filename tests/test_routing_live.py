@@ -113,6 +113,7 @@ async def test_cost_serves_the_cheapest_and_records_the_requests_cost(upstream: 
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.both_transports
 async def test_usage_budget_counts_the_upstreams_reported_tokens(upstream: MockUpstream, stream: bool) -> None:
     # The first answer reports 900 prompt tokens (its body or final SSE chunk); the request's
     # own estimate is ~5. Only the reported count pushes the member over its 500 tpm.

@@ -49,6 +49,7 @@ def app_dir(tmp_path: Path, upstream: MockUpstream) -> Path:
     return tmp_path
 
 
+@pytest.mark.both_transports
 def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceback(app_dir: Path) -> None:
     repository = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repository)}

@@ -11,15 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 _BROKEN_TOML = '[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n'  # no inbound auth chosen
-
-
-@pytest.fixture
-def transport_kind() -> str:
-    """Start-up never reaches an upstream: once is enough, not once per transport."""
-    return "none"
 
 
 def _uvicorn(directory: Path, app_module: str, *options: str) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -16,17 +15,18 @@ from asgi_router import ModelRouter, RouterSettings
 from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
-from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet
+from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is_quiet, shared_routers
+from .fakes import FakeTransport
 from .mock_upstream import UTF8_FRAMES, MockUpstream, sse_bytes
-from .servers import ServerThread
+from .servers import ServersByTransport, ServerThread
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def router_server(upstream: MockUpstream, refused_url: str) -> Iterator[tuple[ModelRouter, ServerThread]]:
-    settings = make_settings(
-        upstream.url,  # type: ignore[attr-defined]
+@pytest.fixture(scope="module")
+def routers(upstream: MockUpstream, refused_url: str) -> Iterator[ServersByTransport[ModelRouter]]:
+    with shared_routers(
+        upstream,
         refused_url,
         timeouts={"connect": 1, "first_byte": 1, "idle": 0.4, "total": 10},
         groups={
@@ -34,16 +34,21 @@ def router_server(upstream: MockUpstream, refused_url: str) -> Iterator[tuple[Mo
             "brk": {"members": ["mock/break-2", "mock2/ok"]},
             "stall": {"members": ["mock/stall-2", "mock2/ok"]},
         },
-    )
-    router = ModelRouter(host_app(), settings=settings)
-    with ServerThread(router) as server:
-        yield router, server
+    ) as served:
+        yield served
+
+
+@pytest.fixture
+def router_server(routers: ServersByTransport[ModelRouter], transport_kind: str) -> tuple[ModelRouter, ServerThread]:
+    """The module's router on the test's transport, and its server."""
+    return routers(transport_kind)
 
 
 def body(model: str, stream: bool = True) -> dict[str, Any]:
     return {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
 
 
+@pytest.mark.both_transports
 async def test_stream_after_failover_is_relayed_byte_exact(
     router_server: tuple[ModelRouter, ServerThread],
 ) -> None:
@@ -59,6 +64,7 @@ async def test_stream_after_failover_is_relayed_byte_exact(
     assert raw == b"".join(sse_bytes("ok", ["Hello", " from", " ok"]))
 
 
+@pytest.mark.both_transports
 async def test_chunks_reach_the_client_as_they_arrive_not_at_the_end(
     router_server: tuple[ModelRouter, ServerThread],
 ) -> None:
@@ -75,6 +81,7 @@ async def test_chunks_reach_the_client_as_they_arrive_not_at_the_end(
     assert arrivals[-1] - arrivals[0] > 0.25
 
 
+@pytest.mark.both_transports
 async def test_mid_stream_break_writes_one_error_event_and_no_done(
     router_server: tuple[ModelRouter, ServerThread],
 ) -> None:
@@ -93,6 +100,7 @@ async def test_mid_stream_break_writes_one_error_event_and_no_done(
     assert error["message"].startswith("mock/break-2: stream_interrupted")
 
 
+@pytest.mark.both_transports
 async def test_idle_timeout_after_commit_ends_with_timeout_error_event(
     router_server: tuple[ModelRouter, ServerThread], upstream: MockUpstream
 ) -> None:
@@ -111,6 +119,7 @@ async def test_idle_timeout_after_commit_ends_with_timeout_error_event(
 
 
 @pytest.mark.parametrize("model", ["group/brk", "group/stall"])
+@pytest.mark.both_transports
 async def test_non_streaming_body_that_breaks_or_stalls_fails_over_before_commit(
     router_server: tuple[ModelRouter, ServerThread], model: str
 ) -> None:
@@ -123,6 +132,7 @@ async def test_non_streaming_body_that_breaks_or_stalls_fails_over_before_commit
     assert response.json()["choices"][0]["message"]["content"] == "hello from ok"
 
 
+@pytest.mark.both_transports
 async def test_utf8_character_split_across_chunks_arrives_byte_exact(
     router_server: tuple[ModelRouter, ServerThread],
 ) -> None:
@@ -134,6 +144,7 @@ async def test_utf8_character_split_across_chunks_arrives_byte_exact(
     assert "你好" in raw.decode()
 
 
+@pytest.mark.both_transports
 async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstream, refused_url: str) -> None:
     """Driven with hand-written receive/send: the relay never re-chunks or decodes."""
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
@@ -144,13 +155,14 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     scope = chat_scope()
     with anyio.fail_after(5):
         await router(scope, receive, sent)  # type: ignore[arg-type]
-    await router._transport.aclose()
+    await router.transport.aclose()
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
     assert bodies[:3] == UTF8_FRAMES
     assert bodies[0].endswith(b"\xe4\xbd")
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
+@pytest.mark.both_transports
 async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
     router_server: tuple[ModelRouter, ServerThread], upstream: MockUpstream
 ) -> None:
@@ -175,6 +187,7 @@ async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
     assert [e.outcome for e in record.events] == ["aborted"]
 
 
+@pytest.mark.both_transports
 async def test_client_disconnect_before_first_byte_cancels_the_upstream_wait(
     upstream: MockUpstream, refused_url: str
 ) -> None:
@@ -219,24 +232,17 @@ class _EndlessResponse:
         self.closed = True
 
 
-class _EndlessTransport:
+class _EndlessTransport(FakeTransport):
     def __init__(self) -> None:
         self.response = _EndlessResponse()
-
-    def start(self) -> None:
-        pass
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _EndlessResponse:
         return self.response
 
-    async def aclose(self) -> None:
-        pass
-
 
 async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings: RouterSettings) -> None:
-    router = ModelRouter(host_app(), settings=settings)
     transport = _EndlessTransport()
-    router._loop.context = dataclasses.replace(router._loop.context, transport=transport)
+    router = ModelRouter(host_app(), settings=settings, transport=transport)
     gate = anyio.Event()
     sent: list[dict[str, Any]] = []
     request = json.dumps(body("mock/ok")).encode()
@@ -252,7 +258,9 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
     scope = chat_scope()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(router, scope, receive, send)
-        await anyio.sleep(0.3)
+        with anyio.fail_after(5):
+            while len(sent) < 5:
+                await anyio.sleep(0.01)
         pulled_while_blocked = transport.response.pulled
         await anyio.sleep(0.3)
         assert transport.response.pulled == pulled_while_blocked  # nothing read while send blocks
@@ -261,6 +269,7 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
     assert transport.response.closed
 
 
+@pytest.mark.both_transports
 async def test_total_timeout_bounds_a_committed_stream_end_to_end(upstream: MockUpstream, refused_url: str) -> None:
     settings = make_settings(
         upstream.url,  # type: ignore[attr-defined]

@@ -1,35 +1,42 @@
-"""The transport seam: the setting picks the implementation, an injected httpx client wins."""
+"""The transport seam: the setting picks the implementation; an injected transport or httpx client wins."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 import pytest
 from asgi_lifespan import LifespanManager
 
-from asgi_router import ModelRouter, RouterSettings
+from asgi_router import ConfigError, ModelRouter, RouterSettings
 from asgi_router.transports.aiohttp_transport import AiohttpTransport
 from asgi_router.transports.httpx_transport import HttpxTransport
+from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import host_app, make_settings
+from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.both_transports
 async def test_the_setting_picks_the_transport(settings: RouterSettings, transport_kind: str) -> None:
     router = ModelRouter(host_app(), settings=settings)
     expected = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}[transport_kind]
-    assert type(router._transport) is expected
-    assert not router._transport.is_open and router._transport.is_quiet()
+    assert type(router.transport) is expected
+    assert not router.transport.is_open and router.transport.is_quiet()
     async with LifespanManager(router):
-        assert router._transport.is_open and router._transport.is_quiet()
-    assert not router._transport.is_open
+        assert router.transport.is_open and router.transport.is_quiet()
+    assert not router.transport.is_open
 
 
+@pytest.mark.both_transports
 async def test_an_injected_httpx_client_is_used_whatever_the_setting(settings: RouterSettings) -> None:
     seen: list[dict[str, object]] = []
 
@@ -39,7 +46,7 @@ async def test_an_injected_httpx_client_is_used_whatever_the_setting(settings: R
 
     async with httpx2.AsyncClient(transport=httpx2.MockTransport(answer)) as injected:
         router = ModelRouter(host_app(), settings=settings, http_client=injected)
-        assert isinstance(router._transport, HttpxTransport)
+        assert isinstance(router.transport, HttpxTransport)
         async with (
             LifespanManager(router),
             httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client,
@@ -48,6 +55,62 @@ async def test_an_injected_httpx_client_is_used_whatever_the_setting(settings: R
         assert not injected.is_closed  # the caller's client: never closed by the router
     assert response.json() == {"id": "from-mock-transport"}
     assert seen == [{"model": "any", "messages": []}]
+
+
+class _Recording(FakeTransport):
+    """Answers every request with one JSON body; counts its starts and closes."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    async def aclose(self) -> None:
+        self.calls.append("aclose")
+
+    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> Any:
+        self.calls.append(f"send {urlsplit(url).path} {json.loads(body)['model']}")
+        return _Whole(b'{"id": "from-injected-transport"}')
+
+
+class _Whole:
+    """A whole JSON body, in one chunk."""
+
+    status = 200
+    drained = False
+
+    def __init__(self, body: bytes) -> None:
+        self.raw_headers = [(b"content-type", b"application/json")]
+        self.chunks = self._chunks(body)
+
+    @staticmethod
+    async def _chunks(body: bytes) -> AsyncIterator[bytes]:
+        yield body
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_injected_transport_carries_every_attempt_and_lives_with_the_lifespan(
+    settings: RouterSettings,
+) -> None:
+    injected = _Recording()
+    router = ModelRouter(host_app(), settings=settings, transport=injected)
+    assert router.transport is injected
+    async with (
+        LifespanManager(router),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client,
+    ):
+        response = await client.post("/v1/chat/completions", json={"model": "mock/any", "messages": []})
+    assert response.json() == {"id": "from-injected-transport"}
+    assert injected.calls == ["start", "send /v1/chat/completions any", "aclose"]
+
+
+async def test_a_transport_and_an_httpx_client_together_are_refused(settings: RouterSettings) -> None:
+    async with httpx2.AsyncClient() as injected:
+        with pytest.raises(ConfigError, match="either transport= or http_client="):
+            ModelRouter(host_app(), settings=settings, transport=_Recording(), http_client=injected)
 
 
 async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: RouterSettings) -> None:
@@ -64,6 +127,7 @@ async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: Rout
         gc.unfreeze()
 
 
+@pytest.mark.both_transports
 async def test_pool_settings_bound_connections_on_both_transports(
     upstream: MockUpstream, refused_url: str, transport_kind: str
 ) -> None:

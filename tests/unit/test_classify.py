@@ -1,4 +1,4 @@
-"""classify.py: the failover table of docs/errors-and-headers.md and Retry-After parsing."""
+"""classify.py: the failover table (which failure is which reason, which reasons move on), Retry-After."""
 
 from __future__ import annotations
 

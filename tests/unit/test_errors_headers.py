@@ -1,4 +1,4 @@
-"""Error bodies, header hygiene, inbound parsing and the wire body (docs/errors-and-headers.md)."""
+"""Error bodies, header hygiene, inbound parsing and the wire body."""
 
 from __future__ import annotations
 

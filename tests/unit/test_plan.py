@@ -1,4 +1,4 @@
-"""Resolver: from a ref to an ordered Plan of candidates (docs/routing.md)."""
+"""Resolver: from a ref to an ordered Plan of candidates."""
 
 from __future__ import annotations
 

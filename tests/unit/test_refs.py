@@ -1,4 +1,4 @@
-"""parse_model_ref: docs/routing.md, one string with two meanings, parsed totally."""
+"""parse_model_ref: one string with two meanings (``provider/model-id``, ``group/<id>``), parsed totally."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RouterSettings: keywords, TOML and environment build one validated object (docs/configuration.md)."""
+"""RouterSettings: keywords, TOML and environment build one validated object."""
 
 from __future__ import annotations
 
