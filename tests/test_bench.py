@@ -11,6 +11,7 @@ import pytest
 from bench import report, wrk
 from bench.floor import Floor
 from bench.host import build
+from bench.micro import micro, router_in_process
 from bench.streams import hold_streams
 from bench.upstream import COMPLETION, app, sse_events
 
@@ -35,6 +36,12 @@ def test_mock_upstream_answers_json_and_twenty_sse_chunks(bench_upstream: str) -
     streamed = _chat(bench_upstream, "ok", stream=True)
     assert streamed.content == b"".join(sse_events())
     assert len(sse_events()) == 20
+
+
+def test_micro_benchmarks_run_every_piece_they_time() -> None:
+    figures = {**micro(scale=0.001), **router_in_process(20)}
+    assert set(figures) >= {"classify_exception_us", "resolution_plus_classification_us", "router_json_us"}
+    assert all(value > 0 for value in figures.values())
 
 
 def test_floor_relays_the_upstream_byte_for_byte(bench_upstream: str) -> None:
