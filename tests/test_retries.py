@@ -215,7 +215,10 @@ async def test_retry_budget_holds_under_100_concurrent_failing_requests(upstream
     """Unbudgeted, 100 requests with 2 retries each would hit the upstream 300 times."""
     model = f"status-503-d50-{tag()}"
     statuses: list[int] = []
-    async with routed_router(upstream, retries=2, breaker={"enabled": False}) as (client, router):
+    # Generous time limits: the 100 requests share one process with the mock upstream, and on a busy
+    # machine a 1 s first-byte limit turned some 503s into timeouts (504) that this is not about.
+    slow_ok = {"connect": 5, "first_byte": 10, "idle": 10, "total": 30}
+    async with routed_router(upstream, retries=2, breaker={"enabled": False}, timeouts=slow_ok) as (client, router):
 
         async def one() -> None:
             statuses.append((await chat(client, f"mock/{model}")).status_code)
