@@ -87,11 +87,9 @@ def transport_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture(scope="session")
 def upstream() -> Iterator[MockUpstream]:
-    mock = MockUpstream()
-    server = ServerThread(mock.app, lifespan="off").start()
-    mock.url = server.url  # type: ignore[attr-defined]
-    yield mock
-    server.stop()
+    """The kit's fake upstream, scripted by model id (tests/mock_upstream.py), for the session."""
+    with MockUpstream() as mock:
+        yield mock
 
 
 @pytest.fixture(scope="session")
