@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from asgi_router.testing import AppServer
 
@@ -21,15 +21,8 @@ class ServerThread(AppServer):
     """The kit's server with the suite's defaults: the pure-Python ``h11`` unless a test asks for
     ``httptools`` (what production runs), and uvicorn's own log lines silenced."""
 
-    def __init__(
-        self,
-        app: Any,
-        *,
-        lifespan: Literal["auto", "on", "off"] = "on",
-        graceful_shutdown: float = 2,
-        http: Literal["auto", "h11", "httptools"] = "h11",
-    ) -> None:
-        super().__init__(app, lifespan=lifespan, graceful_shutdown=graceful_shutdown, http=http, log_level="critical")
+    def __init__(self, app: Any, **options: Any) -> None:
+        super().__init__(app, **{"http": "h11", "log_level": "critical", **options})
 
 
 class ServersByTransport(Generic[App]):

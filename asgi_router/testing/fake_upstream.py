@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 import threading
-from types import TracebackType
 from typing import Any, Final, Self
 
-import anyio.to_thread
 from starlette.types import Receive, Scope, Send
 
 from asgi_router.testing.hits import Hit
 from asgi_router.testing.openai_wire import OpenAIWire
 from asgi_router.testing.playback import Exchange, play
 from asgi_router.testing.reply import Reply, ok, status
-from asgi_router.testing.server import AppServer
+from asgi_router.testing.server import AppServer, Served
 from asgi_router.testing.wire import Wire
 
 __all__ = ["TEST_KEY", "WIRES", "FakeUpstream"]
@@ -37,7 +35,7 @@ TEST_KEY: Final = "sk-fake-upstream-test-key"
 WIRES: Final[dict[str, type[Wire]]] = {"openai": OpenAIWire}
 
 
-class FakeUpstream:
+class FakeUpstream(Served):
     """An upstream API served on loopback, answering as scripted (see the module docstring).
 
     ``kind`` is the protocol (``"openai"``); ``api_key`` the key :meth:`provider` gives the
@@ -116,7 +114,7 @@ class FakeUpstream:
             with self._lock:
                 known = {*self._scripts, *(seen.model for seen in self._hits if seen.model)}
             return status(200, body=self._wire.model_list(sorted(known)))
-        return status(404, body=self._wire.error(404, f"The fake upstream has no {hit.method} {hit.path}."))
+        return status(404, body=self._wire.unknown_route(hit.method, hit.path))
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -134,22 +132,6 @@ class FakeUpstream:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await anyio.to_thread.run_sync(self.stop)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -116,6 +116,16 @@ class OpenAIWire:
         kind, error_code = _ERRORS.get(code, ("invalid_request_error" if code < 500 else "server_error", None))
         return {"error": {"message": message, "type": kind, "param": None, "code": error_code}}
 
+    def unknown_route(self, method: str, path: str) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": f"Invalid URL ({method} {path})",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
+
     def model_list(self, ids: Sequence[str]) -> dict[str, Any]:
         return {
             "object": "list",

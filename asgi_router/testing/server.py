@@ -24,13 +24,40 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the installation
     raise ImportError("asgi_router.testing serves apps with uvicorn: pip install 'asgi-router[testing]'") from missing
 
-__all__ = ["AppServer"]
+__all__ = ["AppServer", "Served"]
 
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
 
 
-class AppServer:
+class Served:
+    """:meth:`start` and :meth:`stop` as a context manager, sync (``with``) and async
+    (``async with``: starting and stopping wait on a server thread, off the caller's loop)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await anyio.to_thread.run_sync(self.start)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await anyio.to_thread.run_sync(self.stop)
+
+
+class AppServer(Served):
     """``app`` served by uvicorn on ``127.0.0.1`` (a free port) until :meth:`stop`.
 
     ``with AppServer(app) as server:`` (or ``async with``) starts it and gives ``server.url``
@@ -91,20 +118,3 @@ class AppServer:
             self._thread.join(timeout=_STOP_TIMEOUT)
         if self._thread.is_alive():  # pragma: no cover - a hung server is a test failure
             raise RuntimeError("the test server did not stop")
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        # Starting and stopping wait on another thread: off the caller's event loop.
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await anyio.to_thread.run_sync(self.stop)

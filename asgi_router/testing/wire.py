@@ -56,6 +56,10 @@ class Wire(Protocol):
         """The protocol's error body for status ``code``."""
         ...
 
+    def unknown_route(self, method: str, path: str) -> dict[str, Any]:
+        """The protocol's 404 body for a request it has no route for."""
+        ...
+
     def model_list(self, ids: Sequence[str]) -> dict[str, Any]:
         """The body listing ``ids`` as models."""
         ...
