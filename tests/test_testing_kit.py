@@ -100,8 +100,9 @@ def test_ok_says_its_text_cut_into_the_chunks_asked_for_with_the_usage_and_heade
 
 def test_a_script_answers_in_turn_and_its_last_reply_repeats(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script("m", reply.status(429, retry_after=2), reply.status(503), reply.ok("at last"))
-    statuses = [_post(fake_upstream, "m").status_code for _ in range(5)]
-    assert statuses == [429, 503, 200, 200, 200]
+    answers = [_post(fake_upstream, "m") for _ in range(5)]
+    assert [answer.status_code for answer in answers] == [429, 503, 200, 200, 200]
+    assert {answer.json()["choices"][0]["message"]["content"] for answer in answers[2:]} == {"at last"}
     assert _post(fake_upstream, "other").json()["choices"][0]["message"]["content"] == "Hello from other"
 
 

@@ -32,7 +32,7 @@ class Hit:
     status: int | None = None
     completed: bool = False
     disconnected: bool = False
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     @property
     def request_id(self) -> str | None:
