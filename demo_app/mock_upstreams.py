@@ -1,9 +1,11 @@
-"""Built-in mock upstreams: small OpenAI-compatible servers, so the demo needs no API key.
+"""Built-in mock upstreams: the test kit's fake upstreams, so the demo needs no API key.
 
-Each mock serves ``POST /v1/chat/completions`` (a ``chat.completion`` JSON body, or with
-``"stream": true`` a ``chat.completion.chunk`` SSE stream, word by word, ending in
-``data: [DONE]``) and ``GET /v1/models``. The answer says which mock served it and echoes the
-start of the last user message, so whoever reads it can tell the upstreams apart.
+Each mock is an :class:`asgi_router.testing.FakeUpstream` (what users test their own apps
+with): ``POST /v1/chat/completions`` answers a ``chat.completion`` JSON body, or with
+``"stream": true`` a ``chat.completion.chunk`` stream in OpenAI's wire format, word by word,
+ending in ``data: [DONE]`` (with a usage chunk when ``stream_options.include_usage`` asks for
+one); ``GET /v1/models`` lists :data:`MOCK_MODELS`. The answer says which mock served it and
+echoes the start of the last user message, so whoever reads it can tell the upstreams apart.
 
 Three behaviours, one per mock:
 
@@ -28,17 +30,13 @@ no ``messages`` with a 400, which the router passes through without failing over
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
-import time
-import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Self
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
-from sse_starlette import EventSourceResponse
+from asgi_router.testing import FakeUpstream, Hit, reply
+from asgi_router.testing.reply import Reply
 
 from .serving import ServerHandle, bind_socket, url_for
 
@@ -56,6 +54,7 @@ MOCK_API_KEY: Final = "mock"
 #: Model ids the mocks list on ``GET /v1/models`` (they answer to any id).
 MOCK_MODELS: Final = ("mock-1", "mock-a", "mock-b")
 _ECHO_WORDS: Final = 8
+_CHAT: Final = "/v1/chat/completions"
 
 
 @dataclass(slots=True)
@@ -101,8 +100,8 @@ class MockSpec:
         return "always answers"
 
 
-def _error(status: int, message: str, kind: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code, "param": None}}, status_code=status)
+def _error(status: int, message: str, kind: str, code: str) -> Reply:
+    return reply.status(status, body={"error": {"message": message, "type": kind, "code": code, "param": None}})
 
 
 def _last_user_text(messages: list[Any]) -> str:
@@ -130,127 +129,28 @@ def reply_text(spec: MockSpec, model: str, messages: list[Any]) -> str:
     )
 
 
-def _usage(messages: list[Any], text: str) -> dict[str, int]:
-    prompt = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
-    completion = len(text.split())
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+class DemoUpstream(FakeUpstream):
+    """A fake upstream that answers as its :class:`MockSpec` says, whatever the model id."""
 
+    def __init__(self, spec: MockSpec) -> None:
+        super().__init__(api_key=spec.api_key or MOCK_API_KEY)
+        self.spec = spec
 
-def completion_body(completion_id: str, created: int, model: str, text: str, usage: dict[str, int]) -> dict[str, Any]:
-    """A non-streaming answer in OpenAI's ``chat.completion`` shape."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": "fp_mock",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": usage,
-    }
-
-
-async def _chunks(
-    spec: MockSpec,
-    completion_id: str,
-    created: int,
-    model: str,
-    text: str,
-    usage: dict[str, int] | None,
-) -> AsyncIterator[dict[str, str]]:
-    """The SSE events of a streamed answer: role, one chunk per word, stop, [usage], [DONE]."""
-
-    def chunk(delta: dict[str, str], finish_reason: str | None = None) -> dict[str, str]:
-        body: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "system_fingerprint": "fp_mock",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-        }
-        if usage is not None:
-            body["usage"] = None
-        return {"data": json.dumps(body, separators=(",", ":"))}
-
-    yield chunk({"role": "assistant", "content": ""})
-    for index, word in enumerate(text.split(" ")):
-        await asyncio.sleep(spec.word_delay)
-        yield chunk({"content": word if index == 0 else " " + word})
-    yield chunk({}, "stop")
-    if usage is not None:  # stream_options.include_usage: one last chunk with no choices
-        yield {
-            "data": json.dumps(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "system_fingerprint": "fp_mock",
-                    "choices": [],
-                    "usage": usage,
-                },
-                separators=(",", ":"),
+    def reply_for(self, hit: Hit) -> Reply:
+        spec = self.spec
+        if spec.api_key is not None and hit.headers.get("authorization") != f"Bearer {spec.api_key}":
+            return _error(
+                401, f"{spec.name} mock upstream: wrong or missing API key", "invalid_request_error", "invalid_api_key"
             )
-        }
-    yield {"data": "[DONE]"}
-
-
-async def _wait_unless_gone(request: Request, seconds: float) -> bool:
-    """Sleep ``seconds``; stop early (and say False) if the client hangs up meanwhile."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        await asyncio.sleep(min(0.1, left))
-        if await request.is_disconnected():
-            return False
-    return True
-
-
-def create_mock_app(spec: MockSpec) -> FastAPI:
-    """An OpenAI-compatible mock upstream behaving as ``spec`` says."""
-    app = FastAPI(title=f"{spec.name} mock upstream", openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.spec = spec
-
-    def unauthorised(request: Request) -> JSONResponse | None:
-        if spec.api_key is None or request.headers.get("authorization") == f"Bearer {spec.api_key}":
-            return None
-        return _error(
-            401, f"{spec.name} mock upstream: wrong or missing API key", "invalid_request_error", "invalid_api_key"
-        )
-
-    @app.get("/v1/models")
-    async def list_models(request: Request) -> Response:
-        refused = unauthorised(request)
-        if refused is not None:
-            return refused
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {"id": model, "object": "model", "created": 0, "owned_by": f"mock-{spec.name}"}
-                    for model in MOCK_MODELS
-                ],
-            }
-        )
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        refused = unauthorised(request)
-        if refused is not None:
-            return refused
-        try:
-            payload = json.loads(await request.body())
-        except ValueError:
-            return _error(400, "request body is not valid JSON", "invalid_request_error", "invalid_json")
-        if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
-            return _error(400, "'model' is required", "invalid_request_error", "missing_model")
-        messages = payload.get("messages")
+        if hit.method == "GET" and hit.path == "/v1/models":
+            owner = f"mock-{spec.name}"
+            models = [{"id": model, "object": "model", "created": 0, "owned_by": owner} for model in MOCK_MODELS]
+            return reply.status(200, body={"object": "list", "data": models})
+        if hit.path != _CHAT:
+            return super().reply_for(hit)
+        if not hit.model:
+            return _error(400, "a JSON body with a 'model' is required", "invalid_request_error", "missing_model")
+        messages = hit.body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "'messages' must be a non-empty array", "invalid_request_error", "invalid_messages")
         if spec.next_request_fails():
@@ -260,23 +160,14 @@ def create_mock_app(spec: MockSpec) -> FastAPI:
                 "server_error",
                 "service_unavailable",
             )
-        if spec.delay > 0 and not await _wait_unless_gone(request, spec.delay):
-            return Response(status_code=499)  # nobody is listening any more
-        model = payload["model"]
-        text = reply_text(spec, model, messages)
-        completion_id = f"chatcmpl-mock-{uuid.uuid4().hex[:20]}"
-        created = int(time.time())
-        usage = _usage(messages, text)
-        if payload.get("stream") is True:
-            options = payload.get("stream_options")
-            include_usage = isinstance(options, dict) and options.get("include_usage") is True
-            return EventSourceResponse(
-                _chunks(spec, completion_id, created, model, text, usage if include_usage else None),
-                sep="\n",  # OpenAI frames events with LF, not sse-starlette's default CRLF
-            )
-        return JSONResponse(completion_body(completion_id, created, model, text, usage))
+        answer = reply.ok(reply_text(spec, hit.model, messages), interval=spec.word_delay)
+        # A client that leaves during the delay ends it: the mock answers nobody.
+        return reply.slow(spec.delay, answer) if spec.delay > 0 else answer
 
-    return app
+
+def create_mock_app(spec: MockSpec) -> DemoUpstream:
+    """An OpenAI-compatible mock upstream (an ASGI app) behaving as ``spec`` says."""
+    return DemoUpstream(spec)
 
 
 def default_specs(*, flaky_rate: float = 0.5, slow_delay: float = 3.0, word_delay: float = 0.05) -> dict[str, MockSpec]:

@@ -13,6 +13,7 @@ from fastapi import FastAPI, WebSocket
 
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.observability.sinks import EventBus
+from asgi_router.testing import TEST_KEY
 
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
@@ -24,7 +25,8 @@ API_KEY = "sk-test-upstream-SECRET-0123456789"
 CLIENT_KEY = "rk-client-7c1e9f0a2b3d4e5f60718293"
 """An inbound key (``RouterSettings(api_keys=...)``) for auth tests: it must not leak either."""
 
-SECRETS = (API_KEY, CLIENT_KEY)
+SECRETS = (API_KEY, CLIENT_KEY, TEST_KEY)
+"""Every key a test configures: ``TEST_KEY`` is the one the kit's ``FakeUpstream.provider()`` gives."""
 
 
 @pytest.fixture(scope="session")
@@ -87,11 +89,9 @@ def transport_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture(scope="session")
 def upstream() -> Iterator[MockUpstream]:
-    mock = MockUpstream()
-    server = ServerThread(mock.app, lifespan="off").start()
-    mock.url = server.url  # type: ignore[attr-defined]
-    yield mock
-    server.stop()
+    """The kit's fake upstream, scripted by model id (tests/mock_upstream.py), for the session."""
+    with MockUpstream() as mock:
+        yield mock
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,10 @@ import httpx2
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter, RequestRecord
+from asgi_router.testing import Hit
 
 from .conftest import host_app, make_settings
-from .mock_upstream import MockUpstream, Seen
+from .mock_upstream import MockUpstream
 
 
 def chat_body(model: str, text: str = "hi", **body: Any) -> dict[str, Any]:
@@ -72,15 +73,15 @@ def request_records() -> Iterator[Records]:
         logger.setLevel(level)
 
 
-def seen_all(upstream: MockUpstream, request_id: str, count: int, timeout: float = 5.0) -> list[Seen]:
+def seen_all(upstream: MockUpstream, request_id: str, count: int, timeout: float = 5.0) -> list[Hit]:
     """The first ``count`` upstream records of ``request_id``, each waited on until finished."""
     import time
 
     deadline = time.monotonic() + timeout
-    while len(upstream.all_seen.get(request_id, [])) < count:
+    while len(upstream.seen(request_id)) < count:
         assert time.monotonic() < deadline, f"upstream saw fewer than {count} requests for {request_id}"
         time.sleep(0.005)
-    seen = upstream.all_seen[request_id][:count]
+    seen = upstream.seen(request_id)[:count]
     for item in seen:
-        assert item.done.wait(max(0.0, deadline - time.monotonic())), f"upstream never finished {item.model}"
+        item.wait(max(0.0, deadline - time.monotonic()))
     return seen

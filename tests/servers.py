@@ -2,72 +2,27 @@
 
 Tests talk to them through real sockets, so streaming, chunk timing, disconnects and the
 upstream connection pool behave as they do in production (``httpx.ASGITransport`` buffers
-whole responses and cannot show any of that).
+whole responses and cannot show any of that). The server is the kit's
+:class:`~asgi_router.testing.AppServer`, as users run theirs.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-import uvicorn
+from asgi_router.testing import AppServer
 
 App = TypeVar("App")
 
 
-class ServerThread:
-    """``uvicorn`` serving ``app`` on a free loopback port until :meth:`stop`.
+class ServerThread(AppServer):
+    """The kit's server with the suite's defaults: the pure-Python ``h11`` unless a test asks for
+    ``httptools`` (what production runs), and uvicorn's own log lines silenced."""
 
-    :meth:`stop` waits up to ``graceful_shutdown`` seconds for open requests to finish, then
-    cancels them. ``http`` is uvicorn's HTTP implementation: the pure-Python ``h11`` unless a
-    test asks for ``httptools`` (what production runs).
-    """
-
-    def __init__(self, app: Any, *, lifespan: str = "on", graceful_shutdown: float = 2, http: str = "h11") -> None:
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="critical",
-            lifespan=lifespan,
-            loop="asyncio",
-            http=http,
-            timeout_graceful_shutdown=graceful_shutdown,
-        )
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ServerThread:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("test server did not start")
-            time.sleep(0.005)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout=10)
-        if self._thread.is_alive():  # pragma: no cover - a hung server is a test failure
-            raise RuntimeError("test server did not stop")
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def __init__(self, app: Any, **options: Any) -> None:
+        super().__init__(app, **{"http": "h11", "log_level": "critical", **options})
 
 
 class ServersByTransport(Generic[App]):

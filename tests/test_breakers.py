@@ -5,6 +5,7 @@ Breaker timing runs on an injected :class:`FakeClock`: "30 s later" is ``clock.a
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 
@@ -51,23 +52,23 @@ async def test_breaker_opens_skips_probes_reopens_doubled_then_closes(upstream: 
         skipped = await chat(client, "group/g")
         assert await events_of(skipped, router) == [(name, "skipped", "circuit_open"), ("mock2/ok", "served", "served")]
         assert skipped.headers["x-router-attempts"] == "1"  # a skip is not an attempt
-        assert upstream.hits[model] == 2  # no connection to an open candidate
+        assert upstream.count(model) == 2  # no connection to an open candidate
 
         clock.advance(30)
         assert await winner() == "mock2/ok"  # the half-open probe fails (third failure) ...
-        assert upstream.hits[model] == 3
+        assert upstream.count(model) == 3
         view = router.state.breaker(name)
         assert view is not None and view.phase is Phase.OPEN and view.open_for == 60  # ... re-open, doubled
 
         clock.advance(30)
         assert await winner() == "mock2/ok"
-        assert upstream.hits[model] == 3  # 30 s into a 60 s open: still skipped
+        assert upstream.count(model) == 3  # 30 s into a 60 s open: still skipped
 
         clock.advance(30)
         assert await winner() == name  # the probe succeeds and closes it
         assert phase(router, name) is Phase.CLOSED
         assert await winner() == name
-        assert upstream.hits[model] == 5
+        assert upstream.count(model) == 5
 
 
 async def test_when_every_candidate_is_open_the_one_opened_longest_ago_is_tried(upstream: MockUpstream) -> None:
@@ -111,7 +112,7 @@ async def test_an_open_breaker_stops_same_candidate_retries(upstream: MockUpstre
     async with routed_router(upstream, retries=5, breaker={"consecutive_failures": 2}) as (client, router):
         response = await chat(client, f"mock/{model}")
         events = await events_of(response, router)
-    assert upstream.hits[model] == 2
+    assert upstream.count(model) == 2
     assert [reason for _, _, reason in events] == ["upstream_5xx", "upstream_5xx", "circuit_open"]
 
 
@@ -187,7 +188,7 @@ async def test_a_committed_stream_holds_its_concurrency_slot_until_it_ends(upstr
     async with routed_router(upstream, providers=providers) as (client, router):
         state = router.state
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(chat, client, "capped/trickle-20")  # ~0.4 s of streaming
+            tasks.start_soon(functools.partial(chat, client, "capped/trickle-20", stream=True))  # ~0.4 s of streaming
             await eventually(lambda: state.in_flight("capped") == 1)
             await anyio.sleep(0.1)  # well after the commit
             during = await chat(client, "capped/ok")

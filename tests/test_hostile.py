@@ -111,20 +111,20 @@ def small_router(server: ServerThread) -> ServerThread:
 async def test_declared_length_over_the_cap_is_413_before_a_single_body_byte_is_sent(
     small_router: ServerThread, upstream: MockUpstream
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     async with await anyio.connect_tcp("127.0.0.1", small_router.port) as stream:
         await stream.send(request_head(small_router.port, "content-length: 50000000"))
         with anyio.fail_after(5):
             status, body = await read_response(stream)
     assert status == 413
     assert json.loads(body)["error"]["code"] == "request_too_large"
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_chunked_body_crossing_the_cap_is_413_while_the_client_still_holds_the_rest(
     small_router: ServerThread, upstream: MockUpstream
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     async with await anyio.connect_tcp("127.0.0.1", small_router.port) as stream:
         await stream.send(request_head(small_router.port, "transfer-encoding: chunked"))
         for _ in range(5):  # 5 x 256 bytes: crosses 1 KiB; no terminating chunk is ever sent
@@ -133,13 +133,13 @@ async def test_chunked_body_crossing_the_cap_is_413_while_the_client_still_holds
             status, body = await read_response(stream)
     assert status == 413
     assert json.loads(body)["error"]["code"] == "request_too_large"
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_body_trickling_slower_than_body_timeout_is_408(
     small_router: ServerThread, upstream: MockUpstream
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     payload = json.dumps(CHAT).encode()
     async with await anyio.connect_tcp("127.0.0.1", small_router.port) as stream:
         await stream.send(request_head(small_router.port, f"content-length: {len(payload)}"))
@@ -159,7 +159,7 @@ async def test_body_trickling_slower_than_body_timeout_is_408(
     assert status == 408
     assert json.loads(body)["error"]["code"] == "request_timeout"
     assert 0.4 < elapsed < 3  # the 0.5 s deadline, not the ~6 s the body would take
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_body_in_pieces_within_body_timeout_is_served(small_router: ServerThread) -> None:
@@ -200,11 +200,11 @@ async def test_body_in_pieces_within_body_timeout_is_served(small_router: Server
 async def test_wrong_content_type_or_compressed_body_is_415_and_no_upstream_call(
     settings: RouterSettings, upstream: MockUpstream, headers: dict[str, str], content: bytes, code: str
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     async with routed(settings) as client:
         response = await client.post("/v1/chat/completions", content=content, headers=headers)
     assert_openai_error(response, 415, code)
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 # --- bodies that parse badly, or too well ------------------------------------------------------
@@ -247,13 +247,13 @@ HOSTILE_BODIES = [
 async def test_hostile_json_body_is_400_never_500_and_no_upstream_call(
     settings: RouterSettings, upstream: MockUpstream, content: bytes, code: str
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     async with routed(settings) as client:
         response = await client.post(
             "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
         )
     assert_openai_error(response, 400, code)
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_body_nested_to_the_cap_is_routed(settings: RouterSettings) -> None:
@@ -272,13 +272,13 @@ async def test_redirecting_or_credential_field_is_400_and_nothing_reaches_any_ho
     settings: RouterSettings, upstream: MockUpstream, attacker: tuple[Attacker, str], field: str
 ) -> None:
     app, url = attacker
-    before, hits = app.requests, dict(upstream.hits)
+    before, hits = app.requests, upstream.counts()
     value: Any = {"authorization": "Bearer x"} if "header" in field else f"{url}/v1"
     async with routed(settings) as client:
         response = await client.post("/v1/chat/completions", json={**CHAT, field: value})
     assert_openai_error(response, 400, "forbidden_parameter")
     assert field in response.json()["error"]["message"]
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
     assert app.requests == before
 
 
@@ -334,7 +334,7 @@ async def test_model_with_control_escape_or_overlong_id_is_400_and_never_echoed(
     settings: RouterSettings, upstream: MockUpstream, caplog: pytest.LogCaptureFixture, model: str
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="asgi_router")
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     async with routed(settings) as client:
         response = await client.post("/v1/chat/completions", json={**CHAT, "model": model})
     assert_openai_error(response, 400, "invalid_model_reference")
@@ -346,7 +346,7 @@ async def test_model_with_control_escape_or_overlong_id_is_400_and_never_echoed(
     logged = [record.getMessage() for record in caplog.records]
     assert any("request_id=" in line for line in logged)  # the request line was written...
     assert all(raw_tail not in line and "\x1b" not in line for line in logged)  # ...without the raw model
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_model_id_at_the_length_cap_is_routed(settings: RouterSettings, upstream: MockUpstream) -> None:

@@ -89,7 +89,7 @@ BAD_INPUT = [
 async def test_bad_input_gets_an_openai_shaped_error_and_no_upstream_call(
     client: httpx2.AsyncClient, upstream: MockUpstream, content: bytes, status: int, code: str
 ) -> None:
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     response = await client.post("/v1/chat/completions", content=content, headers={"content-type": "application/json"})
     assert response.status_code == status
     error = response.json()["error"]
@@ -98,7 +98,7 @@ async def test_bad_input_gets_an_openai_shaped_error_and_no_upstream_call(
     assert error["param"] is None
     assert isinstance(error["message"], str) and error["message"]
     assert "\r" not in error["message"] and "x-evil" not in response.headers
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_bare_name_error_says_the_two_legal_spellings(client: httpx2.AsyncClient) -> None:
@@ -111,7 +111,7 @@ async def test_body_over_the_limit_is_413_by_content_length_and_by_stream(
     settings: RouterSettings, upstream: MockUpstream
 ) -> None:
     small = settings.model_copy(update={"max_body_bytes": 1024})
-    hits = dict(upstream.hits)
+    hits = upstream.counts()
     with ServerThread(ModelRouter(host_app(), settings=small)) as server:
         async with httpx2.AsyncClient(base_url=server.url) as client:
             declared = await client.post("/v1/chat/completions", json={"model": "mock/ok", "pad": "x" * 4096})
@@ -128,7 +128,7 @@ async def test_body_over_the_limit_is_413_by_content_length_and_by_stream(
     for response in (declared, streamed):
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "request_too_large"
-    assert upstream.hits == hits
+    assert upstream.counts() == hits
 
 
 async def test_unexpected_transport_failure_is_not_retried_and_does_not_crash(settings: RouterSettings) -> None:

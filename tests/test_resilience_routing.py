@@ -84,7 +84,7 @@ async def test_same_candidate_retries_spend_the_members_rpm_budget(upstream: Moc
         (f"mock/{model}", "failed", "upstream_5xx"),
         (f"mock/{model}", "skipped", "over_budget"),  # a retry is a request like any other
     ]
-    assert upstream.hits[model] == 2
+    assert upstream.count(model) == 2
     assert response.status_code == 502  # decided by the contacted attempts, not the skip
     assert response.headers["x-router-attempts"] == "2"
 

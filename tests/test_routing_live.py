@@ -121,9 +121,11 @@ async def test_usage_budget_counts_the_upstreams_reported_tokens(upstream: MockU
     groups = {"u": {"strategy": "usage", "members": [member, "mock2/ok"]}, "solo": {"members": [member]}}
     with request_records() as records:
         async with router_client(upstream, groups=groups) as (client, _):
-            first = await _post(client, "group/u", stream=stream)
-            second = await _post(client, "group/u", stream=stream)
-            solo = await _post(client, "group/solo", stream=stream)
+            # Streamed, OpenAI reports usage (in a last chunk) only when asked to.
+            asked = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+            first = await _post(client, "group/u", **asked)
+            second = await _post(client, "group/u", **asked)
+            solo = await _post(client, "group/solo", **asked)
     assert first.headers["x-router-model"] == "mock/usage-900"
     assert records.of(first.headers["x-request-id"]).prompt_tokens == 900
     assert second.headers["x-router-model"] == "mock2/ok"

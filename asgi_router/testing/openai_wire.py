@@ -1,0 +1,133 @@
+"""OpenAI's Chat Completions API as the fake upstream speaks it.
+
+Answers are byte-for-byte in the shape OpenAI sends: compact JSON, UTF-8 unescaped, the same
+``id`` and ``created`` on every chunk of a stream. A stream opens with the assistant-role chunk
+(empty content), then one chunk per piece of text, a chunk with ``finish_reason``, and, only when
+the request set ``stream_options.include_usage``, a last chunk with no choices and the usage (every
+chunk then carries ``"usage": null``), then ``data: [DONE]``. Each event is ``data: <json>`` and a
+blank line (LF, not CRLF). ``id`` and ``created`` are fixed, so an answer is the same bytes each
+time it is asked for: a test can compare what the router relayed with what the fake sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from asgi_router.testing.wire import content_words
+
+__all__ = ["COMPLETION_ID", "CREATED", "OpenAIWire"]
+
+COMPLETION_ID: Final = "chatcmpl-fake"
+CREATED: Final = 1700000000
+_FINGERPRINT: Final = "fp_fake"
+
+# (type, code) of OpenAI's error bodies by status; anything else is an invalid request (4xx) or
+# a server error (5xx).
+_ERRORS: Final[dict[int, tuple[str, str | None]]] = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class OpenAIWire:
+    """The ``openai`` kind: ``POST .../chat/completions`` and ``GET .../models``."""
+
+    kind = "openai"
+    base_path = "/v1"
+    provider_fields: Mapping[str, str] = {}
+
+    def is_chat(self, method: str, path: str) -> bool:
+        # Any prefix: a router route like /v1/llm/chat/completions keeps its own path upstream.
+        return method == "POST" and path.endswith("/chat/completions")
+
+    def is_model_list(self, method: str, path: str) -> bool:
+        return method == "GET" and path.endswith("/models")
+
+    def request(self, body: Any) -> tuple[str, bool]:
+        if not isinstance(body, dict):
+            return "", False
+        model = body.get("model")
+        return (model if isinstance(model, str) else ""), body.get("stream") is True
+
+    def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:
+        prompt = content_words(body.get("messages")) if isinstance(body, dict) else 0
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+        }
+
+    def completion(self, model: str, text: str, usage: Mapping[str, int]) -> bytes:
+        return _dumps(
+            {
+                "id": COMPLETION_ID,
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text, "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": dict(usage),
+                "system_fingerprint": _FINGERPRINT,
+            }
+        )
+
+    def stream(self, body: Any, model: str, pieces: Sequence[str], usage: Mapping[str, int]) -> list[bytes]:
+        options = body.get("stream_options") if isinstance(body, dict) else None
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+        def event(choices: list[dict[str, Any]], usage: Mapping[str, int] | None = None) -> bytes:
+            chunk: dict[str, Any] = {
+                "id": COMPLETION_ID,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": model,
+                "system_fingerprint": _FINGERPRINT,
+                "choices": choices,
+            }
+            if include_usage:
+                chunk["usage"] = dict(usage) if usage is not None else None
+            return b"data: " + _dumps(chunk) + b"\n\n"
+
+        def choice(delta: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+
+        events = [event(choice({"role": "assistant", "content": "", "refusal": None}))]
+        events += [event(choice({"content": piece})) for piece in pieces]
+        events.append(event(choice({}, "stop")))
+        if include_usage:
+            events.append(event([], usage))
+        events.append(b"data: [DONE]\n\n")
+        return events
+
+    def error(self, code: int, message: str) -> dict[str, Any]:
+        kind, error_code = _ERRORS.get(code, ("invalid_request_error" if code < 500 else "server_error", None))
+        return {"error": {"message": message, "type": kind, "param": None, "code": error_code}}
+
+    def unknown_route(self, method: str, path: str) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": f"Invalid URL ({method} {path})",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
+
+    def model_list(self, ids: Sequence[str]) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": model, "object": "model", "created": CREATED, "owned_by": "fake"} for model in ids],
+        }

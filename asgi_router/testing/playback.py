@@ -1,0 +1,196 @@
+"""Playing a reply on one ASGI request: the fake upstream's engine.
+
+Every reply ends in one of three ways: a proper end (the last body message), a drop (the
+response was started and is never ended: the app raises :class:`DroppedConnection`, and the
+server closes the connection mid-body, which a client reads as a broken response, never a clean
+end), or the client leaving first. A watcher on ``receive`` notices the client leaving at once,
+so a stall or a slow answer ends when its client gives up, and :class:`Hit` says it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from types import TracebackType
+from typing import Final, NoReturn
+
+from starlette.types import Receive, Send
+
+from asgi_router.testing.hits import Hit
+from asgi_router.testing.reply import BrokenStream, Ok, Raw, Reply, Slow, Stall, StallAfterHeaders, Status
+from asgi_router.testing.wire import Wire, pieces
+
+__all__ = ["DroppedConnection", "Exchange", "play"]
+
+_JSON: Final = "application/json"
+_SSE: Final = "text/event-stream; charset=utf-8"
+
+
+class DroppedConnection(Exception):
+    """Raised by the fake to make its server close the connection without ending the response."""
+
+
+class _HideDeliberateDrops(logging.Filter):
+    """uvicorn logs an app's exception with its traceback; a drop the test asked for is not one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], DroppedConnection))
+
+
+logging.getLogger("uvicorn.error").addFilter(_HideDeliberateDrops())
+
+
+class Exchange:
+    """One request being answered: sends, pauses that end when the client leaves, and the
+    request's :class:`Hit` kept up to date."""
+
+    def __init__(self, receive: Receive, send: Send, hit: Hit) -> None:
+        self.hit = hit
+        self._receive = receive
+        self._send = send
+        self._gone = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Exchange:
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        if not self.hit.completed and (self._gone.is_set() or exc_type is asyncio.CancelledError):
+            self.hit.disconnected = True
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self._gone.set()
+
+    async def pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; False (at once) if the client leaves meanwhile."""
+        if seconds > 0 and not self._gone.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._gone.wait(), seconds)
+        return not self._gone.is_set()
+
+    async def start(self, status: int, content_type: str, headers: Mapping[str, str], length: int | None) -> None:
+        fields = {"content-type": content_type}
+        if length is not None:
+            fields["content-length"] = str(length)
+        fields.update(headers)
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in fields.items()]
+        self.hit.status = status
+        await self._send({"type": "http.response.start", "status": status, "headers": raw})
+
+    async def write(self, data: bytes, *, more: bool = True) -> bool:
+        """Send ``data``; False if the client has gone (nothing more is sent then)."""
+        if self._gone.is_set():
+            return False
+        try:
+            await self._send({"type": "http.response.body", "body": data, "more_body": more})
+        except OSError:  # the server says the client has gone
+            self._gone.set()
+            return False
+        if not more:
+            self.hit.completed = True
+        return True
+
+    async def events(self, frames: list[bytes], interval: float, *, end: bool) -> bool:
+        """Send ``frames`` one write each, ``interval`` seconds apart; end the body if ``end``."""
+        for index, frame in enumerate(frames):
+            if index and not await self.pause(interval):
+                return False
+            if not await self.write(frame):
+                return False
+        return await self.write(b"", more=False) if end else True
+
+    def drop(self) -> NoReturn:
+        raise DroppedConnection("the fake upstream drops the connection mid-response, as scripted")
+
+
+async def play(reply: Reply, call: Exchange, wire: Wire) -> None:
+    """Answer the request of ``call`` as ``reply`` says, in ``wire``'s protocol."""
+    hit = call.hit
+    if isinstance(reply, Slow):
+        if await call.pause(reply.seconds):
+            await play(reply.then, call, wire)
+    elif isinstance(reply, Stall):
+        if await call.pause(reply.seconds):
+            await _status(call, wire, Status(504), f"the fake upstream stalled for {reply.seconds:g} s, as scripted")
+    elif isinstance(reply, Status):
+        await _status(call, wire, reply, f"{_phrase(reply.code)}: a scripted answer of the fake upstream")
+    elif isinstance(reply, Raw):
+        await call.start(reply.status, _SSE, reply.headers, None)
+        await call.events(list(reply.writes), reply.interval, end=True)
+    elif isinstance(reply, Ok):
+        text = reply.text if reply.text is not None else _greeting(hit.model)
+        parts = pieces(text, reply.chunks)
+        usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
+        if hit.stream:
+            await call.start(200, _SSE, reply.headers, None)
+            await call.events(wire.stream(hit.body, hit.model, parts, usage), reply.interval, end=True)
+        else:
+            body = wire.completion(hit.model, text, usage)
+            await call.start(200, _JSON, reply.headers, len(body))
+            await call.write(body, more=False)
+    elif isinstance(reply, StallAfterHeaders | BrokenStream):
+        await _break(reply, call, wire)
+    else:  # pragma: no cover - every reply type is handled above
+        raise TypeError(f"not a reply: {reply!r}")
+
+
+async def _break(reply: StallAfterHeaders | BrokenStream, call: Exchange, wire: Wire) -> None:
+    """Start the answer ``ok()`` would give, send part of it, then (after a stall) drop it."""
+    hit = call.hit
+    sent = reply.after_chunks
+    # The default text's words, repeated so that the stream has more to come after the cut.
+    words = pieces(_greeting(hit.model), None)
+    words = words * (sent // len(words) + 2)
+    if hit.stream:
+        await call.start(200, _SSE, {}, None)
+        frames = wire.stream(hit.body, hit.model, words, wire.usage(hit.body, len(words)))[:sent]
+        if not await call.events(frames, reply.interval, end=False):
+            return
+    else:
+        body = wire.completion(hit.model, "".join(words), wire.usage(hit.body, len(words)))
+        await call.start(200, _JSON, {}, len(body))
+        if isinstance(reply, BrokenStream) and not await call.write(body[: len(body) // 2]):
+            return
+    if isinstance(reply, StallAfterHeaders) and not await call.pause(reply.seconds):
+        return
+    call.drop()
+
+
+async def _status(call: Exchange, wire: Wire, reply: Status, message: str) -> None:
+    headers = dict(reply.headers)
+    if reply.retry_after is not None:
+        after = reply.retry_after
+        headers.setdefault("retry-after", after if isinstance(after, str) else f"{after:g}")
+    body = reply.body if reply.body is not None else wire.error(reply.code, message)
+    if isinstance(body, bytes):
+        data, content_type = body, _JSON
+    elif isinstance(body, str):
+        data, content_type = body.encode(), "text/plain; charset=utf-8"
+    else:
+        data, content_type = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), _JSON
+    await call.start(reply.code, content_type, headers, len(data))
+    await call.write(data, more=False)
+
+
+def _greeting(model: str) -> str:
+    return f"Hello from {model}"
+
+
+def _phrase(code: int) -> str:
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return str(code)

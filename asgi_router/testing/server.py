@@ -1,0 +1,120 @@
+"""Serve an ASGI app on a free 127.0.0.1 port, from a thread of its own, for the length of a test.
+
+Real sockets are what make a test of a gateway worth having: streaming, chunk timing, client
+disconnects and connection pools behave as in production, where an in-process client
+(``httpx.ASGITransport``) buffers whole responses and never disconnects. The server runs uvicorn
+in its own thread and event loop, so a synchronous test can use it as well as an async one, and
+nothing a test does on its own loop can stall it.
+
+It leaves the process's logging alone (uvicorn's logging configuration is not applied): its
+loggers, ``uvicorn.error`` and ``uvicorn.access``, propagate to whatever the test run set up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio.to_thread
+
+try:
+    import uvicorn
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise ImportError("asgi_router.testing serves apps with uvicorn: pip install 'asgi-router[testing]'") from missing
+
+__all__ = ["AppServer", "Served"]
+
+_START_TIMEOUT = 10.0
+_STOP_TIMEOUT = 10.0
+
+
+class Served:
+    """:meth:`start` and :meth:`stop` as a context manager, sync (``with``) and async
+    (``async with``: starting and stopping wait on a server thread, off the caller's loop)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await anyio.to_thread.run_sync(self.start)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await anyio.to_thread.run_sync(self.stop)
+
+
+class AppServer(Served):
+    """``app`` served by uvicorn on ``127.0.0.1`` (a free port) until :meth:`stop`.
+
+    ``with AppServer(app) as server:`` (or ``async with``) starts it and gives ``server.url``
+    (``http://127.0.0.1:PORT``). ``lifespan`` is uvicorn's setting (``"on"`` runs the app's
+    startup and shutdown, which a router's upstream client and event sinks need). :meth:`stop`
+    lets open requests finish for up to ``graceful_shutdown`` seconds, then cancels them.
+    ``http`` picks uvicorn's HTTP implementation (``"auto"``: httptools if installed, else h11).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        lifespan: Literal["auto", "on", "off"] = "on",
+        graceful_shutdown: float = 2.0,
+        http: Literal["auto", "h11", "httptools"] = "auto",
+        log_level: str | int | None = None,
+    ) -> None:
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_config=None,
+            log_level=log_level,
+            lifespan=lifespan,
+            loop="asyncio",
+            http=http,
+            # Typed int, used as an asyncio timeout: a fraction of a second works.
+            timeout_graceful_shutdown=graceful_shutdown,  # type: ignore[arg-type]
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, name="asgi-router-test-server", daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``, once started."""
+        if not self.port:
+            raise RuntimeError("the server is not running: use 'with AppServer(app) as server:' or start()")
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        """Start serving; return once the server accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.server.should_exit = True
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.005)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, let open requests finish (bounded), and wait for the thread."""
+        self.server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=_STOP_TIMEOUT)
+        if self._thread.is_alive():  # pragma: no cover - a hung server is a test failure
+            raise RuntimeError("the test server did not stop")

@@ -1,0 +1,91 @@
+"""The seam between a fake upstream and the protocol it speaks.
+
+:class:`~asgi_router.testing.FakeUpstream` plays replies (``reply.py``); a :class:`Wire` spells
+them in one protocol: which requests are chat requests, what the model and the ``stream`` flag
+are, and the bytes of an answer, a stream and an error. ``FakeUpstream(kind=...)`` picks the
+wire from :data:`WIRES`: a new protocol is one more module and one more entry, and every reply,
+script and hit works with it unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+__all__ = ["Wire", "content_words", "pieces"]
+
+_WORD: Final = re.compile(r"\s*\S+")
+
+
+class Wire(Protocol):
+    """How one protocol spells requests and answers."""
+
+    #: The ``kind`` a provider entry names (``FakeUpstream(kind=...)``).
+    kind: str
+    #: The path prefix of the API (a base URL ends in it).
+    base_path: str
+    #: Extra fields of a provider entry for this protocol (``FakeUpstream.provider()``).
+    provider_fields: Mapping[str, str]
+
+    def is_chat(self, method: str, path: str) -> bool:
+        """Whether this request asks for a completion (and so follows the scripts)."""
+        ...
+
+    def is_model_list(self, method: str, path: str) -> bool:
+        """Whether this request lists the models."""
+        ...
+
+    def request(self, body: Any) -> tuple[str, bool]:
+        """The model asked for (``""`` if none) and whether the answer is to be streamed."""
+        ...
+
+    def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:
+        """The token counts an answer reports when its reply sets none."""
+        ...
+
+    def completion(self, model: str, text: str, usage: Mapping[str, int]) -> bytes:
+        """A whole (non-streamed) answer's JSON body."""
+        ...
+
+    def stream(self, body: Any, model: str, pieces: Sequence[str], usage: Mapping[str, int]) -> list[bytes]:
+        """Every event of a streamed answer, in order, the end-of-stream marker included."""
+        ...
+
+    def error(self, code: int, message: str) -> dict[str, Any]:
+        """The protocol's error body for status ``code``."""
+        ...
+
+    def unknown_route(self, method: str, path: str) -> dict[str, Any]:
+        """The protocol's 404 body for a request it has no route for."""
+        ...
+
+    def model_list(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The body listing ``ids`` as models."""
+        ...
+
+
+def pieces(text: str, chunks: int | None) -> list[str]:
+    """``text`` as a stream's content chunks: one per word (each keeping the space before it),
+    or ``chunks`` pieces of about equal length."""
+    if chunks is None:
+        return _WORD.findall(text)
+    return [text[len(text) * index // chunks : len(text) * (index + 1) // chunks] for index in range(chunks)]
+
+
+def content_words(messages: Any) -> int:
+    """Words in the text of ``messages`` (string contents and text parts): a rough token count."""
+    if not isinstance(messages, list):
+        return 0
+    words = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            words += len(content.split())
+        elif isinstance(content, list):
+            words += sum(
+                len(part["text"].split())
+                for part in content
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+    return words

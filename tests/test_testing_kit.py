@@ -1,0 +1,414 @@
+"""The test kit users get (``asgi_router.testing``): each reply as a client sees it on the wire,
+scripts, hits, the captured events, and the pytest plugin.
+
+The fake upstream here is the plugin's own ``fake_upstream`` fixture (one server for the
+session, reset before each test), as a user's suite has it. Clients talk to it directly, or
+through a router served by the kit's ``AppServer``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from starlette.applications import Starlette
+
+from asgi_router import ModelRouter, RouterSettings
+from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, Hit, reply
+
+from .conftest import API_KEY
+
+pytestmark = pytest.mark.anyio
+
+_MESSAGES = [{"role": "user", "content": "two words"}]
+
+
+def _post(upstream: FakeUpstream, model: str, *, timeout: float = 5, **body: Any) -> httpx2.Response:
+    return httpx2.post(
+        f"{upstream.base_url}/chat/completions",
+        json={"model": model, "messages": _MESSAGES, **body},
+        timeout=timeout,
+    )
+
+
+def _events(raw: bytes) -> list[bytes]:
+    assert raw.endswith(b"\n\n") and b"\r" not in raw  # events end in a blank line, LF only
+    return [event.removeprefix(b"data: ") for event in raw.split(b"\n\n")[:-1]]
+
+
+def _sdk(upstream: FakeUpstream) -> openai.OpenAI:
+    return openai.OpenAI(base_url=upstream.base_url, api_key=upstream.api_key, max_retries=0)
+
+
+# --- replies, as a client sees them --------------------------------------------------------------
+
+
+def test_an_unscripted_model_answers_ok_naming_it_in_json_and_as_openais_stream(fake_upstream: FakeUpstream) -> None:
+    with _sdk(fake_upstream) as client:
+        whole = client.chat.completions.create(model="any-model", messages=_MESSAGES)  # type: ignore[arg-type]
+        streamed = client.chat.completions.create(model="any-model", messages=_MESSAGES, stream=True)  # type: ignore[arg-type]
+        deltas = [chunk.choices[0].delta for chunk in streamed]
+    assert whole.choices[0].message.content == "Hello from any-model"
+    assert whole.usage is not None and (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (2, 3)
+    assert deltas[0].role == "assistant" and deltas[0].content == ""  # OpenAI opens with the role
+    assert [delta.content for delta in deltas[1:-1]] == ["Hello", " from", " any-model"]
+    assert deltas[-1].content is None  # the finish_reason chunk
+
+    raw = _post(fake_upstream, "any-model", stream=True)
+    assert raw.headers["content-type"] == "text/event-stream; charset=utf-8"
+    events = _events(raw.content)
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert {(chunk["id"], chunk["object"]) for chunk in chunks} == {("chatcmpl-fake", "chat.completion.chunk")}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all("usage" not in chunk for chunk in chunks)  # not asked for
+
+
+def test_a_stream_reports_usage_in_a_last_chunk_only_when_include_usage_is_asked(fake_upstream: FakeUpstream) -> None:
+    raw = _post(fake_upstream, "m", stream=True, stream_options={"include_usage": True})
+    chunks = [json.loads(event) for event in _events(raw.content)[:-1]]
+    assert all(chunk["usage"] is None for chunk in chunks[:-1])  # as OpenAI: null until the last
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+
+
+def test_ok_says_its_text_cut_into_the_chunks_asked_for_with_the_usage_and_headers_given(
+    fake_upstream: FakeUpstream,
+) -> None:
+    usage = {"prompt_tokens": 7, "completion_tokens": 9, "total_tokens": 16}
+    fake_upstream.script("m", reply.ok("abcdefgh", chunks=4, usage=usage, headers={"X-Request-Id": "req_1"}))
+    whole = _post(fake_upstream, "m")
+    streamed = _post(fake_upstream, "m", stream=True, stream_options={"include_usage": True})
+    assert whole.json()["choices"][0]["message"]["content"] == "abcdefgh"
+    assert whole.json()["usage"] == usage
+    assert whole.headers["x-request-id"] == streamed.headers["x-request-id"] == "req_1"
+    chunks = [json.loads(event) for event in _events(streamed.content)[:-1]]
+    assert [chunk["choices"][0]["delta"]["content"] for chunk in chunks[1:5]] == ["ab", "cd", "ef", "gh"]
+    assert chunks[-1]["usage"] == usage
+
+
+def test_a_script_answers_in_turn_and_its_last_reply_repeats(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("m", reply.status(429, retry_after=2), reply.status(503), reply.ok("at last"))
+    answers = [_post(fake_upstream, "m") for _ in range(5)]
+    assert [answer.status_code for answer in answers] == [429, 503, 200, 200, 200]
+    assert {answer.json()["choices"][0]["message"]["content"] for answer in answers[2:]} == {"at last"}
+    assert _post(fake_upstream, "other").json()["choices"][0]["message"]["content"] == "Hello from other"
+
+
+def test_status_answers_an_openai_shaped_error_or_the_body_given(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("limited", reply.status(429, retry_after=2))
+    fake_upstream.script("dict", reply.status(400, body={"error": {"code": "context_length_exceeded"}}))
+    fake_upstream.script("text", reply.status(502, body="Bad gateway\n"))
+    fake_upstream.script("bytes", reply.status(200, body=b""))
+    limited = _post(fake_upstream, "limited", stream=True)  # an error is JSON, streamed or not
+    assert limited.status_code == 429
+    assert limited.headers["retry-after"] == "2"
+    assert limited.json()["error"]["type"] == "requests"
+    assert limited.json()["error"]["code"] == "rate_limit_exceeded"
+    assert set(limited.json()["error"]) == {"message", "type", "param", "code"}
+    assert _post(fake_upstream, "dict").json() == {"error": {"code": "context_length_exceeded"}}
+    text = _post(fake_upstream, "text")
+    assert (text.status_code, text.headers["content-type"], text.text) == (
+        502,
+        "text/plain; charset=utf-8",
+        "Bad gateway\n",
+    )
+    empty = _post(fake_upstream, "bytes")
+    assert (empty.status_code, empty.content, empty.headers["content-length"]) == (200, b"", "0")
+
+
+def test_a_broken_stream_is_an_error_to_the_client_never_a_clean_end(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("broken", reply.broken_stream(2))
+    received: list[bytes] = []
+    with pytest.raises(httpx2.RemoteProtocolError):  # the chunked body never ends properly
+        with httpx2.stream(
+            "POST", f"{fake_upstream.base_url}/chat/completions", json={"model": "broken", "stream": True}
+        ) as response:
+            received.extend(response.iter_raw())
+    events = _events(b"".join(received))
+    assert len(events) == 2 and b"[DONE]" not in b"".join(received)
+    with pytest.raises(httpx2.RemoteProtocolError):  # not streamed: half the JSON body arrives
+        _post(fake_upstream, "broken")
+    with _sdk(fake_upstream) as client, pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="broken", messages=_MESSAGES, stream=True))  # type: ignore[arg-type]
+    hit = fake_upstream.hits[0].wait()
+    assert (hit.status, hit.completed, hit.disconnected) == (200, False, False)  # the fake broke it
+
+
+def test_stall_sends_nothing_and_ends_when_the_client_gives_up(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("hung", reply.stall(30))
+    with pytest.raises(httpx2.ReadTimeout):
+        _post(fake_upstream, "hung", timeout=0.3)
+    gave_up = time.monotonic()
+    hit = fake_upstream.hits[0].wait()
+    assert time.monotonic() - gave_up < 2  # the fake heard the client leave, not 30 s later
+    assert (hit.status, hit.completed, hit.disconnected) == (None, False, True)
+
+
+def test_stall_for_a_moment_then_gives_up_with_a_504(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("hung", reply.stall(0.1))
+    assert _post(fake_upstream, "hung").status_code == 504
+
+
+def test_stall_after_headers_sends_the_headers_and_chunks_asked_for_then_nothing(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("quiet", reply.stall_after_headers(30, after_chunks=2))
+    received: list[bytes] = []
+    with pytest.raises(httpx2.ReadTimeout):
+        with httpx2.stream(
+            "POST",
+            f"{fake_upstream.base_url}/chat/completions",
+            json={"model": "quiet", "stream": True},
+            timeout=httpx2.Timeout(5, read=0.5),
+        ) as response:
+            assert response.status_code == 200
+            received.extend(response.iter_raw())
+    assert len(_events(b"".join(received))) == 2
+    assert fake_upstream.hits[0].wait().disconnected
+
+
+def test_slow_waits_before_the_status_line_then_answers_its_reply(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("slow", reply.slow(0.3, reply.status(503)))
+    started = time.monotonic()
+    response = _post(fake_upstream, "slow")
+    assert response.status_code == 503
+    assert time.monotonic() - started >= 0.3
+
+
+def test_raw_sends_exactly_its_writes(fake_upstream: FakeUpstream) -> None:
+    writes = (b'data: {"x":"\xe4\xbd', b'\xa0"}\n\n', b"data: [DONE]\n\n")
+    fake_upstream.script("raw", reply.raw(*writes))
+    assert _post(fake_upstream, "raw", stream=True).content == b"".join(writes)
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda: reply.ok("ab", chunks=3), ValueError),
+        (lambda: reply.ok(chunks=0), ValueError),
+        (lambda: reply.status(99), ValueError),
+        (lambda: reply.status(429, retry_after=-1), ValueError),
+        (lambda: reply.status(500, body=[1]), TypeError),
+        (lambda: reply.stall(float("inf")), ValueError),
+        (lambda: reply.broken_stream(-1), ValueError),
+        (lambda: reply.slow(1, then="ok"), TypeError),
+        (lambda: reply.raw("text"), TypeError),
+    ],
+)
+def test_replies_refuse_arguments_that_cannot_be_played(build: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        build()
+
+
+def test_script_refuses_no_reply_or_something_else_than_a_reply(fake_upstream: FakeUpstream) -> None:
+    with pytest.raises(ValueError):
+        fake_upstream.script("m")
+    with pytest.raises(TypeError):
+        fake_upstream.script("m", "ok")  # type: ignore[arg-type]
+
+
+# --- hits, reset, the provider entry ------------------------------------------------------------
+
+
+def test_hits_keep_what_arrived_and_reset_forgets_scripts_and_hits(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("m", reply.status(500))
+    httpx2.post(
+        f"{fake_upstream.base_url}/chat/completions",
+        json={"model": "m", "stream": True, "messages": _MESSAGES},
+        headers={"Authorization": "Bearer k", "X-Custom": "1"},
+    )
+    (hit,) = fake_upstream.hits
+    assert isinstance(hit, Hit)
+    assert (hit.model, hit.path, hit.stream, hit.status) == ("m", "/v1/chat/completions", True, 500)
+    assert hit.headers["authorization"] == "Bearer k" and hit.headers["x-custom"] == "1"
+    assert hit.body == {"model": "m", "stream": True, "messages": _MESSAGES}
+    fake_upstream.reset()
+    assert fake_upstream.hits == []
+    assert _post(fake_upstream, "m").status_code == 200  # the script is gone too
+
+
+def test_models_lists_what_was_scripted_or_asked_for_and_other_routes_are_404(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("scripted", reply.ok())
+    _post(fake_upstream, "asked")
+    listed = httpx2.get(f"{fake_upstream.base_url}/models").json()
+    assert [model["id"] for model in listed["data"]] == ["asked", "scripted"]
+    assert httpx2.post(f"{fake_upstream.base_url}/embeddings", json={}).status_code == 404
+    assert _post(fake_upstream, "").status_code == 400  # no model named
+
+
+def test_the_provider_entry_points_a_router_at_the_fake_and_events_capture_the_failover(
+    fake_upstream: FakeUpstream,
+) -> None:
+    fake_upstream.script("gpt-4o", reply.status(429, retry_after=1))
+    captured = CapturedEvents()
+    settings = RouterSettings(
+        providers={"openai": fake_upstream.provider(), "backup": fake_upstream.provider(api_key=API_KEY)},
+        groups={"chat": {"members": ["openai/gpt-4o", "backup/llama"]}},
+        allow_unauthenticated=True,
+    )
+    with AppServer(ModelRouter(Starlette(), settings=settings, sinks=[captured])) as server:
+        answer = httpx2.post(
+            f"{server.url}/v1/chat/completions", json={"model": "group/chat", "messages": _MESSAGES}, timeout=5
+        )
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["message"]["content"] == "Hello from llama"
+    assert [hit.headers["authorization"] for hit in fake_upstream.hits] == [
+        f"Bearer {fake_upstream.api_key}",
+        f"Bearer {API_KEY}",
+    ]
+    assert captured.attempts(answer.headers["x-request-id"]) == [
+        ("openai/gpt-4o", "failed", "rate_limited"),
+        ("backup/llama", "served", "served"),
+    ]
+
+
+async def test_a_fake_upstream_runs_as_an_async_context_manager_and_events_are_awaited_without_a_lifespan() -> None:
+    captured = CapturedEvents()
+    async with FakeUpstream() as upstream:
+        upstream.script("m", reply.status(400))
+        settings = RouterSettings(providers={"fake": upstream.provider()}, allow_unauthenticated=True)
+        router = ModelRouter(Starlette(), settings=settings, sinks=[captured])
+        transport = httpx2.ASGITransport(app=router)  # in process, no lifespan: the sink is direct
+        async with httpx2.AsyncClient(transport=transport, base_url="http://app") as client:
+            refused = await client.post(
+                "/v1/chat/completions", json={"model": "fake/m"}, headers={"x-request-id": "r-1"}
+            )
+            served = await client.post(
+                "/v1/chat/completions", json={"model": "fake/n"}, headers={"x-request-id": "r-2"}
+            )
+        await router.transport.aclose()
+    assert (refused.status_code, served.status_code) == (400, 200)
+    assert await captured.attempts_async("r-1") == [("fake/m", "failed", "client_error")]
+    assert await captured.attempts_async("r-2") == [("fake/n", "served", "served")]
+    assert [record.request_id for record in captured.records] == ["r-1", "r-2"]
+    with pytest.raises(AssertionError, match="r-1, r-2"):
+        captured.wait("never-sent", timeout=0.05)
+
+
+def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
+    import asgi_router.testing as kit
+
+    assert set(kit.__all__) == {"AppServer", "CapturedEvents", "FakeUpstream", "Hit", "TEST_KEY", "reply"}
+    parameters = {
+        name: list(inspect.signature(getattr(reply, name)).parameters)
+        for name in ("ok", "status", "stall", "stall_after_headers", "broken_stream", "slow", "raw")
+    }
+    assert parameters == {
+        "ok": ["text", "chunks", "usage", "headers", "interval"],
+        "status": ["code", "retry_after", "body", "headers"],
+        "stall": ["seconds"],
+        "stall_after_headers": ["seconds", "after_chunks", "interval"],
+        "broken_stream": ["after_chunks", "interval"],
+        "slow": ["seconds", "then"],
+        "raw": ["writes", "status", "headers", "interval"],
+    }
+    assert inspect.signature(reply.slow).parameters["then"].default == reply.ok()
+    assert {"model", "path", "headers", "body", "stream"} <= set(inspect.signature(Hit).parameters)
+    assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key"]
+    with pytest.raises(ValueError, match="openai"):
+        FakeUpstream(kind="smoke-signals")
+
+
+# --- the pytest plugin ---------------------------------------------------------------------------
+
+_HEAVY = ("asgi_router", "uvicorn", "starlette", "aiohttp", "httpx2", "pydantic", "anyio")
+
+
+def test_loading_the_plugin_imports_nothing_heavy() -> None:
+    probe = "import sys, _asgi_router_pytest; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert not set(_HEAVY) & set(eval(loaded.stdout))  # our own repr of a list of names
+
+
+_PLUGIN_TESTS = """
+import httpx2
+import pytest
+
+from asgi_router.testing import reply
+
+URLS = []
+
+
+def test_a_first_test_scripts_and_hits(fake_upstream):
+    URLS.append(fake_upstream.base_url)
+    fake_upstream.script("m", reply.status(503))
+    response = httpx2.post(fake_upstream.base_url + "/chat/completions", json={"model": "m"})
+    assert response.status_code == 503
+    assert len(fake_upstream.hits) == 1
+
+
+@pytest.mark.anyio
+async def test_the_next_one_finds_it_reset_in_an_anyio_test(fake_upstream):
+    URLS.append(fake_upstream.base_url)
+    assert fake_upstream.hits == []
+    async with httpx2.AsyncClient() as client:
+        response = await client.post(fake_upstream.base_url + "/chat/completions", json={"model": "m"})
+    assert response.status_code == 200
+
+
+def test_one_server_serves_the_session(fake_upstream):
+    assert set(URLS) == {fake_upstream.base_url}
+"""
+
+
+# --- the docs page's example, as a user's test file -------------------------------------------
+
+_PAGE = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
+_EXAMPLE = "# test_gateway.py"
+
+
+def _page_example() -> str:
+    """The complete test file on the "Testing your app" page (the block that starts with its name)."""
+    blocks = re.findall(r"^```python\n(.*?)^```$", _PAGE.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    [example] = [block for block in blocks if block.startswith(_EXAMPLE)]
+    return str(example)
+
+
+def test_the_testing_pages_example_uses_only_the_public_api() -> None:
+    imported = {
+        node.module for node in ast.walk(ast.parse(_page_example())) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert {module for module in imported if module.startswith("asgi_router")} == {"asgi_router", "asgi_router.testing"}
+
+
+@pytest.fixture(scope="module")
+def users_suite(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """The plugin's tests above and the page's example, run once as a user runs them: a
+    directory and configuration of their own, the kit from the installed package, the fixture
+    from the plugin's entry point (CI also runs the example in a fresh venv)."""
+    suite = tmp_path_factory.mktemp("users_suite")
+    (suite / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n", encoding="utf-8")
+    (suite / "test_plugin.py").write_text(textwrap.dedent(_PLUGIN_TESTS), encoding="utf-8")
+    (suite / "test_gateway.py").write_text(_page_example(), encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(suite)],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def _passed(finished: subprocess.CompletedProcess[str], file: str) -> list[str]:
+    return re.findall(rf"^PASSED {file}::(\w+)", finished.stdout, re.MULTILINE)
+
+
+def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
+    users_suite: subprocess.CompletedProcess[str],
+) -> None:
+    assert len(_passed(users_suite, "test_plugin.py")) == 3, users_suite.stdout + users_suite.stderr
+
+
+def test_the_testing_pages_example_passes_as_a_users_test_file(users_suite: subprocess.CompletedProcess[str]) -> None:
+    assert len(_passed(users_suite, "test_gateway.py")) == 3, users_suite.stdout + users_suite.stderr
+    assert users_suite.returncode == 0, users_suite.stdout + users_suite.stderr
