@@ -14,6 +14,7 @@ from fastapi import FastAPI, WebSocket
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.observability.sinks import EventBus
 
+from .fake_anthropic import FakeAnthropic
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
@@ -91,6 +92,17 @@ def upstream() -> Iterator[MockUpstream]:
     server = ServerThread(mock.app, lifespan="off").start()
     mock.url = server.url  # type: ignore[attr-defined]
     yield mock
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def anthropic() -> Iterator[FakeAnthropic]:
+    """The fake Anthropic upstream (tests/fake_anthropic.py) for the session, keyed with
+    :data:`API_KEY`; ``.url`` is its base URL as a provider's ``base_url`` (``.../v1``)."""
+    fake = FakeAnthropic(API_KEY)
+    server = ServerThread(fake.app, lifespan="off").start()
+    fake.url = server.url + "/v1"
+    yield fake
     server.stop()
 
 
