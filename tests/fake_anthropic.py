@@ -35,6 +35,7 @@ router's ``x-request-id``): path, query, headers and body.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator
@@ -51,6 +52,7 @@ __all__ = ["TEXT", "TEXT_DELTAS", "TOOL_ARGUMENTS", "FakeAnthropic", "Received",
 TEXT_DELTAS: Final = ("Hello", " from", " Claude", " — 你好")
 TEXT: Final = "".join(TEXT_DELTAS)
 TOOL_ARGUMENTS: Final = '{"location": "Paris, FR", "unit": "°C"}'
+_OVERLOADED: Final = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 _TOOL_PIECES: Final = ('{"location', '": "Paris, ', 'FR", "unit": "°', 'C"}')
 USAGE: Final = {"input_tokens": 11, "output_tokens": 7}
 
@@ -130,7 +132,8 @@ def stream_events(model: str, content: list[dict[str, Any]], stop: str) -> list[
 
 
 def encode_event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    """One event as the Messages API writes it: compact JSON, UTF-8."""
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
 def awkward_pieces(event: bytes) -> list[bytes]:
@@ -142,7 +145,7 @@ def awkward_pieces(event: bytes) -> list[bytes]:
             cuts.add(at + 1)
             break
     bounds = [0, *sorted(cut for cut in cuts if 0 < cut < len(event)), len(event)]
-    return [event[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
+    return [event[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 class FakeAnthropic:
@@ -188,7 +191,7 @@ class FakeAnthropic:
         if model == "overloaded":
             return _error(529, "overloaded_error", "Overloaded")
         if name == "ratelimited":
-            return _error(429, "rate_limit_error", "Number of requests has exceeded your rate limit", {"retry-after": arg})
+            return _error(429, "rate_limit_error", "Number of requests exceeds your rate limit", {"retry-after": arg})
         if model == "too-long":
             return _error(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")
         if model == "invalid":
@@ -205,7 +208,7 @@ class FakeAnthropic:
 
     async def _stream(self, events: list[tuple[str, dict[str, Any]]], name: str, arg: str) -> AsyncIterator[bytes]:
         if name == "error" and arg == "first":
-            yield encode_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            yield encode_event("error", _OVERLOADED)
             return
         limit = int(arg) if name in ("error", "break") else len(events)
         for event in events[:limit]:
@@ -213,7 +216,7 @@ class FakeAnthropic:
                 yield piece
                 await asyncio.sleep(self.pause)
         if name == "error":
-            yield encode_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            yield encode_event("error", _OVERLOADED)
         elif name == "break":
             raise ConnectionAbortedError("the fake Anthropic upstream drops the connection mid-stream")
 

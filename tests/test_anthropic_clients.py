@@ -18,6 +18,7 @@ from asgi_router import ModelRouter
 from .conftest import API_KEY, shared_routers
 from .fake_anthropic import TEXT, TEXT_DELTAS, FakeAnthropic, encode_event, stream_events
 from .mock_upstream import MockUpstream
+from .resilient import recorded
 from .servers import ServersByTransport, ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +42,10 @@ def routers(
         "busy": {"members": ["claude/overloaded"], "degraded": {"content": "Busy, try again soon."}},
     }
     routes = ["/v1/chat/completions", "/v1/messages"]
-    with shared_routers(upstream, refused_url, providers=providers, groups=groups, routes=routes) as served:
+    catalog = {"claude/ok": {"input_price": 3.0, "output_price": 15.0}}  # priced: its tokens are counted
+    with shared_routers(
+        upstream, refused_url, providers=providers, groups=groups, routes=routes, catalog=catalog
+    ) as served:
         yield served
 
 
@@ -110,9 +114,10 @@ async def test_without_a_client_version_the_providers_pinned_one_is_sent(
 async def test_an_upstream_refusal_passes_through_as_anthropic_wrote_it(client: anthropic_sdk.AsyncAnthropic) -> None:
     with pytest.raises(anthropic_sdk.BadRequestError) as caught:
         await client.messages.create(model="group/refusing", max_tokens=8, messages=_HI)
+    said = "messages.0.content: text content blocks must be non-empty"
     assert caught.value.body == {
         "type": "error",
-        "error": {"type": "invalid_request_error", "message": "messages.0.content: text content blocks must be non-empty"},
+        "error": {"type": "invalid_request_error", "message": said},
         "request_id": "req_fake",
     }
 
@@ -203,9 +208,7 @@ async def test_a_groups_canned_reply_is_a_message_on_the_messages_route(
     assert text == "Busy, try again soon."
 
 
-async def test_an_inbound_key_refusal_is_anthropic_shaped(
-    upstream: MockUpstream, anthropic: FakeAnthropic
-) -> None:
+async def test_an_inbound_key_refusal_is_anthropic_shaped(upstream: MockUpstream, anthropic: FakeAnthropic) -> None:
     providers = {"claude": {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY}}
     with shared_routers(
         upstream, providers=providers, routes=["/v1/messages"], api_keys=["inbound-key-0123456789abcdef"]
@@ -215,3 +218,21 @@ async def test_an_inbound_key_refusal_is_anthropic_shaped(
             with pytest.raises(anthropic_sdk.AuthenticationError) as caught:
                 await sdk.messages.create(model="claude/ok", max_tokens=8, messages=_HI)
     assert _error(caught)["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages"])
+async def test_an_answer_counts_the_tokens_anthropic_reported_translated_or_relayed(
+    routers: ServersByTransport[ModelRouter], transport_kind: str, route: str, stream: bool
+) -> None:
+    router, server = routers(transport_kind)
+    request_id = f"usage-{route.rsplit('/', 1)[-1]}-{stream}"
+    async with httpx2.AsyncClient() as client:
+        body = {"model": "claude/ok", "max_tokens": 8, "messages": _HI, "stream": stream}
+        response = await client.post(server.url + route, json=body, headers={"x-request-id": request_id})
+    assert response.status_code == 200
+    record = await recorded(router, request_id)
+    # A relayed stream's usage is read afterwards from what was sent: message_start says the
+    # input, the final message_delta the output; a translated one's comes from its translation.
+    assert (record.prompt_tokens, record.completion_tokens) == (11, 7)
+    assert record.cost_usd == pytest.approx((11 * 3.0 + 7 * 15.0) / 1e6)

@@ -132,9 +132,7 @@ async def test_a_streamed_tool_call_keeps_every_argument_byte(sdk: openai.AsyncO
     assert finish == "tool_calls"
 
 
-async def test_the_messages_request_on_the_wire_is_anthropics(
-    server: ServerThread, anthropic: FakeAnthropic
-) -> None:
+async def test_the_messages_request_on_the_wire_is_anthropics(server: ServerThread, anthropic: FakeAnthropic) -> None:
     body = {
         "model": "claude/echo",
         "messages": [
@@ -234,7 +232,9 @@ async def test_an_error_event_before_anything_to_show_fails_over(sdk: openai.Asy
 
 
 @pytest.mark.both_transports
-@pytest.mark.parametrize(("model", "said"), [("claude/break-6", "stream_interrupted"), ("claude/error-6", "overloaded")])
+@pytest.mark.parametrize(
+    ("model", "said"), [("claude/break-6", "stream_interrupted"), ("claude/error-6", "overloaded_error: Overloaded")]
+)
 async def test_the_openai_sdk_raises_on_a_translated_stream_that_breaks_after_commit(
     sdk: openai.AsyncOpenAI, model: str, said: str
 ) -> None:

@@ -19,12 +19,16 @@ relay ends the stream with the router's in-band error. A stream that ends before
 ``message_stop`` is not :attr:`~StreamTranslation.finished`: the relay treats it as broken.
 
 Each output chunk is the fixed head built at ``message_start`` plus one encoded delta: no
-dictionary is built or serialised whole per event.
+dictionary is built or serialised whole per event. Text deltas, nearly every event of a stream,
+are not even parsed when they come as the Messages API writes them (compact JSON, keys in its
+documented order: :data:`_TEXT_DELTA`): their ``text`` is a JSON string already, valid as it
+is in a chat-completion chunk, so its bytes are framed anew; any other spelling takes the parse.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Final
 
@@ -46,6 +50,15 @@ FINISH_REASONS: Final[dict[str, str]] = {
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _COMPACT_ASCII: Final = json.JSONEncoder(separators=(",", ":"))
 _DONE: Final = b"data: [DONE]\n\n"
+#: A ``text_delta`` event's data as the Messages API writes it; group 1 is the text's JSON string
+#: (no unescaped quote or control character, only JSON's own escapes).
+_TEXT_DELTA: Final = re.compile(
+    rb'\{"type":"content_block_delta","index":[0-9]{1,9},"delta":\{"type":"text_delta","text":'
+    rb'("(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*")\}\}'
+)
+_DECODE: Final = json.JSONDecoder().decode
+# What follows a text delta's JSON string in its chunk.
+_TEXT_END: Final = b'},"finish_reason":null}]}\n\n'
 
 
 def _encode(value: object) -> bytes:
@@ -125,6 +138,7 @@ class StreamTranslation:
 
     __slots__ = (
         "_blocks",
+        "_content",
         "_events",
         "_finish_sent",
         "_head",
@@ -139,7 +153,8 @@ class StreamTranslation:
     def __init__(self, include_usage: bool) -> None:
         self._events = EventSplitter()
         self._include_usage = include_usage
-        self._head = self._head_for("chatcmpl-router", "", int(time.time()))
+        self._head = self._content = b""
+        self._set_head("chatcmpl-router", "", int(time.time()))
         #: Content block index -> tool call index, for the ``tool_use`` blocks seen so far.
         self._blocks: dict[int, int] = {}
         self._tools = 0
@@ -154,25 +169,19 @@ class StreamTranslation:
         #: ``(prompt_tokens, completion_tokens)`` as the upstream counted them so far.
         self.usage = (0, 0)
 
-    @staticmethod
-    def _head_for(message_id: str, model: str, created: int) -> bytes:
-        return (
+    def _set_head(self, message_id: str, model: str, created: int) -> None:
+        """The fields every chunk starts with, and a text delta's whole start, built once."""
+        self._head = (
             b'{"id":'
             + _encode(message_id)
             + b',"object":"chat.completion.chunk","created":%d,"model":' % created
             + _encode(model)
         )
+        self._content = b"data: " + self._head + b',"choices":[{"index":0,"delta":{"content":'
 
     def _chunk(self, delta: bytes, finish: bytes = b"null") -> bytes:
-        return (
-            b"data: "
-            + self._head
-            + b',"choices":[{"index":0,"delta":'
-            + delta
-            + b',"finish_reason":'
-            + finish
-            + b"}]}\n\n"
-        )
+        head = b"data: " + self._head + b',"choices":[{"index":0,"delta":'
+        return head + delta + b',"finish_reason":' + finish + b"}]}\n\n"
 
     def feed(self, chunk: bytes) -> bytes:
         """What the complete events in ``chunk`` (with what was held before it) translate to."""
@@ -180,9 +189,15 @@ class StreamTranslation:
             return b""
         out = b""
         for data in self._events.feed(chunk):
+            text = _TEXT_DELTA.fullmatch(data)
+            if text is not None:
+                if text[1] != b'""':
+                    self.ready = True
+                    out += self._content + text[1] + _TEXT_END
+                continue
             try:
-                event = json.loads(data)
-            except (ValueError, RecursionError):
+                event = _DECODE(data.decode())
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
                 event = None
             if not isinstance(event, dict):
                 self.failure = ("api_error", "the upstream sent an event that is not a JSON object")
@@ -202,7 +217,7 @@ class StreamTranslation:
             message = event.get("message")
             if isinstance(message, dict):
                 model, message_id = message.get("model"), message.get("id")
-                self._head = self._head_for(
+                self._set_head(
                     message_id if isinstance(message_id, str) else "chatcmpl-router",
                     model if isinstance(model, str) else "",
                     int(time.time()),
@@ -229,7 +244,7 @@ class StreamTranslation:
             text = delta.get("text")
             if isinstance(text, str) and text:
                 self.ready = True
-                return self._chunk(b'{"content":' + _encode(text) + b"}")
+                return self._content + _encode(text) + _TEXT_END
         elif kind == "input_json_delta":
             partial = delta.get("partial_json")
             index = event.get("index")
@@ -251,7 +266,7 @@ class StreamTranslation:
             return b""
         if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
             self.ready = True
-            return self._chunk(b'{"content":' + _encode(block["text"]) + b"}")
+            return self._content + _encode(block["text"]) + _TEXT_END
         if block.get("type") != "tool_use":
             return b""
         tool = self._blocks[index] = self._tools

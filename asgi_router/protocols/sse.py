@@ -37,7 +37,18 @@ class EventSplitter:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         blocks = data.split(b"\n\n")
         self._rest = blocks.pop()
-        return _data_of(blocks) if blocks else []
+        found: list[bytes] = []
+        for block in blocks:
+            at = block.find(b"data:")
+            if at >= 0 and (at == 0 or block[at - 1] == 10) and block.find(b"\n", at) < 0:
+                # The usual event: its one ``data:`` line is its last (10 is ``\n``).
+                value = block[at + 5 :]
+                found.append(value[1:] if value.startswith(b" ") else value)
+            else:
+                data_of = _data_of(block)
+                if data_of is not None:
+                    found.append(data_of)
+        return found
 
     @property
     def pending(self) -> bool:
@@ -45,16 +56,13 @@ class EventSplitter:
         return bool(self._rest.strip())
 
 
-def _data_of(blocks: list[bytes]) -> list[bytes]:
-    found: list[bytes] = []
-    for block in blocks:
-        data: bytes | None = None
-        for line in block.split(b"\n"):
-            if line.startswith(b"data:"):
-                value = line[5:]
-                if value.startswith(b" "):
-                    value = value[1:]
-                data = value if data is None else data + b"\n" + value
-        if data is not None:
-            found.append(data)
-    return found
+def _data_of(block: bytes) -> bytes | None:
+    """An event's ``data:`` lines joined with ``\n`` (``None``: it has none)."""
+    data: bytes | None = None
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            if value.startswith(b" "):
+                value = value[1:]
+            data = value if data is None else data + b"\n" + value
+    return data
