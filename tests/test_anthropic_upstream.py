@@ -38,12 +38,14 @@ def routers(
     upstream: MockUpstream, refused_url: str, anthropic: FakeAnthropic
 ) -> Iterator[ServersByTransport[ModelRouter]]:
     timeouts = {"connect": 1, "first_byte": 2, "idle": 2, "total": 10}
-    providers = {"claude": {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY, "timeouts": timeouts}}
+    claude = {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY, "timeouts": timeouts}
+    providers = {"claude": claude, "rekeyed": {**claude, "api_key": "sk-ant-revoked-0123456789"}}
     groups = {
         "mixed": {"members": ["mock/status-503", "claude/ok"]},
         "mixed-tool": {"members": ["down/gpt", "claude/tool"]},
         "overloaded": {"members": ["claude/overloaded", "mock2/ok"]},
         "forbidden": {"members": ["claude/forbidden", "mock2/ok"]},
+        "revoked": {"members": ["rekeyed/ok", "mock2/ok"]},
         "limited": {"members": ["claude/ratelimited-3", "claude/ratelimited-7"]},
         "overflow": {"members": ["mock/ctx-exceeded", "claude/too-long"]},
         "refusing": {"members": ["claude/invalid", "mock2/ok"]},
@@ -188,7 +190,7 @@ async def test_a_request_without_max_tokens_gets_the_providers_default(
     assert anthropic.received("mt1")[0].body["max_tokens"] == 4096
 
 
-@pytest.mark.parametrize("group", ["overloaded", "forbidden"])
+@pytest.mark.parametrize("group", ["overloaded", "forbidden", "revoked"])
 async def test_claude_overloaded_or_refusing_the_key_fails_over(sdk: openai.AsyncOpenAI, group: str) -> None:
     raw = await sdk.chat.completions.with_raw_response.create(model=f"group/{group}", messages=_HI)
     assert raw.headers["x-router-model"] == "mock2/ok"

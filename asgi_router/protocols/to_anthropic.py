@@ -1,8 +1,8 @@
 """A chat-completion request as a Messages API request, or why it cannot be one.
 
 Called once per request and Anthropic provider setting (``default_max_tokens``), never per
-chunk. Every top-level field is in exactly one of three tables, and the docs' Protocols page
-lists the same three (a test holds them together):
+chunk. Every top-level field is in one of three tables or refused, and the docs' Protocols page
+lists the same tables (a test holds them together):
 
 * :data:`TRANSLATED`: carried over with its meaning (``messages`` to ``system`` and turns,
   ``tools``, ``tool_choice``, ``stop`` to ``stop_sequences``, ``user`` to
@@ -12,7 +12,7 @@ lists the same three (a test holds them together):
 * :data:`IGNORED`: meaningful to OpenAI only and harmless to drop (``store``, ``metadata``,
   ``seed``, ``service_tier``), or read by the answer's translation (``stream_options``);
 * anything else is *untranslatable*, and so is a translated field whose value has no Messages
-  API equivalent (``n`` above 1, ``logprobs``, a ``response_format`` other than text, an
+  API equivalent (``n`` above 1, ``logprobs = true``, a ``response_format`` other than text, an
   ``input_audio`` part, a ``temperature`` above Anthropic's 1, ...). The result is then
   :class:`Untranslatable`, whose ``detail`` names the field: the attempt loop skips that
   candidate (reason ``protocol_mismatch``) and tries the next, so a request one member cannot
