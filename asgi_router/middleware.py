@@ -20,7 +20,9 @@ unexpected error is logged and, if nothing has been sent yet, answered with an O
 
 Each finished request is published to the event sinks (the log line among them) without
 waiting for them. Routes are matched on the path below ``root_path`` (``inbound/mounting.py``),
-so the router works in a sub-app mounted under a prefix too.
+so the router works in a sub-app mounted under a prefix too. A route's path says its protocol
+(``protocols/routes.py``): on Anthropic's ``.../messages`` every error the router makes, in-band
+stream errors and the canned reply included, is shaped as Anthropic's API shapes it.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.inbound_auth import Authorize
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.errors import RouterError
+from asgi_router.core.errors import RouterError, stream_error_event
 from asgi_router.core.reasons import Reason
 from asgi_router.endpoints.models import ModelsEndpoint
 from asgi_router.inbound.auth import Admitted, build_guard
@@ -54,6 +56,8 @@ from asgi_router.inbound.screen import screen_headers
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
+from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.state import InMemoryState, RouterState
@@ -126,7 +130,8 @@ class ModelRouter:
             self.state: RouterState = (
                 state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
             )
-            self._routes = frozenset(self.settings.routes)
+            #: Each route, and whether it speaks Anthropic's protocol.
+            self._routes = {route: is_anthropic(route_kind(route)) for route in self.settings.routes}
             self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
             self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
             self._providers = {
@@ -199,7 +204,7 @@ class ModelRouter:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
-        exchange = Exchange(scope, receive, send, request_id_for(scope), path)
+        exchange = Exchange(scope, receive, send, request_id_for(scope), path, self._routes[path])
         try:
             # Auth and the header screen, then the body, then its parse and plan: each refusal is
             # answered here (the steps themselves are plain functions: no coroutine per step).
@@ -368,17 +373,20 @@ class ModelRouter:
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
-            relay = relay_stream(exchange.send, result, headers, self._clock, tail, record, exchange.complete)
+            error_event = anthropic_stream_error_event if exchange.anthropic else stream_error_event
+            relay = relay_stream(
+                exchange.send, result, headers, self._clock, tail, record, exchange.complete, error_event
+            )
             del headers, upstream_headers  # the relay drops them once the start is sent
             outcome = await relay
             record.in_flight = None
             if outcome.reason == "client_disconnected":
                 exchange.disconnected = True
-            spend = self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
+            spend = self._finish(record, winner, facts, *_streamed_usage(result, tail))
             self._note_served(record, result, outcome.reason, spend)
         finally:
             if spend is None:  # cancelled (the client left): still release and count it
-                self._finish(record, winner, facts, tail.bytes() if tail else None, tail.chunks if tail else None)
+                self._finish(record, winner, facts, *_streamed_usage(result, tail))
 
     def _finish(
         self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
@@ -393,7 +401,7 @@ class ModelRouter:
     async def _send_degraded(self, exchange: Exchange, degraded: DegradedSettings, stream: bool, attempts: int) -> None:
         """Every candidate failed and the group has a canned reply: send it, marked as such."""
         record = exchange.record
-        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream)
+        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, exchange.anthropic)
         headers += router_headers(record.request_id, None, attempts, exchange.route)
         record.status = 200
         record.degraded = True
@@ -419,3 +427,15 @@ class ModelRouter:
                 principal=record.principal,
             )
         )
+
+
+def _streamed_usage(committed: Committed, tail: Tail | None) -> tuple[bytes | None, int | None]:
+    """What a relayed stream used, for the bookkeeper: the tail of the bytes sent, or a whole
+    translated stream's usage as its upstream counted it (in OpenAI's words)."""
+    if tail is None:
+        return None, None
+    translation = committed.translation
+    if translation is not None and translation.finished:
+        prompt, completion = translation.usage
+        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), tail.chunks
+    return tail.bytes(), tail.chunks

@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         data["load"] = scenarios.load(running, config, _progress)
         _say("failover past a refused connection")
         data["failover"] = scenarios.failover(running, config)
+        _say("translated streaming (an Anthropic provider) beside same-protocol streaming")
+        data["translation"] = scenarios.translation(running, config)
     if config.streams:
         _say(f"{config.streams} open slow streams")
         data["streams"] = scenarios.streams(config, config.targets)

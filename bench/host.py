@@ -7,6 +7,9 @@ connections) and ``BENCH_TRANSPORT`` (``aiohttp`` or ``httpx``). Groups:
 * ``group/bench``: ``up/ok`` then ``up2/ok`` — a two-member group whose first member is healthy;
 * ``group/failover``: ``down/ok`` (refused) then ``up/ok`` — the failover scenario;
 * ``group/slow``: ``up/slow`` then ``up2/slow`` — the slow streams of the open-streams scenario.
+* ``group/translated``: ``claude/ok`` then ``up2/ok`` — ``claude`` is the same upstream as an
+  Anthropic provider (``kind = "anthropic"``): chat completions translated to its Messages route
+  and its stream back, for translated streaming beside same-protocol streaming (``group/bench``).
 
 The pool is sized for 1,000 concurrent streams; timeouts are the defaults but for ``connect``.
 Inbound auth is off (``allow_unauthenticated``, as in demo_app): the floor has none either, and
@@ -40,6 +43,7 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
         name: {"base_url": f"{origin}/v1", "api_key": "sk-bench", "timeouts": timeouts}
         for name, origin in (("up", upstream), ("up2", upstream), ("down", refused))
     }
+    providers["claude"] = {**providers["up"], "kind": "anthropic"}
     return RouterSettings.model_validate(
         {
             "providers": providers,
@@ -47,6 +51,7 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
                 "bench": {"members": ["up/ok", "up2/ok"]},
                 "failover": {"members": ["down/ok", "up/ok"]},
                 "slow": {"members": ["up/slow", "up2/slow"]},
+                "translated": {"members": ["claude/ok", "up2/ok"]},
             },
             "pool": {"max_connections": 4096},
             "transport": transport,

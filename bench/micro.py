@@ -9,8 +9,9 @@ Load tests on a shared 2-core machine are noisy; these are not. They time:
   bytes, the upstream header block — for a small and a 100 KB body (and, for comparison,
   what re-serialising the 100 KB payload would cost);
 * ``ModelRouter`` end to end over an in-memory transport (a canned JSON answer, or 20 SSE
-  chunks) and no-op ``receive``/``send``: everything the router adds per request, without
-  uvicorn or an HTTP client.
+  chunks, or the same text as an Anthropic provider's Messages stream, translated) and no-op
+  ``receive``/``send``: everything the router adds per request, without uvicorn or an HTTP
+  client.
 
 Each figure is the best of a few repeats (the least disturbed by other processes).
 """
@@ -37,7 +38,7 @@ from asgi_router.transports.request_headers import request_headers_for_upstream
 
 from .asgi_calls import receive_once
 from .host import settings_for
-from .upstream import COMPLETION, sse_events
+from .upstream import COMPLETION, messages_events, sse_events
 
 __all__ = ["micro", "router_in_process"]
 
@@ -51,8 +52,8 @@ def _best_us(statement: Callable[[], object], number: int, repeat: int = 5) -> f
     return min(timeit.repeat(statement, number=number, repeat=repeat)) / number * 1e6
 
 
-def _body(stream: bool, pad: int = 0) -> bytes:
-    payload: dict[str, Any] = {"model": "group/bench", "messages": [{"role": "user", "content": "Say hello."}]}
+def _body(stream: bool, pad: int = 0, group: str = "bench") -> bytes:
+    payload: dict[str, Any] = {"model": f"group/{group}", "messages": [{"role": "user", "content": "Say hello."}]}
     if stream:
         payload["stream"] = True
     if pad:
@@ -134,6 +135,7 @@ class _MemoryTransport:
 
     def __init__(self, stream: bool) -> None:
         self._parts = sse_events() if stream else [COMPLETION]
+        self._messages = messages_events()  # an Anthropic provider's stream (its URL ends in /messages)
         self._type = b"text/event-stream" if stream else b"application/json"
         self.is_open = True
 
@@ -144,19 +146,19 @@ class _MemoryTransport:
         return True
 
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Canned:
-        return _Canned(self._parts, self._type)
+        return _Canned(self._messages if url.endswith("/messages") else self._parts, self._type)
 
     async def aclose(self) -> None:
         pass
 
 
-async def _router_loop(stream: bool, count: int) -> float:
+async def _router_loop(stream: bool, count: int, group: str = "bench") -> float:
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
     settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp")
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
-    body = _body(stream)
+    body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     never = asyncio.Event()
 
@@ -191,4 +193,5 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
     return {
         "router_json_us": run(_router_loop(False, count)),
         "router_sse20_us": run(_router_loop(True, count // 4)),
+        "router_sse20_translated_us": run(_router_loop(True, count // 4, "translated")),
     }

@@ -92,6 +92,12 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         ("demo_app ready (s)", _get(lambda: data["demo_app"]["ready_s"]), "≤ 2", lambda v: v <= 2),
         (
+            "translated/same-protocol streaming req/s, c=16 (aim 0.7)",
+            _get(lambda: data["translation"]["router@c16"]["ratio"]["median"]),
+            "≥ 0.7",
+            lambda v: v >= 0.7,
+        ),
+        (
             "failover past a refused connection adds (ms p50, c=1)",
             _get(lambda: data["failover"]["router@c1"]["added_p50_ms"]),
             "≤ 5",
@@ -171,6 +177,21 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {_f(row['healthy_p50_ms'], 3)} | {_f(row['failover_p50_ms'], 3)} | "
                 f"{_f(row['added_p50_ms'], 3)} | {_f(row['healthy_rps'], 0)} | {_f(row['failover_rps'], 0)} |"
+            )
+    if data.get("translation"):
+        lines += [
+            "",
+            "## Translated streaming (`group/translated`, an Anthropic provider) vs same-protocol (`group/bench`)",
+            "",
+            "| target | same-protocol req/s | translated req/s | ratio | same-protocol CPU µs | translated CPU µs |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, row in data["translation"].items():
+            ratio = row["ratio"]
+            shown = "-" if ratio is None else f"{ratio['median']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}]"
+            lines.append(
+                f"| {name} | {_f(row['same_protocol_rps'], 0)} | {_f(row['translated_rps'], 0)} | {shown} | "
+                f"{_f(row['same_protocol_cpu_us'], 1)} | {_f(row['translated_cpu_us'], 1)} |"
             )
     if data.get("streams"):
         lines += [

@@ -24,7 +24,7 @@ from . import wrk
 from .procs import Server, refused_origin
 from .streams import hold_streams
 
-__all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "setup", "streams"]
+__all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "setup", "streams", "translation"]
 
 CHAT: Final = "/v1/chat/completions"
 
@@ -169,6 +169,32 @@ def failover(run: Setup, config: Config) -> dict[str, Any]:
                 "failover_rps": _median(failing, "rps"),
                 "errors": sum(row["errors"] for row in healthy + failing),
             }
+    return out
+
+
+def translation(run: Setup, config: Config) -> dict[str, Any]:
+    """Translated streaming (``group/translated``: an OpenAI client served by an Anthropic
+    provider, each event re-encoded) beside same-protocol streaming (``group/bench``: relayed
+    byte for byte), at c=16, in alternating rounds; the ratio is translated over same-protocol."""
+    out: dict[str, Any] = {}
+    for target in (t for t in ("router", "router-httpx") if t in run.servers):
+        _one(run, target, "sse", 16, 1, "translated")  # warm up the translated path
+        same: list[dict[str, Any]] = []
+        translated: list[dict[str, Any]] = []
+        for _ in range(config.rounds):
+            same.append(_one(run, target, "sse", 16, config.seconds, "bench"))
+            translated.append(_one(run, target, "sse", 16, config.seconds, "translated"))
+        per_round = [t["rps"] / s["rps"] for t, s in zip(translated, same, strict=True) if s["rps"]]
+        out[f"{target}@c16"] = {
+            "same_protocol_rps": _median(same, "rps"),
+            "translated_rps": _median(translated, "rps"),
+            "same_protocol_cpu_us": _median(same, "cpu_us_per_request"),
+            "translated_cpu_us": _median(translated, "cpu_us_per_request"),
+            "ratio": {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
+            if per_round
+            else None,
+            "errors": sum(row["errors"] for row in same + translated),
+        }
     return out
 
 

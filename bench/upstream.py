@@ -13,6 +13,12 @@ send compact JSON:
   (the "1,000 open streams" scenario holds these open);
 * anything else — one ~300-byte ``chat.completion`` JSON body with its ``content-length``.
 
+``POST /v1/messages`` speaks Anthropic's Messages API for the translated-streaming scenario (an
+OpenAI client served by an Anthropic provider): with ``"stream":true``, the same 19 text pieces
+as Messages events (``message_start``, ``content_block_start``, 19 ``content_block_delta``,
+``content_block_stop``, ``message_delta``, ``message_stop``), each in its own body message;
+otherwise one ``message`` JSON body.
+
 ``GET /health`` answers 200 for readiness checks.
 
 It is not the test kit's ``FakeUpstream`` (which the tests and the demo use): that one parses
@@ -28,7 +34,7 @@ from typing import Final
 
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["CHUNKS", "COMPLETION", "SLOW_EVENTS", "SLOW_INTERVAL", "app", "sse_events"]
+__all__ = ["CHUNKS", "COMPLETION", "MESSAGE", "SLOW_EVENTS", "SLOW_INTERVAL", "app", "messages_events", "sse_events"]
 
 CHUNKS: Final = 20
 SLOW_INTERVAL: Final = 1.0
@@ -69,7 +75,57 @@ def sse_events() -> list[bytes]:
     return [_event(index) for index in range(CHUNKS - 1)] + [b"data: [DONE]\n\n"]
 
 
+MESSAGE: Final = json.dumps(
+    {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": "ok",
+        "content": [{"type": "text", "text": "Hello from the bench upstream."}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 9, "output_tokens": 7},
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def _anthropic_event(data: dict[str, object]) -> bytes:
+    return (
+        b"event: "
+        + str(data["type"]).encode()
+        + b"\ndata: "
+        + json.dumps(data, separators=(",", ":")).encode()
+        + b"\n\n"
+    )
+
+
+def messages_events() -> list[bytes]:
+    """The exact frames of one streamed Messages answer: the text of :func:`sse_events` as events."""
+    start: dict[str, object] = {"id": "msg_bench", "type": "message", "role": "assistant", "model": "ok"}
+    start.update(content=[], stop_reason=None, stop_sequence=None, usage={"input_tokens": 9, "output_tokens": 1})
+    deltas = [
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"w{index} "}}
+        for index in range(CHUNKS - 1)
+    ]
+    events: list[dict[str, object]] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *deltas,
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 19},
+        },
+        {"type": "message_stop"},
+    ]
+    return [_anthropic_event(event) for event in events]
+
+
 _EVENTS: Final = sse_events()
+_MESSAGES_EVENTS: Final = messages_events()
+_MESSAGE_HEADERS: Final = [(b"content-type", b"application/json"), (b"content-length", str(len(MESSAGE)).encode())]
 _JSON_HEADERS: Final = [(b"content-type", b"application/json"), (b"content-length", str(len(COMPLETION)).encode())]
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _EMPTY: Final = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -107,6 +163,17 @@ async def _slow(receive: Receive, send: Send) -> None:
         watcher.cancel()
 
 
+async def _messages(body: bytes, send: Send) -> None:
+    if b'"stream":true' not in body:
+        await send({"type": "http.response.start", "status": 200, "headers": _MESSAGE_HEADERS})
+        await send({"type": "http.response.body", "body": MESSAGE})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    for event in _MESSAGES_EVENTS:
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send(_EMPTY)
+
+
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         while True:
@@ -122,6 +189,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"ok"})
         return
     body = await _read(receive)
+    if scope["path"].endswith("/messages"):
+        await _messages(body, send)
+        return
     if b'"stream":true' in body:
         if b'"model":"slow"' in body:
             await _slow(receive, send)

@@ -15,6 +15,7 @@ from asgi_router import ModelRouter, RouterSettings
 from asgi_router.observability.sinks import EventBus
 from asgi_router.testing import TEST_KEY
 
+from .fake_anthropic import FakeAnthropic
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
@@ -92,6 +93,17 @@ def upstream() -> Iterator[MockUpstream]:
     """The kit's fake upstream, scripted by model id (tests/mock_upstream.py), for the session."""
     with MockUpstream() as mock:
         yield mock
+
+
+@pytest.fixture(scope="session")
+def anthropic() -> Iterator[FakeAnthropic]:
+    """The fake Anthropic upstream (tests/fake_anthropic.py) for the session, keyed with
+    :data:`API_KEY`; ``.url`` is its base URL as a provider's ``base_url`` (``.../v1``)."""
+    fake = FakeAnthropic(API_KEY)
+    server = ServerThread(fake.app, lifespan="off").start()
+    fake.url = server.url + "/v1"
+    yield fake
+    server.stop()
 
 
 @pytest.fixture(scope="session")

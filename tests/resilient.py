@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -108,6 +109,17 @@ async def record_of(response: httpx2.Response, router: ModelRouter) -> RequestRe
         if record.request_id == request_id:
             return record
     raise AssertionError(f"request {request_id} is not among the recent requests")
+
+
+async def recorded(router: ModelRouter, request_id: str) -> RequestRecord:
+    """The record of a request a served router (its own thread and loop) has finished: it lands
+    in the ring of recent requests a moment after the response's last byte."""
+    for _ in range(500):
+        for record in router.recent.snapshot():
+            if record.request_id == request_id:
+                return record
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"request {request_id} was never recorded")
 
 
 async def events_of(response: httpx2.Response, router: ModelRouter) -> list[tuple[str, str, str]]:

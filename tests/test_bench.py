@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,20 @@ def test_host_app_routes_the_bench_group_through_the_router(bench_upstream: str,
     assert failed_over.headers["x-router-attempts"] == "2"
 
 
+def test_host_app_translates_the_anthropic_route_for_the_translated_group(bench_upstream: str) -> None:
+    host = build(bench_upstream, "http://127.0.0.1:9", "aiohttp", gc_freeze=False)
+    with ServerThread(host) as server:
+        plain = _chat(server.url, "group/translated")
+        streamed = _chat(server.url, "group/translated", stream=True)
+    assert plain.headers["x-router-model"] == streamed.headers["x-router-model"] == "claude/ok"
+    assert plain.json()["choices"][0]["message"]["content"] == "Hello from the bench upstream."
+    frames = streamed.content.split(b"\n\n")
+    assert frames[-2:] == [b"data: [DONE]", b""]
+    chunks = [json.loads(frame.removeprefix(b"data: ")) for frame in frames[:-2]]
+    text = "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks)
+    assert text == "".join(f"w{index} " for index in range(19))  # what the same-protocol stream says
+
+
 def test_stream_holder_opens_and_releases_slow_streams(bench_upstream: str) -> None:
     body = b'{"model":"slow","stream":true,"messages":[]}'
     # The floor does not watch for disconnects (it is the least a proxy can do): the streams the
@@ -103,13 +118,25 @@ def test_report_renders_targets_and_tables_from_partial_data() -> None:
         "load": [cell],
         "micro": {"resolution_plus_classification_us": 1.5},
         "demo_app": {"skipped": "no demo_app"},
+        "translation": {
+            "router@c16": {
+                "same_protocol_rps": 5000.0,
+                "translated_rps": 4000.0,
+                "same_protocol_cpu_us": 150.0,
+                "translated_cpu_us": 190.0,
+                "ratio": {"median": 0.8, "min": 0.75, "max": 0.85},
+                "errors": 0,
+            }
+        },
     }
     rows = {row["target"]: row for row in report.targets(data)}
+    assert rows["translated/same-protocol streaming req/s, c=16 (aim 0.7)"]["met"] is True
     assert rows["router/floor req/s, c=16, non-streaming (goal 0.9)"]["met"] is True
     assert rows["demo_app ready (s)"]["met"] is None
     text = report.markdown({**data, "targets": report.targets(data)})
     assert "| 16 | 30,000 | 9,000 | 6,000 | 0.67 [0.60, 0.70] |" in text
     assert "skipped: no demo_app" in text
+    assert "| router@c16 | 5,000 | 4,000 | 0.80 [0.75, 0.85] | 150.0 | 190.0 |" in text
 
 
 def test_demo_app_is_measured_as_users_start_it() -> None:

@@ -14,6 +14,13 @@ context window is ``context_window`` (the next model's window may be larger). A 
 does not fail over on (by default only ``client_error``) becomes :class:`Refused`, passed
 through to the client untouched.
 
+A translated attempt (a chat completion sent to an Anthropic provider) commits by the same
+rules, on the *translated* answer: a stream commits once its events have translated to
+something a client can show (content, a tool call, the end), so an ``error`` event before that
+(Anthropic's ``overloaded_error`` after a 200) fails over like the status it stands for; a whole
+body commits once it has translated to a ``chat.completion`` (one that does not is
+``upstream_5xx``); a refusal is passed through in OpenAI's error shape.
+
 Every response that is not handed on is closed here, also on cancellation. An attempt's time
 limits (first byte, ``idle``, ``total``) are kept by one
 :class:`~asgi_router.core.deadlines.Deadline`, not a timer per read.
@@ -38,6 +45,8 @@ from asgi_router.core.classify import (
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
 from asgi_router.observability.events import logger
+from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
+from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
 from asgi_router.transports.base import UpstreamResponse, close_response
 
 __all__ = ["call", "read_to_end"]
@@ -88,8 +97,12 @@ async def call(
     failover_on: frozenset[Reason],
     attempts: int,
     commit_by: float,
+    translation: StreamTranslation | None = None,
 ) -> Attempted:
-    """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts)."""
+    """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
+
+    ``translation`` translates a streamed answer (a translated non-streaming one is translated
+    whole, here too)."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -110,16 +123,22 @@ async def call(
             status = response.status
             reason = classify_status(status)
             if reason != "served":
-                return await _unserved(
+                unserved = await _unserved(
                     context, candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, scope
                 )
+                return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
-            try:  # the first non-empty chunk (b"": none before the end)
-                first = await anext(chunks)
-                while not first:
+            if translation is None:
+                try:  # the first non-empty chunk (b"": none before the end)
                     first = await anext(chunks)
-            except StopAsyncIteration:
-                first = b""
+                    while not first:
+                        first = await anext(chunks)
+                except StopAsyncIteration:
+                    first = b""
+            else:
+                first = await _first_translated(chunks, translation)
+                if translation.failure is not None:  # an error event before anything to show
+                    return Failed(classify_status(status_of_error_type(translation.failure[0])), status)
             ttfb = clock() - started
             if not first:
                 return Failed("stream_interrupted", status, ttfb=ttfb)
@@ -129,11 +148,15 @@ async def call(
                     whole: bytes | None = first if len(first) <= limit else None
                 else:
                     whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, scope)
+                if whole is not None and ready.target.translated:
+                    whole = completion_from_message(whole)
                 if whole is None:
                     return Failed("upstream_5xx", status, ttfb=ttfb)
                 first = whole
             handed_off = True
-            return Committed(candidate, response, first, provider, started, relay_deadline, ttfb, attempts)
+            return Committed(
+                candidate, response, first, provider, started, relay_deadline, ttfb, attempts, translation=translation
+            )
         # Only reached when a read overran its time and the scope ended the block.
         return Failed("timeout", response.status if response else None)
     except Exception as exc:
@@ -149,6 +172,24 @@ async def call(
             closing = close_response(response)  # closed even when cancelled: never leak it
             if closing is not None:
                 await closing
+
+
+async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTranslation) -> bytes:
+    """What the stream's first events translate to, once it can be shown (``b""``: the stream
+    ended first, or an error event came: :attr:`~StreamTranslation.failure` says so)."""
+    out = b""
+    async for chunk in chunks:
+        out += translation.feed(chunk)
+        if translation.ready or translation.failure is not None:
+            break
+    return out if translation.ready else b""
+
+
+def _in_openai_shape(result: Failed | Refused) -> Failed | Refused:
+    """A translated attempt's refusal, passed through to an OpenAI client in OpenAI's error shape."""
+    if isinstance(result, Refused):
+        result.body = openai_error_from_anthropic(result.body)
+    return result
 
 
 async def _unserved(

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
+from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.resilience.gate import Lease
 from asgi_router.transports.base import UpstreamResponse
-from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.provider import ProviderRuntime, RouteTarget
 
 __all__ = ["Attempted", "Committed", "Failed", "Ready", "Refused"]
 
@@ -36,6 +37,9 @@ class Committed:
     attempts: int
     #: A streamed attempt's lease, finished with the relay's reason (late failures count).
     lease: Lease | None = None
+    #: A translated stream's translation, fed every chunk the relay reads (``body`` is its
+    #: first output); ``None``: the bytes are relayed as they are.
+    translation: StreamTranslation | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +83,8 @@ class Ready:
     #: ``provider/model-id`` (the statistics key).
     key: str
     provider: ProviderRuntime
+    #: Where the request goes for this route, and whether it is translated.
+    target: RouteTarget
     body: bytes
     #: The gate's admission: finished exactly once with how the attempt ended.
     lease: Lease

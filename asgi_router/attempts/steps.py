@@ -6,7 +6,10 @@ plain loop in :meth:`~asgi_router.attempts.loop.AttemptLoop.run`, or the hedging
 (``hedging.py``) for groups that hedge. The steps:
 
 * :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
-  ``provider_not_configured``; ``budget_exhausted`` once ``max_attempts`` or the request
+  ``provider_not_configured``; ``protocol_mismatch`` when the provider does not serve the
+  route's protocol or the request has no translation for it (``asgi_router.protocols``: the
+  request is translated once per request, when the first Anthropic candidate is reached);
+  ``budget_exhausted`` once ``max_attempts`` or the request
   ``deadline`` is reached; the :class:`~asgi_router.attempts.bookkeeping.Bookkeeper`'s
   ``context_window`` and ``over_budget``; then the :class:`~asgi_router.resilience.gate.Gate`'s
   ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
@@ -35,11 +38,14 @@ from asgi_router.core.reasons import Reason
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
+from asgi_router.protocols.from_anthropic import StreamTranslation
+from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.resilience.gate import Lease
 from asgi_router.resilience.retry import retry_wait
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.base import close_response
+from asgi_router.transports.provider import RouteTarget
 from asgi_router.transports.request_headers import request_headers_for_upstream
 
 __all__ = ["RequestAttempts"]
@@ -58,9 +64,11 @@ class RequestAttempts:
         "_context",
         "_inbound",
         "_open_skips",
+        "_payload",
         "_route",
         "_stream",
         "_summaries",
+        "_translated",
         "_wire",
         "attempts",
         "deadline",
@@ -90,6 +98,10 @@ class RequestAttempts:
         # located it, else the payload serialised once (wire.py).
         span = request.model_span
         self._wire = SplicedBody(request.body, span) if span is not None else WireBody(request.payload)
+        # For Anthropic candidates: the request translated once per ``default_max_tokens``, on
+        # first use (most plans have no Anthropic member).
+        self._payload = request.payload
+        self._translated: dict[int, WireBody | Untranslatable] | None = None
         self._stream = request.stream
         self._route = route
         #: The client's headers: each provider's upstream headers allow some of them through.
@@ -122,12 +134,18 @@ class RequestAttempts:
             unset = provider.missing_key_env if provider is not None else None
             self.skip(key, Skip("provider_not_configured", detail=f"{unset} is not set" if unset else None))
             return None
+        target = provider.targets.get(self._route)
+        wire = self._wire_for(target, provider.default_max_tokens)
+        if isinstance(wire, str):
+            self.skip(key, Skip("protocol_mismatch", detail=wire))
+            return None
+        assert isinstance(target, RouteTarget)
         if self.attempts >= context.policy.max_attempts or context.clock() >= self.deadline:
             self.skip(key, Skip("budget_exhausted"))
             self.stopped = True
             return None
-        body = self._wire.for_model(candidate.model_id)
-        if not self._wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
+        body = wire.for_model(candidate.model_id)
+        if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
             raise AssertionError(f"target guard: wire body does not name {candidate}")
         admitted: Skip | Lease | None = context.book.admit(key, self.plan.policy, self.facts)
         if admitted is None:
@@ -139,7 +157,23 @@ class RequestAttempts:
                     self._open_skips = []
                 self._open_skips.append((admitted.opened_at, candidate))
             return None
-        return Ready(candidate, key, provider, body, admitted)
+        return Ready(candidate, key, provider, target, body, admitted)
+
+    def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> SplicedBody | WireBody | str:
+        """The body builder for a candidate reached through ``target``, or why it has none."""
+        if not isinstance(target, RouteTarget):
+            return target or "the provider does not serve this route"
+        if not target.translated:
+            return self._wire
+        if self._translated is None:
+            self._translated = {}
+        wire = self._translated.get(max_tokens)
+        if wire is None:
+            translated = to_messages_request(self._payload, max_tokens)
+            wire = self._translated[max_tokens] = (
+                translated if isinstance(translated, Untranslatable) else WireBody(translated)
+            )
+        return wire.detail if isinstance(wire, Untranslatable) else wire
 
     async def attempt(self, ready: Ready) -> Attempted:
         """Call ``ready``'s upstream and count the attempt; a cancelled call is accounted for
@@ -149,20 +183,22 @@ class RequestAttempts:
         ready.started = context.clock()
         self.record.in_flight = (ready.key, ready.started)
         context.book.started(ready.key, self.facts)
-        provider = ready.provider
+        target = ready.target
         headers = request_headers_for_upstream(
-            self._inbound, provider.headers, self.record.request_id, provider.forward
+            self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
         )
+        translation = StreamTranslation(include_usage(self._payload)) if target.translated and self._stream else None
         try:
             return await call(
                 context,
                 ready,
-                provider.urls[self._route],
+                target.url,
                 headers,
                 self._stream,
                 self.failover_on,
                 self.attempts,
                 self.deadline,
+                translation,
             )
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)

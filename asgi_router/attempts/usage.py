@@ -2,7 +2,8 @@
 
 rpm/tpm budgets and cost events need to know how many tokens a response used. Upstreams say so
 in ``usage``: in a non-streaming body, and in the final SSE chunk of a stream (OpenAI sends it
-when the client asked for ``stream_options.include_usage``; many compatible servers always do).
+when the client asked for ``stream_options.include_usage``; many compatible servers always do;
+Anthropic's Messages API always does, as ``input_tokens`` and ``output_tokens``).
 
 The relay must not parse what it forwards, so a streamed response only feeds a :class:`Tail`:
 the last :data:`TAIL_BYTES` of the stream, kept as references to the chunks already sent (no
@@ -29,6 +30,8 @@ _USAGE_SPAN: Final = 4096
 _ENVELOPE_BYTES: Final = 300
 _CHARS_PER_TOKEN: Final = 4
 _DECODER: Final = json.JSONDecoder()
+# Anthropic's input counts: the prompt is their sum (cache reads and writes are prompt too).
+_ANTHROPIC_INPUT: Final = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +71,33 @@ class Tail:
         return b"".join(self._chunks)[-self._limit :]
 
 
-def find_usage(data: bytes) -> tuple[int, int] | None:
-    """``(prompt_tokens, completion_tokens)`` of the last ``"usage"`` object in ``data``."""
+def _counts(usage: object) -> tuple[int | None, int | None]:
+    """``(prompt, completion)`` a usage object states, in OpenAI's words or Anthropic's (whose
+    prompt is its input plus the cache's reads and writes)."""
+    if not isinstance(usage, dict):
+        return None, None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return (prompt, completion) if prompt >= 0 and completion >= 0 else (None, None)
+    output, parts = usage.get("output_tokens"), [usage.get(key) for key in _ANTHROPIC_INPUT]
+    read = sum(part for part in parts if isinstance(part, int) and part >= 0)
+    return (read if isinstance(parts[0], int) else None), (output if isinstance(output, int) and output >= 0 else None)
+
+
+def find_usage(data: bytes) -> tuple[int | None, int] | None:
+    """``(prompt_tokens, completion_tokens)`` of the last ``"usage"`` object in ``data``.
+
+    OpenAI states both in one object. An Anthropic stream states the input in ``message_start``
+    and the output in the final ``message_delta`` (recent API versions repeat the input there):
+    the completion is the last one stated, the prompt the last one stated at or before it
+    (``None`` when the tail no longer holds one).
+    """
     end = len(data)
+    completion: int | None = None
     while True:
         at = data.rfind(b'"usage"', 0, end)
         if at < 0:
-            return None
+            return None if completion is None else (None, completion)
         end = at
         colon = data.find(b":", at + 7, at + 32)
         if colon < 0:
@@ -84,10 +107,11 @@ def find_usage(data: bytes) -> tuple[int, int] | None:
             usage, _ = _DECODER.raw_decode(text)
         except ValueError:
             continue
-        if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int) and isinstance(completion, int) and prompt >= 0 and completion >= 0:
-                return prompt, completion
+        prompt, stated = _counts(usage)
+        if completion is None:
+            completion = stated
+        if completion is not None and prompt is not None:
+            return prompt, completion
 
 
 def count_tokens(data: bytes, prompt_estimate: int, chunks: int | None = None) -> TokenCount:
@@ -95,10 +119,12 @@ def count_tokens(data: bytes, prompt_estimate: int, chunks: int | None = None) -
 
     ``chunks`` is the number of chunks a stream had (``None`` for a whole body): without a
     ``usage`` object, a stream counts one token per chunk and a body four characters per token.
+    A usage that states only the completion takes the prompt from the estimate.
     """
     found = find_usage(data)
     if found is not None:
-        return TokenCount(found[0], found[1], measured=True)
+        prompt, completion = found
+        return TokenCount(prompt_estimate if prompt is None else prompt, completion, measured=True)
     if chunks is not None:
         completion = max(1, chunks)
     else:

@@ -1,23 +1,53 @@
 """Upstream providers: where requests go, with which key, within which time limits, over which pool.
 
-A provider is an OpenAI-compatible base URL and, usually, an API key. Everything about it that
-can be refused without I/O is refused here, at load: a URL that could never be sent, an empty
-key, a static header that would change the request's framing, a client header that must never
-be forwarded. The connection pool is shared by every provider of a router.
+A provider is a base URL, the protocol it speaks (``kind``: OpenAI's, which most servers speak,
+or Anthropic's Messages API, which the router translates to and from) and, usually, an API key
+sent in the header its API expects (``auth_header``), with fixed query parameters where an API
+wants them on every request (``query``: Azure's ``api-version``). Everything about it that can be
+refused without I/O is refused here, at load: a URL that could never be sent, an empty key, a
+static header that would change the request's framing or take the key's place, a client header
+that must never be forwarded, a setting of one kind on a provider of the other. The connection
+pool is shared by every provider of a router.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any, Final, Literal, Self
 
 import httpx2
-from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, field_validator, model_validator
 
 from asgi_router.config.base import StrictSettings
 from asgi_router.config.resilience import HealthSettings
 from asgi_router.core.header_names import never_forwarded, never_sent
 
-__all__ = ["PoolSettings", "ProviderSettings", "Timeouts"]
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "PoolSettings", "ProviderKind", "ProviderSettings", "Timeouts"]
+
+#: The protocols a provider can speak.
+ProviderKind = Literal["openai", "anthropic"]
+#: The ``anthropic-version`` header an Anthropic provider sends unless its settings say otherwise
+#: (the Messages API's current version; an Anthropic client's own header wins on its route).
+ANTHROPIC_VERSION: Final = "2023-06-01"
+#: ``max_tokens`` of a translated request that did not set one: the Messages API requires it.
+DEFAULT_MAX_TOKENS: Final = 4096
+# The header each kind's API reads its key from, when ``auth_header`` is not set.
+_AUTH_HEADERS: Final[dict[str, str]] = {"openai": "authorization", "anthropic": "x-api-key"}
+# Settings that only an Anthropic provider reads.
+_ANTHROPIC_ONLY: Final = ("anthropic_version", "default_max_tokens")
+
+
+def _check_token(name: str, what: str) -> str:
+    """``name`` lower-cased, or a ValueError when it is not an HTTP token."""
+    if not name or any(not (33 <= ord(ch) < 127) or ch in ':"(),/;<=>?@[\\]{}' for ch in name):
+        raise ValueError(f"{what} {name!r} is not a valid HTTP token")
+    return name.lower()
+
+
+def _check_value(value: str, what: str) -> str:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"{what} has a control character in its value")
+    return value
 
 
 class Timeouts(StrictSettings):
@@ -41,26 +71,55 @@ class Timeouts(StrictSettings):
 
 
 class ProviderSettings(StrictSettings):
-    """An OpenAI-compatible upstream: a base URL and, usually, an API key.
+    """An upstream: a base URL, the protocol it speaks and, usually, an API key.
 
-    ``api_key`` wins over ``api_key_env``. A provider with neither sends no ``Authorization``
-    (fine for a local server). A provider whose ``api_key_env`` names an unset variable is
-    *skipped* (reason ``provider_not_configured``), not failed, so a group can list providers
-    that only some deployments have keys for; the router names the variable in one warning at
-    start-up and in the candidate's line of an error. The upstream URL is ``base_url`` plus the
-    route without its leading ``/v1``: ``https://api.openai.com/v1`` and
-    ``/v1/chat/completions`` make ``https://api.openai.com/v1/chat/completions``.
+    ``api_key`` wins over ``api_key_env``. A provider with neither sends no key (fine for a
+    local server). A provider whose ``api_key_env`` names an unset variable is *skipped* (reason
+    ``provider_not_configured``), not failed, so a group can list providers that only some
+    deployments have keys for; the router names the variable in one warning at start-up and in
+    the candidate's line of an error. The upstream URL of an ``openai`` provider is ``base_url``
+    plus the route without its leading ``/v1``: ``https://api.openai.com/v1`` and
+    ``/v1/chat/completions`` make ``https://api.openai.com/v1/chat/completions``. An
+    ``anthropic`` provider is always sent ``base_url + "/messages"``: chat completions translated
+    to the Messages API, and Anthropic clients' own requests as they are.
     """
 
     base_url: str = Field(
-        description="OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`: `http` or `https`, with a "
-        "host, no query or fragment; a trailing `/` is dropped."
+        description="The API's base URL, e.g. `https://api.openai.com/v1` or `https://api.anthropic.com/v1`: "
+        "`http` or `https`, with a host, no query (see `query`) or fragment; a trailing `/` is dropped."
+    )
+    kind: ProviderKind = Field(
+        default="openai",
+        description='The protocol it speaks: `"openai"` (chat completions: OpenAI and every compatible API) or '
+        '`"anthropic"` (Anthropic\'s Messages API: chat-completion requests are translated to it and its '
+        "answers back; see [Protocols](protocols.md)).",
     )
     api_key: SecretStr | None = Field(
         default=None, description="The key itself (a secret: never printed, never logged); must not be empty."
     )
     api_key_env: str | None = Field(
         default=None, description="Or the name of the environment variable that holds the key, read at start-up."
+    )
+    auth_header: str = Field(
+        default="authorization",
+        description="The header the key is sent in: `authorization` (the default) sends `Bearer <key>`, any other "
+        "name the bare key (Azure's `api-key`). An `anthropic` provider defaults to `x-api-key`. Not a "
+        "hop-by-hop, framing or `proxy-*` name, and not one of `headers`.",
+    )
+    query: dict[str, str] = Field(
+        default_factory=dict,
+        description="Query parameters added to every request's URL, e.g. Azure's "
+        '`{"api-version" = "2024-10-21"}` (names not empty, no control characters; encoded by the router).',
+    )
+    anthropic_version: str = Field(
+        default=ANTHROPIC_VERSION,
+        description='`kind = "anthropic"` only: the `anthropic-version` header sent upstream (an Anthropic '
+        "client's own header wins on a Messages route).",
+    )
+    default_max_tokens: PositiveInt = Field(
+        default=DEFAULT_MAX_TOKENS,
+        description='`kind = "anthropic"` only: `max_tokens` of a translated chat request that set neither '
+        "`max_tokens` nor `max_completion_tokens` (the Messages API requires one).",
     )
     timeouts: Timeouts = Field(default=Timeouts(), description="Time limits for this provider's attempts.")
     headers: dict[str, str] = Field(
@@ -84,6 +143,28 @@ class ProviderSettings(StrictSettings):
         '`user-agent`), e.g. `["traceparent"]`. Credentials, cookies, `proxy-*` and hop-by-hop names are '
         "refused.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_auth_header(cls, data: Any) -> Any:
+        # The key's header follows the kind unless one is named: ``x-api-key`` for Anthropic.
+        if isinstance(data, dict) and "auth_header" not in data:
+            kind = data.get("kind", "openai")
+            if isinstance(kind, str) and kind in _AUTH_HEADERS and kind != "openai":
+                return {**data, "auth_header": _AUTH_HEADERS[kind]}
+        return data
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> Self:
+        if self.kind != "anthropic":
+            for name in _ANTHROPIC_ONLY:
+                if name in self.model_fields_set:
+                    raise ValueError(f'{name} applies to kind = "anthropic" only')
+        elif "anthropic-version" in self.headers:
+            raise ValueError("headers: set anthropic-version with anthropic_version")
+        if self.auth_header in self.headers and (self.api_key is not None or self.api_key_env):
+            raise ValueError(f"headers: {self.auth_header!r} is the key's header (auth_header); it carries the key")
+        return self
 
     @field_validator("base_url")
     @classmethod
@@ -110,6 +191,32 @@ class ProviderSettings(StrictSettings):
         if value is not None and not value.get_secret_value().strip():
             raise ValueError("api_key is empty; leave it out for a provider that needs no key")
         return value
+
+    @field_validator("auth_header")
+    @classmethod
+    def _check_auth_header(cls, value: str) -> str:
+        name = _check_token(value, "auth_header")
+        if never_sent(name.encode()) or name in ("content-type", "accept-encoding", "x-request-id"):
+            raise ValueError(f"auth_header {name!r} is a header the router or the transport sets")
+        return name
+
+    @field_validator("query")
+    @classmethod
+    def _check_query(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, parameter in value.items():
+            if not name.strip():
+                raise ValueError("query: a parameter name is empty")
+            _check_value(name, f"query parameter {name!r}")
+            _check_value(parameter, f"query parameter {name!r}")
+        return value
+
+    @field_validator("anthropic_version")
+    @classmethod
+    def _check_anthropic_version(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("anthropic_version is empty")
+        return _check_value(value, "anthropic_version")
 
     @field_validator("headers")
     @classmethod

@@ -92,7 +92,8 @@ class RouterSettings(BaseSettings):
     routes: list[str] = Field(
         default_factory=lambda: ["/v1/chat/completions"],
         description="Paths the router answers (`POST` only; below the app's `root_path`); each starts with `/`. "
-        "Everything else goes to the host app.",
+        "A path ending in `/chat/completions` is OpenAI chat, one ending in `/messages` Anthropic's Messages API "
+        "(see [Protocols](protocols.md)). Everything else goes to the host app.",
     )
     max_body_bytes: PositiveInt = Field(
         default=10 * 1024 * 1024, description="The largest request body accepted (413 above it)."

@@ -29,8 +29,10 @@ other 4xx                         ``client_error``     stop: relay status and bo
 ================================  ===================  ==============================
 
 Skips are not failures: a candidate is skipped before it is called when its provider has no key
-(``provider_not_configured``), its catalog context window cannot hold the request
-(``context_window``) or its rpm/tpm budget is spent (``over_budget``). ``hedge_lost`` marks the
+(``provider_not_configured``), does not speak the route's protocol or cannot be sent this request
+in its own (``protocol_mismatch``: an OpenAI provider on Anthropic's Messages route, a
+chat-completion field the Messages API has no equivalent for), its catalog context window
+cannot hold the request (``context_window``) or its rpm/tpm budget is spent (``over_budget``). ``hedge_lost`` marks the
 slower of two raced candidates, cancelled when the other committed.
 
 An exception this module does not recognise is *not* retried (Bifrost's rule): an unknown

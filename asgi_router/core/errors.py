@@ -118,7 +118,9 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
     Retry-After seen. All timed out: 504. The request fits no candidate's context window: 400
     ``context_length_exceeded`` (no model would take it), whose ``message`` starts with the last
     provider's own words (clients such as litellm tell an overflow by them), then the lines.
-    Else 502. Skipped candidates (never contacted) do not decide the status unless nothing was
+    No candidate can be sent the request in its protocol (``protocol_mismatch``): 400
+    ``protocol_mismatch``, each line saying why. Else 502. Skipped candidates (never contacted)
+    do not decide the status unless nothing was
     contacted; then a plan whose every candidate was at its concurrency cap is a 503 (local
     overload).
     """
@@ -134,6 +136,8 @@ def exhausted_error(attempts: Sequence[AttemptSummary]) -> RouterError:
         return RouterError(504, "upstream_timeout", message, tuple(attempts))
     if reasons == {"context_window"}:
         return RouterError(400, "context_length_exceeded", _overflow_head(attempts) + "\n" + message, tuple(attempts))
+    if reasons == {"protocol_mismatch"}:
+        return RouterError(400, "protocol_mismatch", message, tuple(attempts))
     return RouterError(502, "upstream_unavailable", message, tuple(attempts))
 
 

@@ -32,4 +32,5 @@ Reason = Literal[
     "context_window",
     "hedge_lost",
     "router_error",
+    "protocol_mismatch",
 ]

@@ -1,10 +1,11 @@
 """One chat request's answer as it goes out: what was sent, and whether the client is still there.
 
 An :class:`Exchange` is made per request by the middleware and dropped with it: per-request
-state lives here, never on the middleware. It sends the router's own errors (OpenAI-shaped,
-with the router's headers), remembers whether a response has started (after that, no error
-response can be sent: only an in-band stream error), and is the party the disconnect listener
-tells when the client leaves (:class:`~asgi_router.inbound.disconnect.ListeningScope`).
+state lives here, never on the middleware. It sends the router's own errors (shaped for the
+route's protocol: OpenAI's, or Anthropic's on a Messages route; with the router's headers),
+remembers whether a response has started (after that, no error response can be sent: only an
+in-band stream error), and is the party the disconnect listener tells when the client leaves
+(:class:`~asgi_router.inbound.disconnect.ListeningScope`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from starlette.types import Message, Receive, Scope, Send
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
 from asgi_router.observability.events import RequestRecord
+from asgi_router.protocols.anthropic_errors import anthropic_error_body
 from asgi_router.resilience.gate import Lease
 from asgi_router.responses.headers import router_headers
 from asgi_router.responses.relay import send_whole
@@ -25,6 +27,7 @@ class Exchange:
     """One chat request's state: what was sent, whether the client is still there."""
 
     __slots__ = (
+        "anthropic",
         "disconnected",
         "finished",
         "lease",
@@ -37,10 +40,14 @@ class Exchange:
         "send",
     )
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, request_id: str, path: str = "") -> None:
+    def __init__(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, path: str = "", anthropic: bool = False
+    ) -> None:
         self.scope = scope
         #: The route asked for: the path below ``root_path`` (``inbound/mounting.py``).
         self.path = path
+        #: The route speaks Anthropic's Messages API: errors in its shape.
+        self.anthropic = anthropic
         self.receive = receive
         self.send = send
         self.record = RequestRecord(request_id, "-")
@@ -70,7 +77,8 @@ class Exchange:
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
         self.record.status = error.status
-        await send_whole(self.send_tracked, error.status, headers, error.body())
+        body = anthropic_error_body(error.status, error.message, error.attempts) if self.anthropic else error.body()
+        await send_whole(self.send_tracked, error.status, headers, body)
 
     def client_left(self, scope: Deadline) -> None:
         """The client disconnected: cancel ``scope`` unless the response is already complete."""

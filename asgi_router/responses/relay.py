@@ -12,6 +12,15 @@ upstream read (TCP backpressure end to end), and at most one chunk is held at a 
 relay, armed before each read and disarmed after it: time spent waiting on a slow *client* does
 not count as upstream idleness.
 
+A translated stream (a chat completion answered by an Anthropic provider) is the one exception
+to "unparsed": each chunk read is fed to the committed attempt's
+:class:`~asgi_router.protocols.from_anthropic.StreamTranslation` and what it gives back is sent
+at once, so it is re-encoded as it arrives, never buffered. An ``error`` event, or an upstream
+that ends before ``message_stop``, is a break like a cut connection.
+
+On an Anthropic client's route the in-band error is Anthropic's ``event: error`` (``error_event``
+says which shape to write), so the ``anthropic`` SDK raises too.
+
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
 event needs a blank line first to start on an event boundary. A
 :class:`~asgi_router.attempts.usage.Tail`, when given, keeps references to the last chunks sent so that
@@ -54,7 +63,16 @@ def _event_boundary(last: bytes) -> bytes:
     return b"\n\n"
 
 
+class _UpstreamSaid(Exception):
+    """A translated stream that broke in its own words: an ``error`` event, or an early end."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"the upstream sent {kind}: {message}" if kind else message)
+
+
 def _late_reason(exc: Exception, candidate: str) -> Reason:
+    if isinstance(exc, _UpstreamSaid):
+        return "stream_interrupted"
     try:
         reason = classify_exception(exc)
     except UnrecognisedFailure:  # the router's own failure: not held against the upstream
@@ -71,14 +89,17 @@ async def relay_stream(
     tail: Tail | None = None,
     record: RequestRecord | None = None,
     complete: Callable[[], None] | None = None,
+    error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
     ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
     so the request's log line says how much it did receive. ``complete`` is called once the
-    response's last message has been sent (a disconnect after it is no abort).
+    response's last message has been sent (a disconnect after it is no abort). ``error_event``
+    writes the in-band error in the route's protocol.
     """
     response = committed.response
+    translation = committed.translation
     chunks = response.chunks
     idle = committed.provider.timeouts.idle
     deadline = committed.deadline
@@ -105,16 +126,26 @@ async def relay_stream(
                         failure = exc
                         break
                     scope.disarm()  # a slow client is backpressure, not upstream idleness
+                    if translation is not None:
+                        chunk = translation.feed(chunk)
+                        if translation.failure is not None:
+                            failure = _UpstreamSaid(*translation.failure)
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                         sent += len(chunk)
                         last = chunk
                         if tail is not None:
                             tail.add(chunk)
+                    if failure is not None:
+                        break
+            if failure is None and translation is not None and not translation.finished and not scope.expired:
+                failure = _UpstreamSaid("", "the upstream's stream ended before message_stop")
             if failure is not None or scope.expired:
                 reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
                 detail = (
-                    "the router failed; see the server log"
+                    str(failure)
+                    if isinstance(failure, _UpstreamSaid)
+                    else "the router failed; see the server log"
                     if reason == "router_error"
                     else "upstream connection broke"
                     if reason != "timeout"
@@ -125,7 +156,7 @@ async def relay_stream(
                 await send(
                     {
                         "type": "http.response.body",
-                        "body": _event_boundary(last) + stream_error_event(committed.candidate.key, reason, detail),
+                        "body": _event_boundary(last) + error_event(committed.candidate.key, reason, detail),
                         "more_body": False,
                     }
                 )

@@ -1,5 +1,8 @@
 """Opt-in active health probes: ``GET base_url + path`` per provider, in the background.
 
+The probe carries the provider's key in its ``auth_header``, its fixed ``query`` parameters and,
+for an Anthropic provider, its ``anthropic-version``: what its API needs to answer at all.
+
 A provider with ``health = {interval = 5, path = "/models"}`` is probed every ``interval``
 seconds from lifespan startup to shutdown, on a client of its own (probes never take a
 connection from the request pool, and requests never wait on a probe). What the probe says
@@ -48,8 +51,8 @@ class HealthProber:
         self._targets = [
             _Target(
                 name,
-                provider.base_url + provider.health.path,
-                {key: value for key, value in runtimes[name].headers.items() if key != "content-type"},
+                provider.base_url + provider.health.path + runtimes[name].query,
+                runtimes[name].headers,
                 provider.health,
             )
             for name, provider in settings.providers.items()

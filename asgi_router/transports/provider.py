@@ -1,19 +1,31 @@
 """Everything about a provider that does not change per request, computed once at start-up.
 
-Its upstream URL per inbound route, its header block with the key already in it, its timeouts
-and which inbound headers it receives: the request path only looks these up.
+Per inbound route, a :class:`RouteTarget`: the upstream URL (fixed query parameters included),
+the header block with the key already in it, which inbound headers it receives, and whether the
+request is translated; or, where the provider's protocol cannot serve the route, why not (the
+attempt loop skips it there with reason ``protocol_mismatch``). An OpenAI-protocol provider
+serves every OpenAI route (the route's path below its ``base_url``), never Anthropic's
+Messages; an Anthropic provider serves chat completions translated and Messages as they are,
+both at ``base_url + "/messages"``. The request path only looks these up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urlencode
 
 import httpx2
 
-from asgi_router.config.providers import ProviderSettings, Timeouts
+from asgi_router.config.providers import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
+from asgi_router.protocols.routes import route_kind
 
-__all__ = ["ProviderRuntime", "upstream_path"]
+__all__ = ["ProviderRuntime", "RouteTarget", "upstream_path"]
+
+#: Headers an Anthropic client sends that an Anthropic provider must see (its API version and
+#: the beta features it opted into): passed on, on the Messages route.
+ANTHROPIC_CLIENT_HEADERS: Final = frozenset({b"anthropic-version", b"anthropic-beta"})
 
 
 def upstream_path(route: str) -> str:
@@ -26,42 +38,79 @@ def upstream_path(route: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteTarget:
+    """Where and how one route's requests go to one provider."""
+
+    url: str
+    #: Headers every request carries (the key is in here: never log this).
+    headers: dict[str, str] = field(repr=False)
+    #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
+    forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
+    #: Headers sent unless the client sent its own (an Anthropic client's ``anthropic-version``).
+    defaults: tuple[tuple[str, str], ...] = ()
+    #: A chat completion translated to the Messages API, and its answer back.
+    translated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderRuntime:
     """A provider's per-request constants, computed once from its settings."""
 
     name: str
     configured: bool
     timeouts: Timeouts
-    #: Upstream URL per inbound route.
-    urls: dict[str, str]
-    #: Headers every request to this provider carries (the key is in here: never log this).
+    #: Per inbound route: its target, or why this provider cannot serve it.
+    targets: dict[str, RouteTarget | str]
+    #: The key, the provider's static headers and its ``anthropic-version`` if it has one: what
+    #: a health probe sends (never log this).
     headers: dict[str, str] = field(repr=False)
     httpx_timeout: httpx2.Timeout = field(repr=False)
-    #: Inbound header names this provider receives: the fixed allowlist plus ``forward_headers``.
-    forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
+    #: ``?`` and the provider's fixed query parameters, or ``""``.
+    query: str = ""
+    #: ``max_tokens`` of a translated request that set none.
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
     #: Why it is not configured: the unset variable its ``api_key_env`` names (a name, not a key).
     missing_key_env: str | None = None
 
     @classmethod
     def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
-        headers = {
-            "content-type": "application/json",
-            "accept-encoding": "identity",
-            **settings.headers,
-        }
+        headers = dict(settings.headers)
         key = settings.key()
         if key is not None:
-            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+            secret = key.get_secret_value()
+            headers[settings.auth_header] = f"Bearer {secret}" if settings.auth_header == "authorization" else secret
+        query = "?" + urlencode(settings.query) if settings.query else ""
         t = settings.timeouts
         return cls(
             name=name,
             configured=settings.is_configured,
             timeouts=t,
-            urls={route: settings.base_url + upstream_path(route) for route in routes},
-            headers=headers,
+            targets={route: _target(settings, route, headers, query) for route in routes},
+            headers={**headers, "anthropic-version": settings.anthropic_version}
+            if settings.kind == "anthropic"
+            else headers,
             # connect and pool waits are httpx's; first-byte, idle and total are enforced by
             # the attempt loop and the relay with anyio deadlines (httpx has no such notions).
             httpx_timeout=httpx2.Timeout(connect=t.connect, read=None, write=t.first_byte, pool=t.connect),
-            forward=FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers},
+            query=query,
+            default_max_tokens=settings.default_max_tokens,
             missing_key_env=None if settings.is_configured else settings.api_key_env,
         )
+
+
+def _target(settings: ProviderSettings, route: str, static: dict[str, str], query: str) -> RouteTarget | str:
+    """How ``route``'s requests reach this provider, or why they cannot."""
+    headers = {"content-type": "application/json", "accept-encoding": "identity", **static}
+    forward = FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers}
+    kind = route_kind(route)
+    if settings.kind == "openai":
+        if kind == "messages":
+            return "an OpenAI-protocol provider does not serve Anthropic's Messages API"
+        return RouteTarget(settings.base_url + upstream_path(route) + query, headers, forward)
+    url = settings.base_url + "/messages" + query
+    version = ("anthropic-version", settings.anthropic_version)
+    if kind == "chat":
+        return RouteTarget(url, {**headers, version[0]: version[1]}, forward, translated=True)
+    if kind == "messages":
+        return RouteTarget(url, headers, forward | ANTHROPIC_CLIENT_HEADERS, defaults=(version,))
+    return "an Anthropic provider serves chat completions and Messages only"

@@ -20,6 +20,7 @@ def request_headers_for_upstream(
     base: Mapping[str, str],
     request_id: str,
     allowed: frozenset[bytes] = FORWARDED_REQUEST_HEADERS,
+    defaults: Sequence[tuple[str, str]] = (),
 ) -> dict[str, str]:
     """Headers for the upstream request: the provider's ``base`` plus the allowlisted inbound.
 
@@ -27,6 +28,8 @@ def request_headers_for_upstream(
     ``content-type``, ``accept-encoding: identity`` and configured extras; inbound headers never
     override it. ``allowed`` is the provider's allowlist (the fixed one plus its
     ``forward_headers``); the denylist and the inbound ``Connection`` tokens are applied on top.
+    ``defaults`` are sent when the client did not send the header itself (an Anthropic
+    provider's ``anthropic-version``, which an Anthropic client's own overrides).
     """
     headers = dict(base)
     named = NO_TOKENS
@@ -42,5 +45,7 @@ def request_headers_for_upstream(
         key = token.decode("latin-1")
         if key not in base:
             headers.pop(key, None)
+    for default, text in defaults:
+        headers.setdefault(default, text)
     headers["x-request-id"] = request_id
     return headers

@@ -9,7 +9,7 @@ The docs state how their examples fit together, and this module holds them to th
 * Python examples run in order in one namespace (``PROVIDERS`` is defined once), with
   ``router.toml`` (the Getting started file, which the README's quick start repeats) in the
   working directory and ``app`` a fresh host app; examples that only talk to a running server
-  (the ``openai`` client) are compiled, not run;
+  (the ``openai`` or ``anthropic`` client) are compiled, not run;
 * inbound auth is required (issue 5), so every example must also *mount*: each TOML example and
   each ``settings`` builds a ``ModelRouter``, and each ``app`` gets its middleware stack built.
   The fragments of the Routing and Resilience pages, and examples that say so, take inbound auth
@@ -55,7 +55,7 @@ _NAV_PAGE = re.compile(r"^\s*-\s*(?:[^:]+:\s*)?(?P<page>[\w./-]+\.md)\s*$", re.M
 _ENV_READ = re.compile(r"""os\.environ\["([A-Za-z_][A-Za-z0-9_]*)"\]""")
 # Inbound auth from the environment is given only where the docs say so: to the fragments of
 # these pages, and to examples that name the variable. Every other example must start on its own.
-_ENV_AUTH_SECTIONS = frozenset({"routing.md", "resilience.md"})
+_ENV_AUTH_SECTIONS = frozenset({"routing.md", "resilience.md", "protocols.md"})
 _ENV_AUTH = "ASGI_ROUTER_API_KEYS"
 _INBOUND_KEYS = '["docs-example-inbound-key-0123456789"]'
 
@@ -237,7 +237,7 @@ def test_python_examples_run_build_settings_and_mount(tmp_path: Path, monkeypatc
     ran = settings_built = apps_built = 0
     for block in _blocks("python"):
         code = compile(block.text, block.id, "exec")
-        if re.search(r"^(?:import openai|from openai import)", block.text, re.MULTILINE):
+        if re.search(r"^(?:import (?:openai|anthropic)|from (?:openai|anthropic) import)", block.text, re.MULTILINE):
             continue  # a client of a running server: compiled above, not run
         _inbound_auth_for(block, monkeypatch)
         for name in ("settings", "router"):

@@ -86,7 +86,9 @@ def test_forward_headers_are_lowercased_and_reach_the_provider_runtime() -> None
         providers=_provider(forward_headers=["TraceParent", "x-tenant"]), allow_unauthenticated=True
     )
     runtime = ProviderRuntime.build("openai", settings.providers["openai"], settings.routes)
-    assert runtime.forward == FORWARDED_REQUEST_HEADERS | {b"traceparent", b"x-tenant"}
+    target = runtime.targets["/v1/chat/completions"]
+    assert not isinstance(target, str)
+    assert target.forward == FORWARDED_REQUEST_HEADERS | {b"traceparent", b"x-tenant"}
 
 
 @pytest.mark.parametrize(

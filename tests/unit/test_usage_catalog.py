@@ -42,6 +42,21 @@ def test_find_usage_takes_the_final_sse_chunk_and_skips_null_usage() -> None:
     assert find_usage(only_null) is None
 
 
+def test_find_usage_reads_anthropics_counts_cache_included() -> None:
+    message = {"type": "message", "usage": {"input_tokens": 20, "cache_read_input_tokens": 5, "output_tokens": 9}}
+    assert find_usage(json.dumps(message).encode()) == (25, 9)
+
+
+def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
+    start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
+    stream = b"event: message_start\n" + _sse(start) + b"event: message_delta\n" + _sse(delta)
+    assert find_usage(stream) == (11, 7)
+    assert find_usage(b"event: message_delta\n" + _sse(delta)) == (None, 7)  # the start fell out of the tail
+    counted = count_tokens(b"event: message_delta\n" + _sse(delta), prompt_estimate=40, chunks=30)
+    assert (counted.prompt, counted.completion, counted.measured) == (40, 7, True)
+
+
 def test_find_usage_is_not_fooled_by_the_word_usage_in_content() -> None:
     content = 'the "usage" is {"prompt_tokens": 999, "completion_tokens": 999}'
     body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
