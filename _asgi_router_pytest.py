@@ -1,4 +1,4 @@
-"""asgi_router's pytest plugin: the ``fake_upstream`` fixture.
+"""asgi_router's pytest plugin: the ``fake_upstream`` and ``fake_anthropic_upstream`` fixtures.
 
 pytest loads this module in every run of an environment where asgi-router is installed (the
 ``pytest11`` entry point), so it lives outside the ``asgi_router`` package and imports nothing
@@ -6,8 +6,9 @@ but pytest: importing the library (its HTTP clients, pydantic) or uvicorn would 
 test run, including ones that never use the fixture. The kit is imported when a test first asks
 for the fixture.
 
-One fake upstream serves the whole session, reset (scripts and hits forgotten) before each test
-that uses it. It runs on a thread of its own, so sync tests and anyio tests use it alike.
+One fake upstream of each kind serves the whole session (started when a test first asks for
+it), reset (scripts and hits forgotten) before each test that uses it. It runs on a thread of
+its own, so sync tests and anyio tests use it alike.
 """
 
 from __future__ import annotations
@@ -20,15 +21,24 @@ import pytest
 if TYPE_CHECKING:
     from asgi_router.testing import FakeUpstream
 
-__all__ = ["fake_upstream"]
+__all__ = ["fake_anthropic_upstream", "fake_upstream"]
+
+
+def _serve(kind: str) -> Iterator[FakeUpstream]:
+    from asgi_router.testing import FakeUpstream
+
+    with FakeUpstream(kind=kind) as upstream:
+        yield upstream
 
 
 @pytest.fixture(scope="session")
 def _asgi_router_fake_upstream_server() -> Iterator[FakeUpstream]:
-    from asgi_router.testing import FakeUpstream
+    yield from _serve("openai")
 
-    with FakeUpstream() as upstream:
-        yield upstream
+
+@pytest.fixture(scope="session")
+def _asgi_router_fake_anthropic_server() -> Iterator[FakeUpstream]:
+    yield from _serve("anthropic")
 
 
 @pytest.fixture
@@ -40,3 +50,12 @@ def fake_upstream(_asgi_router_fake_upstream_server: FakeUpstream) -> FakeUpstre
     """
     _asgi_router_fake_upstream_server.reset()
     return _asgi_router_fake_upstream_server
+
+
+@pytest.fixture
+def fake_anthropic_upstream(_asgi_router_fake_anthropic_server: FakeUpstream) -> FakeUpstream:
+    """A fake of Anthropic's Messages API (``FakeUpstream(kind="anthropic")``) on 127.0.0.1,
+    with no scripts and no hits yet; ``fake_anthropic_upstream.provider()`` is a provider entry
+    of ``kind = "anthropic"`` pointing at it."""
+    _asgi_router_fake_anthropic_server.reset()
+    return _asgi_router_fake_anthropic_server

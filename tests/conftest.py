@@ -97,13 +97,10 @@ def upstream() -> Iterator[MockUpstream]:
 
 @pytest.fixture(scope="session")
 def anthropic() -> Iterator[FakeAnthropic]:
-    """The fake Anthropic upstream (tests/fake_anthropic.py) for the session, keyed with
-    :data:`API_KEY`; ``.url`` is its base URL as a provider's ``base_url`` (``.../v1``)."""
-    fake = FakeAnthropic(API_KEY)
-    server = ServerThread(fake.app, lifespan="off").start()
-    fake.url = server.url + "/v1"
-    yield fake
-    server.stop()
+    """The kit's Anthropic fake, scripted by model id (tests/fake_anthropic.py), for the session,
+    accepting only :data:`API_KEY`; ``.provider()`` is its provider entry (``kind = "anthropic"``)."""
+    with FakeAnthropic(API_KEY) as fake:
+        yield fake
 
 
 @pytest.fixture(scope="session")

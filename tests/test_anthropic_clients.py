@@ -16,7 +16,7 @@ import pytest
 from asgi_router import ModelRouter
 
 from .conftest import API_KEY, shared_routers
-from .fake_anthropic import TEXT, TEXT_DELTAS, FakeAnthropic, encode_event, stream_events
+from .fake_anthropic import REQUEST_ID, TEXT, FakeAnthropic
 from .mock_upstream import MockUpstream
 from .resilient import recorded
 from .servers import ServersByTransport, ServerThread
@@ -31,7 +31,7 @@ def routers(
     upstream: MockUpstream, refused_url: str, anthropic: FakeAnthropic
 ) -> Iterator[ServersByTransport[ModelRouter]]:
     timeouts = {"connect": 1, "first_byte": 2, "idle": 2, "total": 10}
-    claude = {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY, "timeouts": timeouts}
+    claude = anthropic.provider(timeouts=timeouts)
     providers = {"claude": claude, "pinned": {**claude, "anthropic_version": "2099-01-01"}}
     groups = {
         "claude": {"members": ["mock/ok", "claude/overloaded", "claude/ok"]},
@@ -69,7 +69,7 @@ async def test_a_group_on_the_messages_route_serves_claude_after_skipping_openai
 
 @pytest.mark.both_transports
 async def test_a_streamed_answer_is_relayed_byte_for_byte(
-    client: anthropic_sdk.AsyncAnthropic, server: ServerThread
+    client: anthropic_sdk.AsyncAnthropic, server: ServerThread, anthropic: FakeAnthropic
 ) -> None:
     async with client.messages.stream(model="group/claude", max_tokens=64, messages=_HI) as stream:
         assert "".join([text async for text in stream.text_stream]) == TEXT
@@ -77,8 +77,7 @@ async def test_a_streamed_answer_is_relayed_byte_for_byte(
     headers = {"anthropic-version": "2023-06-01"}
     async with httpx2.AsyncClient() as http:
         response = await http.post(f"{server.url}/v1/messages", json=body, headers=headers)
-    content = [{"type": "text", "text": TEXT}]
-    assert response.content == b"".join(encode_event(*event) for event in stream_events("ok", content, "end_turn"))
+    assert response.content == anthropic.answer({**body, "model": "ok"})  # what the fake sends
 
 
 async def test_the_clients_anthropic_version_and_beta_reach_the_provider(
@@ -118,7 +117,7 @@ async def test_an_upstream_refusal_passes_through_as_anthropic_wrote_it(client: 
     assert caught.value.body == {
         "type": "error",
         "error": {"type": "invalid_request_error", "message": said},
-        "request_id": "req_fake",
+        "request_id": REQUEST_ID,
     }
 
 
@@ -188,7 +187,7 @@ async def test_the_anthropic_sdk_raises_on_a_stream_that_breaks_after_commit(
         async with client.messages.stream(model="claude/break-6", max_tokens=64, messages=_HI) as stream:
             async for text in stream.text_stream:
                 received.append(text)
-    assert received == list(TEXT_DELTAS[:3])  # what was relayed before the break, nothing after
+    assert received == ["Hello", " from", " break-6"]  # what was relayed before the break, nothing after
     error = _error(caught)
     assert error["type"] == "api_error"
     assert error["message"].startswith("claude/break-6: stream_interrupted")
@@ -209,7 +208,7 @@ async def test_a_groups_canned_reply_is_a_message_on_the_messages_route(
 
 
 async def test_an_inbound_key_refusal_is_anthropic_shaped(upstream: MockUpstream, anthropic: FakeAnthropic) -> None:
-    providers = {"claude": {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY}}
+    providers = {"claude": anthropic.provider()}
     with shared_routers(
         upstream, providers=providers, routes=["/v1/messages"], api_keys=["inbound-key-0123456789abcdef"]
     ) as routers:

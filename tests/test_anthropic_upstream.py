@@ -1,5 +1,6 @@
 """OpenAI clients served by Anthropic providers: the official ``openai`` SDK against groups that
-mix a failing OpenAI member with a ``kind = "anthropic"`` one (tests/fake_anthropic.py), through
+mix a failing OpenAI member with a ``kind = "anthropic"`` one (the kit's Anthropic fake,
+scripted by tests/fake_anthropic.py), through
 real sockets. Translation out (the Messages request on the wire), back (whole, streamed, tool
 calls), Anthropic's failures classified, and a stream that breaks after commit raising."""
 
@@ -14,9 +15,10 @@ import openai
 import pytest
 
 from asgi_router import ModelRouter
+from asgi_router.testing.anthropic_wire import TOOL_USE_ID
 
 from .conftest import API_KEY, shared_routers
-from .fake_anthropic import TEXT, TEXT_DELTAS, TOOL_ARGUMENTS, FakeAnthropic
+from .fake_anthropic import REQUEST_ID, TEXT, TEXT_DELTAS, TOOL_ARGUMENTS, FakeAnthropic
 from .mock_upstream import MockUpstream
 from .servers import ServersByTransport, ServerThread
 
@@ -38,7 +40,7 @@ def routers(
     upstream: MockUpstream, refused_url: str, anthropic: FakeAnthropic
 ) -> Iterator[ServersByTransport[ModelRouter]]:
     timeouts = {"connect": 1, "first_byte": 2, "idle": 2, "total": 10}
-    claude = {"base_url": anthropic.url, "kind": "anthropic", "api_key": API_KEY, "timeouts": timeouts}
+    claude = anthropic.provider(timeouts=timeouts)
     providers = {"claude": claude, "rekeyed": {**claude, "api_key": "sk-ant-revoked-0123456789"}}
     groups = {
         "mixed": {"members": ["mock/status-503", "claude/ok"]},
@@ -71,7 +73,7 @@ async def test_a_failing_openai_member_fails_over_to_claude_for_a_non_streaming_
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (11, 7)
     assert raw.headers["x-router-model"] == "claude/ok"
     assert raw.headers["x-router-attempts"] == "2"
-    assert raw.headers["x-upstream-request-id"] == "req_fake"
+    assert raw.headers["x-upstream-request-id"] == REQUEST_ID
     assert raw.headers["content-type"].startswith("application/json")
 
 
@@ -103,7 +105,7 @@ async def test_a_tool_call_round_trip_through_claude_after_an_openai_member_fail
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "Let me check."
     (call,) = choice.message.tool_calls or []
-    assert (call.id, call.type, call.function.name) == ("toolu_fake01", "function", "get_weather")
+    assert (call.id, call.type, call.function.name) == (TOOL_USE_ID, "function", "get_weather")
     assert json.loads(call.function.arguments) == json.loads(TOOL_ARGUMENTS)
     history: list[Any] = [
         *_HI,
@@ -130,7 +132,7 @@ async def test_a_streamed_tool_call_keeps_every_argument_byte(sdk: openai.AsyncO
             if delta.function is not None:
                 call["name"] += delta.function.name or ""
                 call["arguments"] += delta.function.arguments or ""
-    assert calls == {0: {"id": "toolu_fake01", "name": "get_weather", "arguments": TOOL_ARGUMENTS}}
+    assert calls == {0: {"id": TOOL_USE_ID, "name": "get_weather", "arguments": TOOL_ARGUMENTS}}
     assert finish == "tool_calls"
 
 
@@ -245,8 +247,9 @@ async def test_the_openai_sdk_raises_on_a_translated_stream_that_breaks_after_co
     with pytest.raises(openai.APIError) as caught:
         async for chunk in stream:
             received.append(chunk.choices[0].delta.content or "")
-    # six events: message_start, content_block_start, ping, then three of the four text deltas
-    assert "".join(received) == "".join(TEXT_DELTAS[:3])
+    # six events: message_start, content_block_start, ping, then three text deltas of the kit's
+    # default stream ("Hello", " from", " <model id>") of the three and more it would send
+    assert "".join(received) == f"Hello from {model.removeprefix('claude/')}"
     assert said in caught.value.message
     assert "incomplete" in caught.value.message
 

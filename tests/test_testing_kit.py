@@ -98,6 +98,61 @@ def test_ok_says_its_text_cut_into_the_chunks_asked_for_with_the_usage_and_heade
     assert chunks[-1]["usage"] == usage
 
 
+def test_a_tool_call_is_openais_tool_calls_whole_and_streamed(fake_upstream: FakeUpstream) -> None:
+    arguments = '{"location": "Paris, FR", "unit": "°C"}'
+    fake_upstream.script("m", reply.tool_call("get_weather", arguments, text="Let me check."))
+    fake_upstream.script("bare", reply.tool_call("lookup", {"q": "x"}, id="call_1"))
+    with _sdk(fake_upstream) as client:
+        whole = client.chat.completions.create(model="m", messages=_MESSAGES)  # type: ignore[arg-type]
+        bare = client.chat.completions.create(model="bare", messages=_MESSAGES)  # type: ignore[arg-type]
+        streamed = list(client.chat.completions.create(model="m", messages=_MESSAGES, stream=True))  # type: ignore[arg-type]
+    assert whole.choices[0].finish_reason == "tool_calls"
+    assert whole.choices[0].message.content == "Let me check."
+    (call,) = whole.choices[0].message.tool_calls or []
+    assert (call.id, call.type, call.function.name, call.function.arguments) == (  # type: ignore[union-attr]
+        "call_fake",
+        "function",
+        "get_weather",
+        arguments,
+    )
+    assert bare.choices[0].message.content is None  # no text: null content, as OpenAI sends it
+    assert [(call.id, call.function.arguments) for call in bare.choices[0].message.tool_calls or []] == [  # type: ignore[union-attr]
+        ("call_1", '{"q": "x"}')
+    ]
+    deltas = [chunk.choices[0].delta for chunk in streamed]
+    assert "".join(delta.content or "" for delta in deltas) == "Let me check."
+    calls = [call for delta in deltas for call in delta.tool_calls or []]
+    assert (calls[0].index, calls[0].id, calls[0].type) == (0, "call_fake", "function")
+    assert calls[0].function is not None and (calls[0].function.name, calls[0].function.arguments) == (
+        "get_weather",
+        "",
+    )
+    assert [call.function.arguments for call in calls[1:] if call.function] == [
+        '{"location":',
+        ' "Paris,',
+        ' FR",',
+        ' "unit":',
+        ' "°C"}',
+    ]
+    assert streamed[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_stream_error_is_an_in_band_error_event_that_the_openai_sdk_raises_on(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("m", reply.stream_error(2, 503, "The engine is currently overloaded."))
+    raw = _post(fake_upstream, "m", stream=True)  # ends properly: no protocol error, no [DONE]
+    events = _events(raw.content)
+    assert len(events) == 3 and b"[DONE]" not in raw.content
+    assert json.loads(events[-1]) == {
+        "error": {"message": "The engine is currently overloaded.", "type": "server_error", "param": None, "code": None}
+    }
+    received: list[str | None] = []
+    with _sdk(fake_upstream) as client, pytest.raises(openai.APIError, match="overloaded"):
+        for chunk in client.chat.completions.create(model="m", messages=_MESSAGES, stream=True):  # type: ignore[arg-type]
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["", "Hello"]
+    assert _post(fake_upstream, "m").status_code == 503  # not streamed: the error is the status
+
+
 def test_a_script_answers_in_turn_and_its_last_reply_repeats(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script("m", reply.status(429, retry_after=2), reply.status(503), reply.ok("at last"))
     answers = [_post(fake_upstream, "m") for _ in range(5)]
@@ -203,6 +258,14 @@ def test_raw_sends_exactly_its_writes(fake_upstream: FakeUpstream) -> None:
         (lambda: reply.broken_stream(-1), ValueError),
         (lambda: reply.slow(1, then="ok"), TypeError),
         (lambda: reply.raw("text"), TypeError),
+        (lambda: reply.tool_call("", {}), ValueError),
+        (lambda: reply.tool_call("f", "[1]"), ValueError),
+        (lambda: reply.tool_call("f", "{"), ValueError),
+        (lambda: reply.tool_call("f", ["x"]), TypeError),
+        (lambda: reply.tool_call("f", "{}", chunks=3), ValueError),
+        (lambda: reply.stream_error(1, 200), ValueError),
+        (lambda: reply.stream_error(-1), ValueError),
+        (lambda: reply.split_writes("ok"), TypeError),
     ],
 )
 def test_replies_refuse_arguments_that_cannot_be_played(build: Any, error: type[Exception]) -> None:
@@ -299,12 +362,15 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
     import asgi_router.testing as kit
 
     assert set(kit.__all__) == {"AppServer", "CapturedEvents", "FakeUpstream", "Hit", "TEST_KEY", "reply"}
+    names = ("ok", "tool_call", "status", "stall", "stall_after_headers", "broken_stream", "stream_error", "slow")
     parameters = {
-        name: list(inspect.signature(getattr(reply, name)).parameters)
-        for name in ("ok", "status", "stall", "stall_after_headers", "broken_stream", "slow", "raw")
+        name: list(inspect.signature(getattr(reply, name)).parameters) for name in (*names, "split_writes", "raw")
     }
     assert parameters == {
         "ok": ["text", "chunks", "usage", "headers", "interval"],
+        "tool_call": ["name", "arguments", "text", "id", "chunks", "usage", "headers", "interval"],
+        "stream_error": ["after_chunks", "code", "message", "interval"],
+        "split_writes": ["then", "interval"],
         "status": ["code", "retry_after", "body", "headers"],
         "stall": ["seconds"],
         "stall_after_headers": ["seconds", "after_chunks", "interval"],
@@ -314,8 +380,9 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
     }
     assert inspect.signature(reply.slow).parameters["then"].default == reply.ok()
     assert {"model", "path", "headers", "body", "stream"} <= set(inspect.signature(Hit).parameters)
+    assert inspect.signature(reply.split_writes).parameters["then"].default == reply.ok()
     assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key"]
-    with pytest.raises(ValueError, match="openai"):
+    with pytest.raises(ValueError, match="anthropic, openai"):
         FakeUpstream(kind="smoke-signals")
 
 
@@ -358,38 +425,52 @@ async def test_the_next_one_finds_it_reset_in_an_anyio_test(fake_upstream):
 
 def test_one_server_serves_the_session(fake_upstream):
     assert set(URLS) == {fake_upstream.base_url}
+
+
+def test_the_anthropic_fixture_speaks_the_messages_api(fake_anthropic_upstream, fake_upstream):
+    assert fake_anthropic_upstream.provider()["kind"] == "anthropic"
+    assert fake_anthropic_upstream.base_url != fake_upstream.base_url
+    fake_anthropic_upstream.script("claude", reply.status(529))
+    response = httpx2.post(
+        fake_anthropic_upstream.base_url + "/messages",
+        json={"model": "claude", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"anthropic-version": "2023-06-01"},
+    )
+    assert (response.status_code, response.json()["error"]["type"]) == (529, "overloaded_error")
+    assert fake_upstream.hits == [] and len(fake_anthropic_upstream.hits) == 1
 """
 
 
 # --- the docs page's example, as a user's test file -------------------------------------------
 
 _PAGE = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
-_EXAMPLE = "# test_gateway.py"
+_EXAMPLES = ("test_gateway.py", "test_mixed_group.py")
 
 
-def _page_example() -> str:
-    """The complete test file on the "Testing your app" page (the block that starts with its name)."""
+def _page_example(name: str) -> str:
+    """A complete test file on the "Testing your app" page (the block that starts with its name)."""
     blocks = re.findall(r"^```python\n(.*?)^```$", _PAGE.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
-    [example] = [block for block in blocks if block.startswith(_EXAMPLE)]
+    [example] = [block for block in blocks if block.startswith(f"# {name}\n")]
     return str(example)
 
 
-def test_the_testing_pages_example_uses_only_the_public_api() -> None:
-    imported = {
-        node.module for node in ast.walk(ast.parse(_page_example())) if isinstance(node, ast.ImportFrom) and node.module
-    }
+@pytest.mark.parametrize("name", _EXAMPLES)
+def test_the_testing_pages_examples_use_only_the_public_api(name: str) -> None:
+    tree = ast.parse(_page_example(name))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {module for module in imported if module.startswith("asgi_router")} == {"asgi_router", "asgi_router.testing"}
 
 
 @pytest.fixture(scope="module")
 def users_suite(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    """The plugin's tests above and the page's example, run once as a user runs them: a
+    """The plugin's tests above and the page's examples, run once as a user runs them: a
     directory and configuration of their own, the kit from the installed package, the fixture
     from the plugin's entry point (CI also runs the example in a fresh venv)."""
     suite = tmp_path_factory.mktemp("users_suite")
     (suite / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n", encoding="utf-8")
     (suite / "test_plugin.py").write_text(textwrap.dedent(_PLUGIN_TESTS), encoding="utf-8")
-    (suite / "test_gateway.py").write_text(_page_example(), encoding="utf-8")
+    for name in _EXAMPLES:
+        (suite / name).write_text(_page_example(name), encoding="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(suite)],
         cwd=suite,
@@ -406,9 +487,17 @@ def _passed(finished: subprocess.CompletedProcess[str], file: str) -> list[str]:
 def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
     users_suite: subprocess.CompletedProcess[str],
 ) -> None:
-    assert len(_passed(users_suite, "test_plugin.py")) == 3, users_suite.stdout + users_suite.stderr
+    assert len(_passed(users_suite, "test_plugin.py")) == 4, users_suite.stdout + users_suite.stderr
 
 
 def test_the_testing_pages_example_passes_as_a_users_test_file(users_suite: subprocess.CompletedProcess[str]) -> None:
     assert len(_passed(users_suite, "test_gateway.py")) == 3, users_suite.stdout + users_suite.stderr
     assert users_suite.returncode == 0, users_suite.stdout + users_suite.stderr
+
+
+def test_the_testing_pages_anthropic_example_passes_as_a_users_test_file(
+    users_suite: subprocess.CompletedProcess[str],
+) -> None:
+    assert _passed(users_suite, "test_mixed_group.py") == ["test_gpt_4o_down_fails_over_to_claude"], (
+        users_suite.stdout + users_suite.stderr
+    )

@@ -1,10 +1,12 @@
 """A scriptable fake upstream: a real HTTP server that answers as a test tells it to.
 
 ``with FakeUpstream() as up:`` serves an OpenAI-compatible API on a free ``127.0.0.1`` port
-(``up.base_url`` ends in ``/v1``). ``up.script(model_id, *replies)`` sets what a model id
-answers, one reply per request in turn, the last one repeating; a model nobody scripted answers
-``reply.ok()`` with a text naming it. Every request is kept in ``up.hits``. ``up.reset()`` forgets
-scripts and hits, so one server can serve a whole test session.
+(``up.base_url`` ends in ``/v1``); ``FakeUpstream(kind="anthropic")`` serves Anthropic's
+Messages API instead (its ``up.provider()`` says ``kind = "anthropic"``). ``up.script(model_id,
+*replies)`` sets what a model id answers, one reply per request in turn, the last one repeating;
+a model nobody scripted answers ``reply.ok()`` with a text naming it. Every request is kept in
+``up.hits``. ``up.reset()`` forgets scripts and hits, so one server can serve a whole test
+session.
 
 For a test that needs more than scripts (an answer that depends on the request), subclass and
 override :meth:`FakeUpstream.reply_for`. A ``FakeUpstream`` is also the ASGI app it serves:
@@ -19,6 +21,7 @@ from typing import Any, Final, Self
 
 from starlette.types import Receive, Scope, Send
 
+from asgi_router.testing.anthropic_wire import AnthropicWire
 from asgi_router.testing.hits import Hit
 from asgi_router.testing.openai_wire import OpenAIWire
 from asgi_router.testing.playback import Exchange, play
@@ -32,14 +35,14 @@ __all__ = ["TEST_KEY", "WIRES", "FakeUpstream"]
 TEST_KEY: Final = "sk-fake-upstream-test-key"
 
 #: The protocols a fake upstream speaks, by ``kind``.
-WIRES: Final[dict[str, type[Wire]]] = {"openai": OpenAIWire}
+WIRES: Final[dict[str, type[Wire]]] = {"openai": OpenAIWire, "anthropic": AnthropicWire}
 
 
 class FakeUpstream(Served):
     """An upstream API served on loopback, answering as scripted (see the module docstring).
 
-    ``kind`` is the protocol (``"openai"``); ``api_key`` the key :meth:`provider` gives the
-    router (the fake accepts any: ``hits`` show which one came).
+    ``kind`` is the protocol (``"openai"`` or ``"anthropic"``); ``api_key`` the key
+    :meth:`provider` gives the router (the fake accepts any: ``hits`` show which one came).
     """
 
     def __init__(self, *, kind: str = "openai", api_key: str = TEST_KEY) -> None:
@@ -96,15 +99,18 @@ class FakeUpstream(Served):
 
     def reply_for(self, hit: Hit) -> Reply:
         """What to answer ``hit`` with: a chat request follows its model's script (or gets
-        ``reply.ok()``), ``GET .../models`` lists the models scripted or asked for, anything
-        else is a 404.
+        ``reply.ok()``) unless the real API would refuse it (no model; for Anthropic's, no
+        ``anthropic-version`` header, ``max_tokens`` or ``messages``), ``GET .../models`` lists
+        the models scripted or asked for, anything else is a 404.
 
         Override it to answer from the request itself; call ``super().reply_for(hit)`` for
         the scripted behaviour. It runs on the server's event loop: it must not block.
         """
         if self._wire.is_chat(hit.method, hit.path):
-            if not hit.model:
-                return status(400, body=self._wire.error(400, "The request names no model."))
+            refused = self._wire.refusal(hit)
+            if refused is not None:
+                code, message = refused
+                return status(code, body=self._wire.error(code, message))
             with self._lock:
                 script = self._scripts.get(hit.model)
                 if script:
@@ -151,7 +157,7 @@ class FakeUpstream(Served):
                 break
         hit = self._arrived(scope, raw)
         try:
-            async with Exchange(receive, send, hit) as call:
+            async with Exchange(receive, send, hit, self._wire.response_headers) as call:
                 await play(self.reply_for(hit), call, self._wire)
         finally:
             with self._lock:

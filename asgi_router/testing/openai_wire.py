@@ -7,6 +7,12 @@ the request set ``stream_options.include_usage``, a last chunk with no choices a
 chunk then carries ``"usage": null``), then ``data: [DONE]``. Each event is ``data: <json>`` and a
 blank line (LF, not CRLF). ``id`` and ``created`` are fixed, so an answer is the same bytes each
 time it is asked for: a test can compare what the router relayed with what the fake sent.
+
+A tool call follows the text: whole, a ``tool_calls`` entry on the message (``content`` null
+when there was no text); streamed, a chunk that opens the call (its ``id``, ``type`` and
+``function.name``, empty ``arguments``) and one chunk per piece of the arguments; either way
+``finish_reason`` is ``tool_calls``. An error in the middle of a stream is one
+``data: {"error": {...}}`` event, the stream then ending without ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from asgi_router.testing.wire import content_words
+from asgi_router.testing.hits import Hit
+from asgi_router.testing.wire import Answer, JSONWire, content_words
 
-__all__ = ["COMPLETION_ID", "CREATED", "OpenAIWire"]
+__all__ = ["COMPLETION_ID", "CREATED", "TOOL_CALL_ID", "OpenAIWire"]
 
 COMPLETION_ID: Final = "chatcmpl-fake"
 CREATED: Final = 1700000000
+#: A tool call's id when its reply sets none.
+TOOL_CALL_ID: Final = "call_fake"
 _FINGERPRINT: Final = "fp_fake"
 
 # (type, code) of OpenAI's error bodies by status; anything else is an invalid request (4xx) or
@@ -36,25 +45,20 @@ def _dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-class OpenAIWire:
+class OpenAIWire(JSONWire):
     """The ``openai`` kind: ``POST .../chat/completions`` and ``GET .../models``."""
 
     kind = "openai"
     base_path = "/v1"
     provider_fields: Mapping[str, str] = {}
+    response_headers: Mapping[str, str] = {}
 
     def is_chat(self, method: str, path: str) -> bool:
         # Any prefix: a router route like /v1/llm/chat/completions keeps its own path upstream.
         return method == "POST" and path.endswith("/chat/completions")
 
-    def is_model_list(self, method: str, path: str) -> bool:
-        return method == "GET" and path.endswith("/models")
-
-    def request(self, body: Any) -> tuple[str, bool]:
-        if not isinstance(body, dict):
-            return "", False
-        model = body.get("model")
-        return (model if isinstance(model, str) else ""), body.get("stream") is True
+    def refusal(self, hit: Hit) -> tuple[int, str] | None:
+        return None if hit.model else (400, "The request names no model.")
 
     def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:
         prompt = content_words(body.get("messages")) if isinstance(body, dict) else 0
@@ -64,27 +68,32 @@ class OpenAIWire:
             "total_tokens": prompt + completion_tokens,
         }
 
-    def completion(self, model: str, text: str, usage: Mapping[str, int]) -> bytes:
+    def completion(self, answer: Answer) -> bytes:
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+        if answer.tool is not None:
+            message["content"] = answer.text or None
+            call = {"name": answer.tool.name, "arguments": answer.tool.arguments}
+            message["tool_calls"] = [{"id": answer.tool.id or TOOL_CALL_ID, "type": "function", "function": call}]
         return _dumps(
             {
                 "id": COMPLETION_ID,
                 "object": "chat.completion",
                 "created": CREATED,
-                "model": model,
+                "model": answer.model,
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text, "refusal": None},
+                        "message": message,
                         "logprobs": None,
-                        "finish_reason": "stop",
+                        "finish_reason": "stop" if answer.tool is None else "tool_calls",
                     }
                 ],
-                "usage": dict(usage),
+                "usage": dict(answer.usage),
                 "system_fingerprint": _FINGERPRINT,
             }
         )
 
-    def stream(self, body: Any, model: str, pieces: Sequence[str], usage: Mapping[str, int]) -> list[bytes]:
+    def stream(self, body: Any, answer: Answer) -> list[bytes]:
         options = body.get("stream_options") if isinstance(body, dict) else None
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
@@ -93,7 +102,7 @@ class OpenAIWire:
                 "id": COMPLETION_ID,
                 "object": "chat.completion.chunk",
                 "created": CREATED,
-                "model": model,
+                "model": answer.model,
                 "system_fingerprint": _FINGERPRINT,
                 "choices": choices,
             }
@@ -105,16 +114,27 @@ class OpenAIWire:
             return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
 
         events = [event(choice({"role": "assistant", "content": "", "refusal": None}))]
-        events += [event(choice({"content": piece})) for piece in pieces]
-        events.append(event(choice({}, "stop")))
+        events += [event(choice({"content": piece})) for piece in answer.pieces]
+        tool = answer.tool
+        if tool is not None:
+            call = {"name": tool.name, "arguments": ""}
+            opened = {"index": 0, "id": tool.id or TOOL_CALL_ID, "type": "function", "function": call}
+            events.append(event(choice({"tool_calls": [opened]})))
+            events += [
+                event(choice({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})) for piece in tool.pieces
+            ]
+        events.append(event(choice({}, "stop" if tool is None else "tool_calls")))
         if include_usage:
-            events.append(event([], usage))
+            events.append(event([], answer.usage))
         events.append(b"data: [DONE]\n\n")
         return events
 
     def error(self, code: int, message: str) -> dict[str, Any]:
         kind, error_code = _ERRORS.get(code, ("invalid_request_error" if code < 500 else "server_error", None))
         return {"error": {"message": message, "type": kind, "param": None, "code": error_code}}
+
+    def stream_error(self, code: int, message: str) -> bytes:
+        return b"data: " + _dumps(self.error(code, message)) + b"\n\n"
 
     def unknown_route(self, method: str, path: str) -> dict[str, Any]:
         return {

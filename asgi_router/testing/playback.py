@@ -5,12 +5,17 @@ response was started and is never ended: the app raises :class:`DroppedConnectio
 server closes the connection mid-body, which a client reads as a broken response, never a clean
 end), or the client leaving first. A watcher on ``receive`` notices the client leaving at once,
 so a stall or a slow answer ends when its client gives up, and :class:`Hit` says it did.
+
+A reply that answers (``ok``, ``tool_call``, and the stream that a ``broken_stream``,
+``stall_after_headers`` or ``stream_error`` cuts short) is made into an :class:`Answer` here,
+and spelled by the wire.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 from collections.abc import Mapping
@@ -21,10 +26,22 @@ from typing import Final, NoReturn
 from starlette.types import Receive, Send
 
 from asgi_router.testing.hits import Hit
-from asgi_router.testing.reply import BrokenStream, Ok, Raw, Reply, Slow, Stall, StallAfterHeaders, Status
-from asgi_router.testing.wire import Wire, pieces
+from asgi_router.testing.reply import (
+    BrokenStream,
+    Ok,
+    Raw,
+    Reply,
+    Slow,
+    SplitWrites,
+    Stall,
+    StallAfterHeaders,
+    Status,
+    StreamError,
+    ToolCall,
+)
+from asgi_router.testing.wire import Answer, ToolUse, Wire, pieces
 
-__all__ = ["DroppedConnection", "Exchange", "play"]
+__all__ = ["DroppedConnection", "Exchange", "awkward_pieces", "play"]
 
 _JSON: Final = "application/json"
 _SSE: Final = "text/event-stream; charset=utf-8"
@@ -46,10 +63,14 @@ logging.getLogger("uvicorn.error").addFilter(_HideDeliberateDrops())
 
 class Exchange:
     """One request being answered: sends, pauses that end when the client leaves, and the
-    request's :class:`Hit` kept up to date."""
+    request's :class:`Hit` kept up to date. ``headers`` go on the answer whatever it is (a
+    reply's own win); each write is cut in :func:`awkward_pieces`, ``split`` seconds apart,
+    once ``split`` is set."""
 
-    def __init__(self, receive: Receive, send: Send, hit: Hit) -> None:
+    def __init__(self, receive: Receive, send: Send, hit: Hit, headers: Mapping[str, str] | None = None) -> None:
         self.hit = hit
+        self.split: float | None = None
+        self._headers = dict(headers or {})
         self._receive = receive
         self._send = send
         self._gone = asyncio.Event()
@@ -85,6 +106,7 @@ class Exchange:
         fields = {"content-type": content_type}
         if length is not None:
             fields["content-length"] = str(length)
+        fields.update(self._headers)
         fields.update(headers)
         raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in fields.items()]
         self.hit.status = status
@@ -92,6 +114,14 @@ class Exchange:
 
     async def write(self, data: bytes, *, more: bool = True) -> bool:
         """Send ``data``; False if the client has gone (nothing more is sent then)."""
+        if self.split is not None and data:
+            *head, data = awkward_pieces(data)
+            for piece in head:
+                if not (await self._write(piece, more=True) and await self.pause(self.split)):
+                    return False
+        return await self._write(data, more=more)
+
+    async def _write(self, data: bytes, *, more: bool) -> bool:
         if self._gone.is_set():
             return False
         try:
@@ -122,6 +152,9 @@ async def play(reply: Reply, call: Exchange, wire: Wire) -> None:
     if isinstance(reply, Slow):
         if await call.pause(reply.seconds):
             await play(reply.then, call, wire)
+    elif isinstance(reply, SplitWrites):
+        call.split = reply.interval
+        await play(reply.then, call, wire)
     elif isinstance(reply, Stall):
         if await call.pause(reply.seconds):
             await _status(call, wire, Status(504), f"the fake upstream stalled for {reply.seconds:g} s, as scripted")
@@ -130,43 +163,74 @@ async def play(reply: Reply, call: Exchange, wire: Wire) -> None:
     elif isinstance(reply, Raw):
         await call.start(reply.status, _SSE, reply.headers, None)
         await call.events(list(reply.writes), reply.interval, end=True)
-    elif isinstance(reply, Ok):
-        text = reply.text if reply.text is not None else _greeting(hit.model)
-        parts = pieces(text, reply.chunks)
-        usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
+    elif isinstance(reply, Ok | ToolCall):
+        answer = _answer(reply, hit, wire)
         if hit.stream:
             await call.start(200, _SSE, reply.headers, None)
-            await call.events(wire.stream(hit.body, hit.model, parts, usage), reply.interval, end=True)
+            await call.events(wire.stream(hit.body, answer), reply.interval, end=True)
         else:
-            body = wire.completion(hit.model, text, usage)
+            body = wire.completion(answer)
             await call.start(200, _JSON, reply.headers, len(body))
             await call.write(body, more=False)
+    elif isinstance(reply, StreamError):
+        await _stream_error(reply, call, wire)
     elif isinstance(reply, StallAfterHeaders | BrokenStream):
         await _break(reply, call, wire)
     else:  # pragma: no cover - every reply type is handled above
         raise TypeError(f"not a reply: {reply!r}")
 
 
+def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> Answer:
+    """What ``reply`` says to ``hit``, for the wire to spell."""
+    if isinstance(reply, Ok):
+        text = reply.text if reply.text is not None else _greeting(hit.model)
+        parts = pieces(text, reply.chunks)
+        usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
+        return Answer(hit.model, text, parts, usage)
+    text = reply.text or ""
+    parts = pieces(text, None)
+    tool = ToolUse(reply.name, reply.arguments, pieces(reply.arguments, reply.chunks), reply.id)
+    usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts) + len(tool.pieces))
+    return Answer(hit.model, text, parts, usage, tool)
+
+
+def _cut_short(hit: Hit, wire: Wire, sent: int) -> Answer:
+    """The answer ``ok()`` gives, its words repeated so that more is to come after ``sent``
+    chunks, for a reply that cuts a stream short."""
+    words = pieces(_greeting(hit.model), None)
+    words = words * (sent // len(words) + 2)
+    return Answer(hit.model, "".join(words), words, wire.usage(hit.body, len(words)))
+
+
 async def _break(reply: StallAfterHeaders | BrokenStream, call: Exchange, wire: Wire) -> None:
     """Start the answer ``ok()`` would give, send part of it, then (after a stall) drop it."""
     hit = call.hit
-    sent = reply.after_chunks
-    # The default text's words, repeated so that the stream has more to come after the cut.
-    words = pieces(_greeting(hit.model), None)
-    words = words * (sent // len(words) + 2)
+    answer = _cut_short(hit, wire, reply.after_chunks)
     if hit.stream:
         await call.start(200, _SSE, {}, None)
-        frames = wire.stream(hit.body, hit.model, words, wire.usage(hit.body, len(words)))[:sent]
+        frames = wire.stream(hit.body, answer)[: reply.after_chunks]
         if not await call.events(frames, reply.interval, end=False):
             return
     else:
-        body = wire.completion(hit.model, "".join(words), wire.usage(hit.body, len(words)))
+        body = wire.completion(answer)
         await call.start(200, _JSON, {}, len(body))
         if isinstance(reply, BrokenStream) and not await call.write(body[: len(body) // 2]):
             return
     if isinstance(reply, StallAfterHeaders) and not await call.pause(reply.seconds):
         return
     call.drop()
+
+
+async def _stream_error(reply: StreamError, call: Exchange, wire: Wire) -> None:
+    """Part of the stream ``ok()`` would send, then the protocol's error event, then the end."""
+    hit = call.hit
+    message = reply.message if reply.message is not None else f"{_phrase(reply.code)}: a scripted stream error"
+    if not hit.stream:
+        await _status(call, wire, Status(reply.code), message)
+        return
+    await call.start(200, _SSE, {}, None)
+    frames = wire.stream(hit.body, _cut_short(hit, wire, reply.after_chunks))[: reply.after_chunks]
+    await call.events([*frames, wire.stream_error(reply.code, message)], reply.interval, end=True)
 
 
 async def _status(call: Exchange, wire: Wire, reply: Status, message: str) -> None:
@@ -183,6 +247,19 @@ async def _status(call: Exchange, wire: Wire, reply: Status, message: str) -> No
         data, content_type = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), _JSON
     await call.start(reply.code, content_type, headers, len(data))
     await call.write(data, more=False)
+
+
+def awkward_pieces(data: bytes) -> list[bytes]:
+    """``data`` cut after its third byte, after the lead byte of its first multi-byte UTF-8
+    character (if any), and before its last byte: where a reader that assumes whole events,
+    whole lines or whole characters per read comes apart."""
+    cuts = {3, len(data) - 1}
+    for at, byte in enumerate(data):
+        if byte >= 0xC0:  # the lead byte of a multi-byte character: cut after it
+            cuts.add(at + 1)
+            break
+    bounds = [0, *sorted(cut for cut in cuts if 0 < cut < len(data)), len(data)]
+    return [data[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def _greeting(model: str) -> str:

@@ -8,14 +8,17 @@ protocol, and a reply can be built before anyone knows which model or request it
 ========================================  =====================================================
 ``ok(text=None, chunks=None)``            200 with ``text`` (default: one naming the model);
                                           streamed one chunk per word, or cut into ``chunks``
+``tool_call(name, arguments)``            200 calling tool ``name`` with ``arguments``
 ``status(code, retry_after=None,          that status; ``body`` a dict (JSON), str (plain
 body=None)``                              text) or bytes (sent as they are); default: an
                                           error shaped as the protocol's own
 ``stall(seconds)``                        accepts the request, sends nothing
 ``stall_after_headers(seconds)``          the status line and headers, then nothing
 ``broken_stream(after_chunks)``           that many chunks, then the connection is dropped
+``stream_error(after_chunks, code=500)``  that many chunks, then the protocol's in-stream error
 ``slow(seconds, then=ok())``              waits before the status line, then answers ``then``
 ``raw(*writes)``                          exactly these bytes, one write each
+``split_writes(then=ok())``               ``then``, each write cut in three at awkward places
 ========================================  =====================================================
 
 Beyond those, keyword-only arguments cover what scripted tests keep needing: ``headers`` (a
@@ -26,6 +29,7 @@ provider's request id, rate-limit headers), ``usage`` (the token counts an answe
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,16 +41,22 @@ __all__ = [
     "Raw",
     "Reply",
     "Slow",
+    "SplitWrites",
     "Stall",
     "StallAfterHeaders",
     "Status",
+    "StreamError",
+    "ToolCall",
     "broken_stream",
     "ok",
     "raw",
     "slow",
+    "split_writes",
     "stall",
     "stall_after_headers",
     "status",
+    "stream_error",
+    "tool_call",
 ]
 
 
@@ -59,6 +69,18 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class Ok(Reply):
     text: str | None = None
+    chunks: int | None = None
+    usage: Mapping[str, int] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    interval: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall(Reply):
+    name: str
+    arguments: str
+    text: str | None = None
+    id: str | None = None
     chunks: int | None = None
     usage: Mapping[str, int] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -92,9 +114,23 @@ class BrokenStream(Reply):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamError(Reply):
+    after_chunks: int
+    code: int = 500
+    message: str | None = None
+    interval: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Slow(Reply):
     seconds: float
     then: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class SplitWrites(Reply):
+    then: Reply
+    interval: float = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +153,18 @@ def _count(name: str, value: int) -> int:
     return value
 
 
-def _code(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 200 <= value <= 599:
-        raise ValueError(f"status must be an HTTP status from 200 to 599, not {value!r}")
+def _code(value: int, lowest: int = 200) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= 599:
+        raise ValueError(f"status must be an HTTP status from {lowest} to 599, not {value!r}")
     return value
+
+
+def _chunks(chunks: int | None, text: str | None) -> int | None:
+    if chunks is not None:
+        _count("chunks", chunks)
+        if chunks == 0 or (text is not None and chunks > len(text)):
+            raise ValueError(f"chunks must be between 1 and the length of the text, not {chunks}")
+    return chunks
 
 
 def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -141,12 +185,55 @@ def ok(
     about equal length; ``interval`` seconds pass between chunks. ``usage`` replaces the token
     counts reported (by default: the words of the request's messages, and one per chunk).
     """
-    if chunks is not None:
-        _count("chunks", chunks)
-        if chunks == 0 or (text is not None and chunks > len(text)):
-            raise ValueError(f"chunks must be between 1 and the length of the text, not {chunks}")
     return Ok(
-        text, chunks, dict(usage) if usage is not None else None, _headers(headers), _seconds("interval", interval)
+        text,
+        _chunks(chunks, text),
+        dict(usage) if usage is not None else None,
+        _headers(headers),
+        _seconds("interval", interval),
+    )
+
+
+def tool_call(
+    name: str,
+    arguments: Mapping[str, Any] | str,
+    *,
+    text: str | None = None,
+    id: str | None = None,
+    chunks: int | None = None,
+    usage: Mapping[str, int] | None = None,
+    headers: Mapping[str, str] | None = None,
+    interval: float = 0.0,
+) -> ToolCall:
+    """A successful answer that calls tool ``name`` with ``arguments`` (a dict, or the JSON text
+    of an object, sent as it is), after saying ``text`` if given.
+
+    The answer ends as the protocol ends a tool call (OpenAI's ``finish_reason`` ``tool_calls``,
+    Anthropic's ``stop_reason`` ``tool_use``). Streamed, the arguments go out one piece per word,
+    or cut into ``chunks`` pieces. ``id`` is the call's id (default: one in the protocol's style).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a tool's name, not {name!r}")
+    if isinstance(arguments, Mapping):
+        arguments = json.dumps(dict(arguments), ensure_ascii=False)
+    elif isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"arguments must be a JSON object, not {arguments!r}")
+    else:
+        raise TypeError(f"arguments must be a dict or a JSON object's text, not {type(arguments).__name__}")
+    return ToolCall(
+        name,
+        arguments,
+        text,
+        id,
+        _chunks(chunks, arguments),
+        dict(usage) if usage is not None else None,
+        _headers(headers),
+        _seconds("interval", interval),
     )
 
 
@@ -193,10 +280,30 @@ def broken_stream(after_chunks: int, *, interval: float = 0.0) -> BrokenStream:
     without a proper end, as a crashing upstream does: the client sees an error, not an end.
 
     Chunks count every event, the first being the one that opens the answer (OpenAI's
-    assistant-role chunk), so ``broken_stream(0)`` drops right after the headers. Asked
-    without ``stream``, the fake sends the headers and half of the JSON body before the drop.
+    assistant-role chunk, Anthropic's ``message_start``), so ``broken_stream(0)`` drops right
+    after the headers. Asked without ``stream``, the fake sends the headers and half of the JSON
+    body before the drop.
     """
     return BrokenStream(_count("after_chunks", after_chunks), _seconds("interval", interval))
+
+
+def stream_error(
+    after_chunks: int, code: int = 500, message: str | None = None, *, interval: float = 0.0
+) -> StreamError:
+    """Send ``after_chunks`` chunks of the stream :func:`ok` would send, then the protocol's
+    in-stream error event for status ``code`` (with ``message``), and end the response: how a
+    provider reports a failure once its 200 has gone out (Anthropic's ``event: error``, an
+    ``overloaded_error`` for 529; OpenAI's ``data: {"error": ...}``).
+
+    Chunks count as in :func:`broken_stream`. Asked without ``stream``, the error is the
+    answer's status and body, as :func:`status` would send it.
+    """
+    return StreamError(
+        _count("after_chunks", after_chunks),
+        _code(code, lowest=400),
+        message,
+        _seconds("interval", interval),
+    )
 
 
 _OK: Final = ok()
@@ -208,6 +315,17 @@ def slow(seconds: float, then: Reply = _OK) -> Slow:
     if not isinstance(then, Reply):
         raise TypeError(f"then must be a reply, not {type(then).__name__}")
     return Slow(_seconds("seconds", seconds), then)
+
+
+def split_writes(then: Reply = _OK, *, interval: float = 0.001) -> SplitWrites:
+    """Answer as ``then`` does, each write cut in pieces sent on their own, ``interval`` seconds
+    apart: after its third byte (inside a stream event's field name: ``eve|nt:``, ``dat|a:``),
+    after the first byte of its first multi-byte UTF-8 character, and before its last byte
+    (between the two newlines that end an event). A client must put events together from
+    whatever pieces the network hands it: this is the network at its least helpful."""
+    if not isinstance(then, Reply):
+        raise TypeError(f"then must be a reply, not {type(then).__name__}")
+    return SplitWrites(then, _seconds("interval", interval))
 
 
 def raw(*writes: bytes, status: int = 200, headers: Mapping[str, str] | None = None, interval: float = 0.0) -> Raw:

@@ -2,20 +2,49 @@
 
 :class:`~asgi_router.testing.FakeUpstream` plays replies (``reply.py``); a :class:`Wire` spells
 them in one protocol: which requests are chat requests, what the model and the ``stream`` flag
-are, and the bytes of an answer, a stream and an error. ``FakeUpstream(kind=...)`` picks the
-wire from :data:`WIRES`: a new protocol is one more module and one more entry, and every reply,
-script and hit works with it unchanged.
+are, what the real API would refuse, and the bytes of an answer, a stream and an error. A reply
+that answers is first made into an :class:`Answer` (its text, its tool call, its token counts),
+which says what the model said without saying how: each wire spells the same answer its own way.
+``FakeUpstream(kind=...)`` picks the wire from :data:`~asgi_router.testing.fake_upstream.WIRES`:
+a new protocol is one more module and one more entry, and every reply, script and hit works
+with it unchanged.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-__all__ = ["Wire", "content_words", "pieces"]
+from asgi_router.testing.hits import Hit
+
+__all__ = ["Answer", "JSONWire", "ToolUse", "Wire", "content_words", "pieces"]
 
 _WORD: Final = re.compile(r"\s*\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """A tool call an answer makes: ``arguments`` is a JSON object's text, sent in ``pieces``
+    when streamed; ``id`` ``None`` lets the wire use its own."""
+
+    name: str
+    arguments: str
+    pieces: Sequence[str]
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a successful answer says: ``text`` (streamed as ``pieces``), maybe a tool call, and
+    the token counts (in the protocol's own names)."""
+
+    model: str
+    text: str
+    pieces: Sequence[str]
+    usage: Mapping[str, int]
+    tool: ToolUse | None = None
 
 
 class Wire(Protocol):
@@ -27,6 +56,8 @@ class Wire(Protocol):
     base_path: str
     #: Extra fields of a provider entry for this protocol (``FakeUpstream.provider()``).
     provider_fields: Mapping[str, str]
+    #: Headers on every answer (a reply's own ``headers`` win).
+    response_headers: Mapping[str, str]
 
     def is_chat(self, method: str, path: str) -> bool:
         """Whether this request asks for a completion (and so follows the scripts)."""
@@ -40,20 +71,30 @@ class Wire(Protocol):
         """The model asked for (``""`` if none) and whether the answer is to be streamed."""
         ...
 
+    def refusal(self, hit: Hit) -> tuple[int, str] | None:
+        """The status and message the real API would refuse this chat request with (a field
+        or header it requires is missing), or ``None``."""
+        ...
+
     def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:
         """The token counts an answer reports when its reply sets none."""
         ...
 
-    def completion(self, model: str, text: str, usage: Mapping[str, int]) -> bytes:
+    def completion(self, answer: Answer) -> bytes:
         """A whole (non-streamed) answer's JSON body."""
         ...
 
-    def stream(self, body: Any, model: str, pieces: Sequence[str], usage: Mapping[str, int]) -> list[bytes]:
+    def stream(self, body: Any, answer: Answer) -> list[bytes]:
         """Every event of a streamed answer, in order, the end-of-stream marker included."""
         ...
 
     def error(self, code: int, message: str) -> dict[str, Any]:
         """The protocol's error body for status ``code``."""
+        ...
+
+    def stream_error(self, code: int, message: str) -> bytes:
+        """The event that reports an error in the middle of a stream (one the status would
+        have named, had it not been sent already)."""
         ...
 
     def unknown_route(self, method: str, path: str) -> dict[str, Any]:
@@ -63,6 +104,20 @@ class Wire(Protocol):
     def model_list(self, ids: Sequence[str]) -> dict[str, Any]:
         """The body listing ``ids`` as models."""
         ...
+
+
+class JSONWire:
+    """What the JSON chat APIs share: the model and ``stream`` flag are fields of the request's
+    body, and ``GET .../models`` lists the models."""
+
+    def is_model_list(self, method: str, path: str) -> bool:
+        return method == "GET" and path.endswith("/models")
+
+    def request(self, body: Any) -> tuple[str, bool]:
+        if not isinstance(body, dict):
+            return "", False
+        model = body.get("model")
+        return (model if isinstance(model, str) else ""), body.get("stream") is True
 
 
 def pieces(text: str, chunks: int | None) -> list[str]:
