@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -87,11 +88,12 @@ class Guard(Protocol):
         ...
 
 
-class _Guard:
+class _Guard(ABC):
     """:meth:`check` for every guard, from its :meth:`verdict`."""
 
+    @abstractmethod
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
-        raise NotImplementedError
+        """The decision, or an awaitable of it (see :class:`Guard`)."""
 
     async def check(self, scope: Scope) -> Verdict:
         verdict = self.verdict(scope)

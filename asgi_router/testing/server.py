@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -30,15 +31,17 @@ _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
 
 
-class Served:
+class Served(ABC):
     """:meth:`start` and :meth:`stop` as a context manager, sync (``with``) and async
     (``async with``: starting and stopping wait on a server thread, off the caller's loop)."""
 
+    @abstractmethod
     def start(self) -> Self:
-        raise NotImplementedError
+        """Start serving; return once the server answers."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop serving; return once the server has stopped."""
 
     def __enter__(self) -> Self:
         return self.start()
