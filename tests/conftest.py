@@ -14,6 +14,7 @@ from fastapi import FastAPI, WebSocket
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.observability.sinks import EventBus
 
+from .fleet import REDIS_PASSWORD, RedisServer
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
@@ -24,7 +25,7 @@ API_KEY = "sk-test-upstream-SECRET-0123456789"
 CLIENT_KEY = "rk-client-7c1e9f0a2b3d4e5f60718293"
 """An inbound key (``RouterSettings(api_keys=...)``) for auth tests: it must not leak either."""
 
-SECRETS = (API_KEY, CLIENT_KEY)
+SECRETS = (API_KEY, CLIENT_KEY, REDIS_PASSWORD)
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +92,14 @@ def upstream() -> Iterator[MockUpstream]:
     server = ServerThread(mock.app, lifespan="off").start()
     mock.url = server.url  # type: ignore[attr-defined]
     yield mock
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real ``redis-server`` on a free loopback port, for the fleet tests (tests/fleet.py)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
     server.stop()
 
 

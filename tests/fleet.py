@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 REDIS_USER = "fleet"
-REDIS_PASSWORD = "redis-pw-7f3a9c1e5b2d4f60"
+REDIS_PASSWORD = "Qx7f3a9c1e5b2d4f60pw"
 """The Redis ACL password in every router's ``state_url``: it must never show in a log."""
 
 

@@ -3,10 +3,12 @@
 Redis is never a single point of failure, so every call to it goes through :class:`Link`:
 
 * **Short timeouts.** A call made on a request's path (a rotate group's counter) gives up after
-  :data:`REQUEST_TIMEOUT`; background calls after :data:`BACKGROUND_TIMEOUT`. The client never
-  retries by itself: the circuit decides.
-* **A circuit, not a retry per request.** The first failure (refused, reset, timed out, an answer
-  that does not parse) marks the store *down*: from then on nobody asks it, every process
+  :data:`REQUEST_TIMEOUT` and the request uses the process's own counter; background calls give
+  up after :data:`BACKGROUND_TIMEOUT`. The client never retries by itself: the circuit decides.
+* **A circuit, not a retry per request.** A failure (refused, reset, an answer that does not
+  parse, a background call timed out, or :data:`SLOW_CALLS` request-path calls in a row timed
+  out: one late answer on a busy event loop is not yet an outage) marks the store *down*: from
+  then on nobody asks it, every process
   serves from its own view, and one line is logged (not one per request). A background task
   per event loop reconnects with jittered backoff (:data:`MIN_BACKOFF` doubling up to
   :data:`MAX_BACKOFF`); once it has subscribed again it resynchronises (``on_up``), marks the
@@ -39,14 +41,16 @@ from redis.backoff import NoBackoff
 from asgi_router.observability.events import logger
 from asgi_router.transports.loop_clients import LoopClients
 
-__all__ = ["BACKGROUND_TIMEOUT", "MAX_BACKOFF", "MIN_BACKOFF", "REQUEST_TIMEOUT", "Link", "masked"]
+__all__ = ["BACKGROUND_TIMEOUT", "MAX_BACKOFF", "MIN_BACKOFF", "REQUEST_TIMEOUT", "SLOW_CALLS", "Link", "masked"]
 
 T = TypeVar("T")
 
 #: The longest a request waits on Redis (a rotate group's counter) before using its own.
 REQUEST_TIMEOUT: Final = 0.05
+#: Request-path calls timed out in a row that mark the store down.
+SLOW_CALLS: Final = 3
 #: The longest a background call (a breaker write, a budget slice) may take.
-BACKGROUND_TIMEOUT: Final = 0.5
+BACKGROUND_TIMEOUT: Final = 1.0
 #: Reconnection backoff: the first wait, and the cap it doubles up to.
 MIN_BACKOFF: Final = 0.1
 MAX_BACKOFF: Final = 2.0
@@ -125,6 +129,8 @@ class Link:
         self.up = False
         self._said_down = False
         self._backoff = MIN_BACKOFF
+        #: Request-path calls timed out in a row.
+        self._slow = 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- connections, one per loop ------------------------------------------------------------
@@ -162,19 +168,29 @@ class Link:
 
     # --- calls --------------------------------------------------------------------------------
 
-    async def call(self, op: Callable[[Redis], Awaitable[T]], within: float = BACKGROUND_TIMEOUT) -> T | None:
-        """``op``'s answer, or ``None`` when the store is down or fails now (then it is down)."""
+    async def call(self, op: Callable[[Redis], Awaitable[T]], *, request: bool = False) -> T | None:
+        """``op``'s answer, or ``None`` when the store is down or fails now (then it is down).
+
+        ``request``: the call is on a request's path, bounded by :data:`REQUEST_TIMEOUT`.
+        """
         if not self.up:
             return None
         client = self._connections.current().client
         try:
-            async with asyncio.timeout(within):
-                return await op(client)
+            async with asyncio.timeout(REQUEST_TIMEOUT if request else BACKGROUND_TIMEOUT):
+                answer = await op(client)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # refused, reset, timed out, garbage: the store is down for now
+        except TimeoutError as exc:
+            self._slow += 1
+            if not request or self._slow >= SLOW_CALLS:
+                self._went_down(exc)
+            return None
+        except Exception as exc:  # refused, reset, garbage: the store is down for now
             self._went_down(exc)
             return None
+        self._slow = 0
+        return answer
 
     def spawn(self, op: Callable[[Redis], Awaitable[None]]) -> None:
         """Run ``op`` in the background (a breaker write, a budget slice); never awaited by a request."""
@@ -222,6 +238,7 @@ class Link:
 
     def _went_down(self, exc: BaseException) -> None:
         self.up = False
+        self._slow = 0
         if not self._said_down:
             self._said_down = True
             logger.warning(

@@ -42,7 +42,7 @@ from redis.commands.core import AsyncScript
 
 from asgi_router.config.resilience import BreakerSettings
 from asgi_router.fleet.budgets import Leases
-from asgi_router.fleet.link import REQUEST_TIMEOUT, Link
+from asgi_router.fleet.link import Link
 from asgi_router.fleet.scripts import BREAKER
 from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
 from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState
@@ -106,7 +106,7 @@ class SharedState(InMemoryState):
             return int(value) - 1
 
         async def next_value() -> int:
-            value = await self.link.call(increment, REQUEST_TIMEOUT)
+            value = await self.link.call(increment, request=True)
             return self.next_rotation(key) if value is None else value
 
         return next_value

@@ -1,0 +1,170 @@
+"""A fleet behaves like one process: routers in separate uvicorn processes share one real
+redis-server (``state_url``), and requests alternate between them, each on a fresh connection,
+as a load balancer would send them.
+
+Each test uses groups of its own, so the shared breakers, counters and budgets of one test never
+meet another's. The last test kills Redis under load and starts it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+
+from .conftest import API_KEY
+from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess
+from .mock_upstream import MockUpstream
+
+pytestmark = pytest.mark.fleet
+
+
+def _config(redis: RedisServer, upstream: MockUpstream, prefix: str) -> str:
+    base = f"{upstream.url}/v1"  # type: ignore[attr-defined]
+    return f"""
+allow_unauthenticated = true
+state_url = "{redis.url}"
+state_key_prefix = "{prefix}"
+
+[breaker]
+consecutive_failures = 3
+open_for = 30
+
+[providers.mock]
+base_url = "{base}"
+api_key = "{API_KEY}"
+timeouts = {{ connect = 1, first_byte = 2, idle = 2, total = 10 }}
+
+[providers.mock2]
+base_url = "{base}"
+api_key = "{API_KEY}"
+
+[groups.breaker]
+members = ["mock/status-503-fleet", "mock2/ok"]
+
+[groups.rotate]
+strategy = "rotate"
+members = ["mock/rid-a", "mock/rid-b"]
+
+[groups.budget]
+members = [{{ ref = "mock/rid-budget", rpm = 4 }}, "mock2/ok"]
+
+[groups.load]
+strategy = "rotate"
+members = ["mock/rid-la", "mock/rid-lb", "mock/rid-lc"]
+
+[groups.after]
+strategy = "rotate"
+members = ["mock/rid-x", "mock/rid-y"]
+"""
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    redis_server: RedisServer, upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[RouterProcess]]:
+    """Two router processes sharing the session's redis-server."""
+    workdir = tmp_path_factory.mktemp("fleet")
+    config = workdir / "router.toml"
+    config.write_text(_config(redis_server, upstream, f"fleet{time.monotonic_ns()}"))
+    routers = [RouterProcess(name, config, workdir) for name in ("a", "b")]
+    with Fleet(routers):
+        yield routers
+
+
+def ask(router: RouterProcess, model: str) -> httpx2.Response:
+    """One chat request on a fresh connection (as a load balancer spreads them)."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    return httpx2.post(f"{router.url}/v1/chat/completions", json=body, timeout=10)
+
+
+def served_by(router: RouterProcess, model: str) -> str:
+    response = ask(router, model)
+    assert response.status_code == 200, response.text
+    return response.headers["x-router-model"]
+
+
+def test_a_breakers_failures_count_across_processes_and_the_other_skips_it_once_open(
+    fleet: list[RouterProcess], upstream: MockUpstream
+) -> None:
+    a, b = fleet
+    for router in (a, b, a):  # three failures in the fleet: two in a, one in b
+        assert served_by(router, "group/breaker") == "mock2/ok"
+    assert upstream.hits.get("status-503-fleet") == 3
+    time.sleep(0.5)  # the opening is published at once; generous margin on two shared cores
+    for router in (b, a, b, a):
+        response = ask(router, "group/breaker")
+        assert response.status_code == 200
+        assert response.headers["x-router-model"] == "mock2/ok"
+    assert upstream.hits.get("status-503-fleet") == 3  # b opened it though it failed only once
+
+
+def test_rotate_alternates_across_processes(fleet: list[RouterProcess]) -> None:
+    a, b = fleet
+    winners = []
+    for router in (a, b, a, b, a, b):
+        winners.append(served_by(router, "group/rotate"))
+    assert winners == ["mock/rid-a", "mock/rid-b"] * 3
+
+
+def test_an_rpm_budget_counts_the_requests_of_both_processes(fleet: list[RouterProcess]) -> None:
+    a, b = fleet
+    winners = []
+    for router in (a, b) * 5:
+        winners.append(served_by(router, "group/budget"))
+        time.sleep(0.05)  # the slice is refilled in the background
+    assert winners.count("mock/rid-budget") == 4, winners  # not 4 per process
+    assert winners.count("mock2/ok") == 6
+
+
+async def _load(routers: list[RouterProcess], seconds: float, model: str) -> list[tuple[int, float]]:
+    """Requests from 4 clients per router for ``seconds``: (status, latency) of each."""
+    results: list[tuple[int, float]] = []
+
+    async def client(router: RouterProcess) -> None:
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+        deadline = time.monotonic() + seconds
+        async with httpx2.AsyncClient(base_url=router.url, timeout=10) as http:
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                response = await http.post("/v1/chat/completions", json=body)
+                results.append((response.status_code, time.monotonic() - started))
+
+    await asyncio.gather(*(client(router) for router in routers for _ in range(4)))
+    return results
+
+
+@pytest.mark.anyio
+async def test_redis_killed_under_load_fails_no_request_and_sharing_resumes_once_it_is_back(
+    fleet: list[RouterProcess], redis_server: RedisServer
+) -> None:
+    loop = asyncio.get_running_loop()
+    load = asyncio.ensure_future(_load(fleet, 1.5, "group/load"))
+    await asyncio.sleep(0.5)
+    await loop.run_in_executor(None, redis_server.kill)
+    results = await load
+    assert results and all(status == 200 for status, _ in results), {status for status, _ in results}
+    # No request waited on the dead store: the slowest stays far under a socket timeout's worth.
+    assert max(latency for _, latency in results) < 1.0
+
+    await loop.run_in_executor(None, redis_server.start)
+    a, b = fleet
+    deadline = time.monotonic() + 15  # reconnection backs off up to 2 s; generous
+    while True:
+        winners = [await loop.run_in_executor(None, served_by, router, "group/after") for router in (a, b, a, b)]
+        if winners[0] != winners[1] and winners[1] != winners[2] and winners[2] != winners[3]:
+            break  # one sequence again, across both processes
+        assert time.monotonic() < deadline, winners
+        await asyncio.sleep(0.2)
+
+    for router in fleet:
+        log = router.log()
+        # Said once per outage, not per request (hundreds were served meanwhile): once for the
+        # kill, at most once more should a busy machine have timed a call out before it.
+        assert 1 <= log.count("is unreachable") <= 2, log
+        assert log.count("is reachable again") == log.count("is unreachable"), log
+        assert REDIS_PASSWORD not in log
+        assert f"fleet:***@127.0.0.1:{redis_server.port}" in log
