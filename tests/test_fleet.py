@@ -14,10 +14,16 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
-from .conftest import API_KEY
+from asgi_router import ModelRouter
+from asgi_router.fleet.state import SharedState
+
+from .conftest import API_KEY, host_app, make_settings
 from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
+from .servers import ServerThread
 
 pytestmark = pytest.mark.fleet
 
@@ -168,3 +174,42 @@ async def test_redis_killed_under_load_fails_no_request_and_sharing_resumes_once
         assert log.count("is reachable again") == log.count("is unreachable"), log
         assert REDIS_PASSWORD not in log
         assert f"fleet:***@127.0.0.1:{redis_server.port}" in log
+
+
+def _mounted(redis: RedisServer, upstream: MockUpstream, prefix: str) -> tuple[Starlette, ModelRouter]:
+    """A router mounted under ``/llm`` in a parent app: a mounted app gets no lifespan."""
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        state_url=redis.url,
+        state_key_prefix=prefix,
+        groups={"rotate": {"strategy": "rotate", "members": ["mock/rid-a", "mock/rid-b"]}},
+    )
+    router = ModelRouter(host_app(), settings=settings)
+    return Starlette(routes=[Mount("/llm", app=router)]), router
+
+
+def test_routers_without_lifespan_share_state_too(redis_server: RedisServer, upstream: MockUpstream) -> None:
+    prefix = f"mounted{time.monotonic_ns()}"
+    (first, _), (second, _) = _mounted(redis_server, upstream, prefix), _mounted(redis_server, upstream, prefix)
+    with ServerThread(first, lifespan="off") as one, ServerThread(second, lifespan="off") as two:
+        body = {"model": "group/rotate", "messages": []}
+        winners = []
+        for url in (one.url, two.url) * 3:
+            response = httpx2.post(f"{url}/llm/v1/chat/completions", json=body, timeout=10)
+            winners.append(response.headers["x-router-model"])
+            time.sleep(0.05)
+    # The first request connects; from the moment it is up, one sequence across both routers.
+    tail = winners[2:]
+    assert all(tail[i] != tail[i + 1] for i in range(len(tail) - 1)), winners
+
+
+def test_lifespan_startup_connects_before_the_first_request(redis_server: RedisServer, upstream: MockUpstream) -> None:
+    settings = make_settings(upstream.url, state_url=redis_server.url)  # type: ignore[attr-defined]
+    router = ModelRouter(host_app(), settings=settings)
+    state = router.state
+    assert isinstance(state, SharedState)
+    with ServerThread(router, lifespan="on"):
+        deadline = time.monotonic() + 5
+        while not state.link.up:
+            assert time.monotonic() < deadline, "never connected"
+            time.sleep(0.01)

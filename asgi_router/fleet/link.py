@@ -160,6 +160,11 @@ class Link:
         """Connect on the running loop now (lifespan startup) rather than on its first request."""
         self._connections.current()
 
+    def ensure(self) -> None:
+        """The running loop has its connection (and listener): made on its first request, so that
+        a router without lifespan (a mounted sub-app) shares too. Cheap once made."""
+        self._connections.current()
+
     async def aclose(self) -> None:
         """Close the running loop's connection (lifespan shutdown)."""
         for task in list(self._tasks):
@@ -173,9 +178,10 @@ class Link:
 
         ``request``: the call is on a request's path, bounded by :data:`REQUEST_TIMEOUT`.
         """
+        connection = self._connections.current()
         if not self.up:
             return None
-        client = self._connections.current().client
+        client = connection.client
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT if request else BACKGROUND_TIMEOUT):
                 answer = await op(client)
@@ -194,9 +200,9 @@ class Link:
 
     def spawn(self, op: Callable[[Redis], Awaitable[None]]) -> None:
         """Run ``op`` in the background (a breaker write, a budget slice); never awaited by a request."""
+        self._connections.current()
         if not self.up:
             return
-        self._connections.current()
         task = asyncio.get_running_loop().create_task(self.call(op))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -247,6 +247,10 @@ class SharedState(InMemoryState):
 
     # --- budgets --------------------------------------------------------------------------------
 
+    def begin_attempt(self, provider: str, limit: int | None) -> bool:
+        self.link.ensure()  # every attempt passes here: a loop's first request connects it
+        return super().begin_attempt(provider, limit)
+
     def within_budget(self, key: str, limits: Limits, tokens: int) -> bool:
         decided = self._leases.within(key, limits, tokens)
         return super().within_budget(key, limits, tokens) if decided is None else decided
