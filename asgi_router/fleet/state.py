@@ -48,10 +48,12 @@ from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
 from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
 
-__all__ = ["ROTATION_TTL", "SharedState"]
+__all__ = ["CLAIM_PAUSE", "ROTATION_TTL", "SharedState"]
 
 #: Seconds a rotate counter outlives its group's last request.
 ROTATION_TTL: Final = 86_400
+#: Seconds between two asks of one process for a half-open breaker's probe slot.
+CLAIM_PAUSE: Final = 0.1
 
 
 class SharedState(InMemoryState):
@@ -82,6 +84,8 @@ class SharedState(InMemoryState):
         #: Half-open probe slots the store granted to this process.
         self._slots: set[str] = set()
         self._claiming: set[str] = set()
+        #: When a process refused a probe slot may ask for one again (bounded like the versions).
+        self._claim_after: dict[str, float] = {}
         self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
 
     # --- lifespan -------------------------------------------------------------------------------
@@ -126,8 +130,9 @@ class SharedState(InMemoryState):
         if key in self._slots:
             self._slots.discard(key)
             return breaker.admit(now, force=True)
-        if key not in self._claiming:
+        if key not in self._claiming and now >= self._claim_after.get(key, 0.0):
             self._claiming.add(key)
+            self._claim_after[key] = now + CLAIM_PAUSE  # the slots are taken: ask again a little later
             self._write(key, policy, "claim")
         return Admission(False, opened_at=opened_at)
 
@@ -186,6 +191,7 @@ class SharedState(InMemoryState):
             self._adopt(key, phase, age, open_for, consecutive, version)
             if int(granted):
                 self._slots.add(key)
+                self._claim_after.pop(key, None)
 
         self.link.spawn(write)
 
@@ -205,6 +211,7 @@ class SharedState(InMemoryState):
             return
         if len(self._versions) >= 2 * MAX_BREAKERS:
             self._versions.clear()  # bounded like the table; an old answer may then be adopted once
+            self._claim_after.clear()
         self._versions[key] = version
         decoded = Phase(phase.decode() if isinstance(phase, bytes) else phase)
         breaker = self._breaker(key, self._policy)
@@ -226,6 +233,7 @@ class SharedState(InMemoryState):
         self._versions.clear()  # a restarted store counts versions from its own clock again
         self._slots.clear()
         self._claiming.clear()
+        self._claim_after.clear()
         names = await self.link.call(lambda c: c.zrange(f"{self._prefix}:breakers", 0, -1))
         if names:
             decoded = [name.decode() if isinstance(name, bytes) else str(name) for name in names]

@@ -14,6 +14,7 @@ from asgi_router import RouterSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.resilience import BreakerSettings
 from asgi_router.fleet.factory import budgets_of, make_state
+from asgi_router.observability.redaction import secrets_of
 from asgi_router.resilience.breaker import CircuitBreaker, Phase
 from asgi_router.resilience.state import InMemoryState
 from asgi_router.resilience.stats import Limits
@@ -185,3 +186,8 @@ def test_budgets_are_the_members_with_rpm_or_tpm_at_the_largest_any_group_gives(
         }
     )
     assert budgets_of(settings) == {"a/m": Limits(rpm=30, tpm=1000)}
+
+
+def test_the_log_scrubber_knows_the_redis_password() -> None:
+    settings = _settings(state_url=f"redis://user:{PASSWORD}@127.0.0.1:6379/0")
+    assert PASSWORD in secrets_of(settings)
