@@ -8,11 +8,13 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -24,7 +26,7 @@ from asgi_router.fleet.state import SharedState
 from asgi_router.resilience.breaker import Phase
 from asgi_router.resilience.stats import Limits
 
-from .fleet import REDIS_PASSWORD, RedisServer
+from .fleet import REDIS_PASSWORD, REDIS_USER, RedisServer, free_port, redis_server_path
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet]
 
@@ -283,3 +285,41 @@ def test_a_password_in_the_url_is_masked_and_nothing_else_is() -> None:
     assert (
         masked("redis+sentinel://u:p@a:26379,b:26379/primary/0") == "redis+sentinel://u:***@a:26379,b:26379/primary/0"
     )
+
+
+@pytest.fixture
+def sentinel(redis_server: RedisServer, tmp_path: Path) -> Iterator[int]:
+    """A real Sentinel (``redis-server --sentinel``) watching the session's redis-server as ``primary``."""
+    port = free_port()
+    config = tmp_path / "sentinel.conf"
+    config.write_text(
+        f"port {port}\nbind 127.0.0.1\n"
+        f"sentinel monitor primary 127.0.0.1 {redis_server.port} 1\n"
+        f"sentinel auth-user primary {REDIS_USER}\nsentinel auth-pass primary {REDIS_PASSWORD}\n"
+    )
+    process = subprocess.Popen([redis_server_path(), str(config), "--sentinel"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                    sock.sendall(b"SENTINEL get-master-addr-by-name primary\r\n")
+                    if str(redis_server.port).encode() in sock.recv(256):
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "sentinel did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def test_a_sentinel_url_reaches_the_primary_it_names(sentinel: int) -> None:
+    url = f"redis+sentinel://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{sentinel}/primary/0"
+    async with states(url, 2) as (a, b):
+        for state in (a, b):  # a first call on a fresh connection asks the sentinel first: warm up
+            await state.fleet_rotation("warm")()
+        first = await a.fleet_rotation("s")()
+        assert [await b.fleet_rotation("s")(), await a.fleet_rotation("s")()] == [first + 1, first + 2]

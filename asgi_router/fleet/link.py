@@ -68,15 +68,16 @@ def masked(url: str) -> str:
     return parts._replace(netloc=f"{user}:***@{host}").geturl()
 
 
-def _client(url: str) -> Redis:
-    """A client for ``url`` that never retries on its own and fails fast."""
+def _client(url: str) -> tuple[Redis, Sentinel | None]:
+    """A client for ``url`` that never retries on its own and fails fast (and the Sentinel it
+    asks for the primary, whose own connections are closed with it)."""
     options: dict[str, Any] = {
         "socket_timeout": BACKGROUND_TIMEOUT,
         "socket_connect_timeout": BACKGROUND_TIMEOUT,
         "retry": Retry(NoBackoff(), 0),
     }
     if not url.lower().startswith("redis+sentinel://"):
-        return Redis.from_url(url, **options)
+        return Redis.from_url(url, **options), None
     # redis+sentinel://[user:password@]host:port[,host:port...]/primary-name[/db]
     parts = urlsplit(url)
     hosts = []
@@ -91,17 +92,20 @@ def _client(url: str) -> Redis:
         "username": unquote(parts.username) if parts.username else None,
         "password": unquote(parts.password) if parts.password else None,
     }
-    sentinel = Sentinel(hosts, sentinel_kwargs={**options, **credentials}, **options)  # type: ignore[no-untyped-call]
-    return cast(Redis, sentinel.master_for(path[0], redis_class=Redis, db=db, **credentials))  # type: ignore[arg-type]
+    # The URL's user and password are the primary's; the sentinels are asked without them.
+    sentinel = Sentinel(hosts, sentinel_kwargs=dict(options), **options)  # type: ignore[no-untyped-call]
+    primary = sentinel.master_for(path[0], redis_class=Redis, db=db, **credentials)  # type: ignore[arg-type]
+    return cast(Redis, primary), sentinel
 
 
 class _Connection:
     """One event loop's client and its listener task."""
 
-    __slots__ = ("client", "closed", "listener")
+    __slots__ = ("client", "closed", "listener", "sentinel")
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, sentinel: Sentinel | None) -> None:
         self.client = client
+        self.sentinel = sentinel
         self.listener: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -136,7 +140,7 @@ class Link:
     # --- connections, one per loop ------------------------------------------------------------
 
     def _open(self) -> _Connection:
-        connection = _Connection(_client(self._url))
+        connection = _Connection(*_client(self._url))
         connection.listener = asyncio.get_running_loop().create_task(
             self._listen(connection), name="asgi_router shared-state listener"
         )
@@ -151,6 +155,9 @@ class Link:
             except asyncio.CancelledError:
                 pass
         await connection.client.aclose()
+        if connection.sentinel is not None:
+            for sentinel in connection.sentinel.sentinels:
+                await sentinel.aclose()
 
     @staticmethod
     def _is_closed(connection: _Connection) -> bool:
