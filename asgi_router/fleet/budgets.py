@@ -21,9 +21,11 @@ How a slice works, per ``provider/model-id`` with a budget:
   window frees up.
 * What a process used beyond its slice (a token count corrected upward once the response was
   read, a race between two requests of one process) is a debt, counted with its next ask.
-* Slices are asked for every budgeted member as soon as the store is reachable; until an
-  answer arrives a member admits one request on the process's own view, and while the store is
-  unreachable the process enforces the whole budget on its own view (as a single process does).
+* A process asks for a member's first slice when a request first needs it, not before: an idle
+  process holds nothing back from the others (small budgets would otherwise be spread over
+  processes that serve none of it). Until that first answer, the member admits one request on
+  the process's own view, counted as a debt with the ask. While the store is unreachable the
+  process enforces the whole budget on its own view (as a single process does).
 
 A slice not spent stays counted until it leaves the window: a fleet may serve a little *under*
 its budget (at most a slice per process), never over it while Redis answers.
@@ -76,10 +78,8 @@ class Leases:
         self._slices: dict[str, _Slice] = {key: _Slice() for key in budgets}
 
     def reset(self) -> None:
-        """The store was (re)connected: forget every slice and ask for new ones."""
+        """The store was (re)connected: forget every slice (the next request asks for a new one)."""
         self._slices = {key: _Slice() for key in self._budgets}
-        for key, limits in self._budgets.items():
-            self._ask(key, self._slices[key], limits, 0)
 
     def within(self, key: str, limits: Limits, tokens: int) -> bool | None:
         """Whether the slice covers one more request of ``tokens``; ``None``: the local view decides."""

@@ -61,7 +61,7 @@ class SharedState(InMemoryState):
 
     ``prefix`` starts every key (two gateways on one Redis keep apart by it); ``policy`` is the
     breaker policy (the keys' time to live follows it); ``budgets`` are the members with an
-    rpm/tpm budget, whose slices are asked for as soon as the store answers.
+    rpm/tpm budget, whose usage is leased in slices (``budgets.py``).
     """
 
     def __init__(
@@ -229,7 +229,7 @@ class SharedState(InMemoryState):
             return  # not ours, or garbage: the next resync puts things right
 
     async def _resync(self, client: Redis) -> None:
-        """The store is (again) reachable: adopt every breaker it holds, ask for new slices."""
+        """The store is (again) reachable: adopt every breaker it holds, forget the old slices."""
         self._versions.clear()  # a restarted store counts versions from its own clock again
         self._slots.clear()
         self._claiming.clear()
