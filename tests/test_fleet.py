@@ -3,7 +3,8 @@ redis-server (``state_url``), and requests alternate between them, each on a fre
 as a load balancer would send them.
 
 Each test uses groups of its own, so the shared breakers, counters and budgets of one test never
-meet another's. The last test kills Redis under load and starts it again.
+meet another's. One test kills Redis under load and starts it again (whatever happens). The last
+two run routers in this process: mounted without lifespan, and with one.
 """
 
 from __future__ import annotations
