@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -38,6 +39,16 @@ __all__ = ["fleet", "redis_server"]
 _CALLS: Final = 10_000
 
 
+def _pong(port: int) -> bool:
+    """Whether a Redis on ``port`` answers ``PING``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 @contextmanager
 def redis_server() -> Iterator[str | None]:
     """A throwaway ``redis-server`` on 127.0.0.1 (its URL), or ``None`` if it is not installed."""
@@ -52,7 +63,7 @@ def redis_server() -> Iterator[str | None]:
     try:
         url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + 10
-        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() != b"PONG":
+        while not _pong(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
