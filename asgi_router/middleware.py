@@ -48,6 +48,7 @@ from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.errors import RouterError, stream_error_event
 from asgi_router.core.reasons import Reason
 from asgi_router.endpoints.models import ModelsEndpoint
+from asgi_router.fleet.factory import make_state
 from asgi_router.inbound.auth import Admitted, build_guard
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
@@ -60,7 +61,7 @@ from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
 from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.retry import RetryPolicy
-from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.state import RouterState
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.degraded import degraded_reply, should_degrade
 from asgi_router.responses.exchange import Exchange
@@ -69,7 +70,7 @@ from asgi_router.responses.relay import relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.runtime.health import HealthProber
-from asgi_router.runtime.lifespan import Lifespan
+from asgi_router.runtime.lifespan import Connected, Lifespan
 from asgi_router.transports.base import Transport
 from asgi_router.transports.factory import make_transport
 from asgi_router.transports.provider import ProviderRuntime
@@ -92,7 +93,8 @@ class ModelRouter:
     close. ``clock`` (monotonic seconds) and ``random`` (uniform in
     [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
     breakers, rotation counters, budgets and routing statistics (default: in memory, this
-    process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
+    process only, or shared by a fleet when ``settings.state_url`` names a Redis store); ``stats``
+    replaces just the routing statistics (tests read them) and ``rng``
     is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
     (see :mod:`asgi_router.observability.sinks`), after the built-in log line; the ring of :attr:`recent`
     requests is filled in place, lifespan or not.
@@ -127,9 +129,7 @@ class ModelRouter:
                     "providers' keys; use api_keys or authorize= outside local development",
                     ", ".join(self.settings.routes),
                 )
-            self.state: RouterState = (
-                state if state is not None else InMemoryState(clock, self.settings.latency_half_life)
-            )
+            self.state: RouterState = state if state is not None else make_state(self.settings, clock)
             #: Each route, and whether it speaks Anthropic's protocol.
             self._routes = {route: is_anthropic(route_kind(route)) for route in self.settings.routes}
             self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
@@ -173,7 +173,8 @@ class ModelRouter:
             #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
             self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
             self._health = HealthProber(self.settings, self._providers, self._gate)
-            self._lifespan = Lifespan(app, self.settings, self._transport, self.events, self._health)
+            connected = (self.state,) if isinstance(self.state, Connected) else ()
+            self._lifespan = Lifespan(app, self.settings, self._transport, self.events, self._health, connected)
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
@@ -228,6 +229,9 @@ class ModelRouter:
             elif prepared is not None:
                 plan, request, facts = prepared
                 del prepared
+                if plan.rotation is not None:  # a rotate group's fleet-wide counter: one awaited step
+                    plan = await plan.settle()
+                    exchange.record.plan = plan.labels
                 # From here upstreams are involved: a client that leaves cancels the work. The
                 # listener starts only if the request is still going after WATCH_AFTER
                 # (disconnect.py). The attempts are awaited from this frame, _respond only once

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import report, scenarios, wrk
+from . import fleet, report, scenarios, wrk
 from .micro import micro, router_in_process
 from .procs import ROOT
 
@@ -97,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     if config.streams:
         _say(f"{config.streams} open slow streams")
         data["streams"] = scenarios.streams(config, config.targets)
+    _say("fleet: state_url on a local redis-server vs in memory (group/bench, c=16)")
+    data["fleet"] = fleet.fleet(
+        lambda servers: (
+            lambda target, group: scenarios.one_run(
+                scenarios.Setup(wrk_path, servers), target, "json", 16, config.seconds, group
+            )
+        ),
+        max(config.rounds, 3),
+        args.quick,
+    )
+    _say("  " + report.fleet_line(data["fleet"]))
     _say("start-up and idle RSS")
     data["demo_app"] = scenarios.demo_app(config)
     data["host_startup"] = scenarios.host_startup()

@@ -17,6 +17,7 @@ an ``api_keys`` check is a constant-time compare of one header, well under a mic
 Circuit breakers run (their bookkeeping is part of every request) but never open: with the
 defaults, ``down`` would be skipped after five refusals and the failover scenario would measure
 a skip, not the refused connection it is about.
+``BENCH_STATE_URL`` shares the router's state through that Redis (the fleet part).
 ``gc_freeze`` is on, as docs/performance.md recommends for production (``BENCH_GC_FREEZE=0``
 turns it off to see what it is worth).
 """
@@ -36,7 +37,9 @@ from asgi_router import ModelRouter, RouterSettings
 __all__ = ["app", "build", "settings_for"]
 
 
-def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> RouterSettings:
+def settings_for(
+    upstream: str, refused: str, transport: str, gc_freeze: bool = True, state_url: str | None = None
+) -> RouterSettings:
     """The bench's router settings (see the module docstring)."""
     timeouts = {"connect": 2.0}
     providers: dict[str, Any] = {
@@ -58,18 +61,21 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
             "gc_freeze": gc_freeze,
             "allow_unauthenticated": True,
             "breaker": {"consecutive_failures": 10**9, "min_requests": 10**9},
+            "state_url": state_url,
         }
     )
 
 
-def build(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> Starlette:
+def build(
+    upstream: str, refused: str, transport: str, gc_freeze: bool = True, state_url: str | None = None
+) -> Starlette:
     """A host app with its own route and the router mounted in front of it."""
 
     async def health(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
     host = Starlette(routes=[Route("/health", health)])
-    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze))
+    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze, state_url))
     return host
 
 
@@ -78,4 +84,5 @@ app = build(
     os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
     os.environ.get("BENCH_TRANSPORT", "aiohttp"),
     os.environ.get("BENCH_GC_FREEZE", "1") != "0",
+    os.environ.get("BENCH_STATE_URL") or None,
 )

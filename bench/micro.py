@@ -40,7 +40,7 @@ from .asgi_calls import receive_once
 from .host import settings_for
 from .upstream import COMPLETION, messages_events, sse_events
 
-__all__ = ["micro", "router_in_process"]
+__all__ = ["micro", "router_in_process", "router_loop"]
 
 _REFUSED = aiohttp.ClientConnectorError(
     aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None),
@@ -152,11 +152,13 @@ class _MemoryTransport:
         pass
 
 
-async def _router_loop(stream: bool, count: int, group: str = "bench") -> float:
+async def router_loop(stream: bool, count: int, group: str = "bench", state_url: str | None = None) -> float:
+    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
+
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
-    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp")
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url)
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -191,7 +193,7 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
     except ImportError:  # pragma: no cover - the bench extra installs it
         pass
     return {
-        "router_json_us": run(_router_loop(False, count)),
-        "router_sse20_us": run(_router_loop(True, count // 4)),
-        "router_sse20_translated_us": run(_router_loop(True, count // 4, "translated")),
+        "router_json_us": run(router_loop(False, count)),
+        "router_sse20_us": run(router_loop(True, count // 4)),
+        "router_sse20_translated_us": run(router_loop(True, count // 4, "translated")),
     }

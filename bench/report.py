@@ -98,6 +98,18 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v >= 0.7,
         ),
         (
+            "router with state_url (local Redis) / in memory req/s, c=16, order group",
+            _get(lambda: data["fleet"]["throughput"]["ratio"]["median"]),
+            "≥ 0.9",
+            lambda v: v >= 0.9,
+        ),
+        (
+            "a breaker opening reaches another process (ms, worst of the trials)",
+            _get(lambda: data["fleet"]["propagation"]["max_ms"]),
+            "≤ 250",
+            lambda v: v <= 250,
+        ),
+        (
             "failover past a refused connection adds (ms p50, c=1)",
             _get(lambda: data["failover"]["router@c1"]["added_p50_ms"]),
             "≤ 5",
@@ -206,6 +218,7 @@ def markdown(data: dict[str, Any]) -> str:
                 f"| {name} | {row['opened']}/{row['streams']} | {_f(row['baseline_mib'], 1)} | "
                 f"{_f(row['loaded_mib'], 1)} | {_f(row['per_stream_kib'], 1)} | {_f(row['open_seconds'], 2)} |"
             )
+    lines += _fleet_section(data.get("fleet"))
     lines += ["", "## Start-up and idle memory", "", "| app | ready s | idle RSS MiB |", "|---|---:|---:|"]
     for key in ("demo_app", "host_startup"):
         row = data.get(key) or {}
@@ -218,6 +231,45 @@ def markdown(data: dict[str, Any]) -> str:
         for name, value in data["micro"].items():
             lines.append(f"| {name.removesuffix('_us')} | {_f(value, 2)} |")
     return "\n".join(lines) + "\n"
+
+
+def fleet_line(fleet: dict[str, Any]) -> str:
+    """The fleet part in one line, for the console."""
+    if "skipped" in fleet:
+        return f"skipped: {fleet['skipped']}"
+    ratio, budget, fresh = fleet["throughput"]["ratio"], fleet["budget"], fleet["propagation"]
+    return (
+        f"redis/in-memory {ratio['median']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}]; exact budget check "
+        f"{budget['exact_round_trip_us']:.0f} µs a request, leased slice {budget['lease_check_us']:.2f} µs; "
+        f"opening seen elsewhere after {fresh['p50_ms']:.2f} ms (worst {fresh['max_ms']:.2f})"
+    )
+
+
+def _fleet_section(fleet: dict[str, Any] | None) -> list[str]:
+    if not fleet:
+        return []
+    lines = ["", "## Fleet: state shared through Redis", ""]
+    if "skipped" in fleet:
+        return [*lines, f"Skipped: {fleet['skipped']}."]
+    throughput, budget, fresh = fleet["throughput"], fleet["budget"], fleet["propagation"]
+    ratio = throughput["ratio"]
+    lines += [
+        "| what | figure |",
+        "|---|---:|",
+        f"| in memory, req/s (c=16, `group/bench`) | {_f(throughput['rps']['router'], 0)} |",
+        f"| `state_url` on a local redis-server, req/s | {_f(throughput['rps']['router-redis'], 0)} |",
+        f"| ratio, median [lowest, highest round] | {ratio['median']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}] |",
+        f"| errors | {throughput['errors']} |",
+        f"| router in process, in memory, µs per request | {_f(fleet['in_process']['in_memory_us'], 1)} |",
+        f"| router in process, `state_url`, µs per request | {_f(fleet['in_process']['state_url_us'], 1)} |",
+        f"| exact budget check: one script per request, µs waited | {_f(budget['exact_round_trip_us'], 1)} |",
+        f"| exact budget check: checks/s at 16 at once | {_f(budget['exact_checks_per_s_at_c16'], 0)} |",
+        f"| leased slice: check and count per request, µs | {_f(budget['lease_check_us'], 3)} |",
+        f"| leased slice: background round trips per request | {_f(budget['lease_round_trips_per_request'], 3)} |",
+        f"| breaker opening seen by another state, ms p50 | {_f(fresh['p50_ms'], 2)} |",
+        f"| breaker opening seen by another state, ms worst of {fresh['trials']:.0f} | {_f(fresh['max_ms'], 2)} |",
+    ]
+    return lines
 
 
 def write(data: dict[str, Any], markdown_path: Path, json_path: Path) -> None:

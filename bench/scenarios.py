@@ -24,7 +24,7 @@ from . import wrk
 from .procs import Server, refused_origin
 from .streams import hold_streams
 
-__all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "setup", "streams", "translation"]
+__all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "one_run", "setup", "streams", "translation"]
 
 CHAT: Final = "/v1/chat/completions"
 
@@ -100,7 +100,9 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
         yield Setup(wrk_path, servers)
 
 
-def _one(run: Setup, target: str, scenario: str, connections: int, seconds: float, group: str) -> dict[str, Any]:
+def one_run(run: Setup, target: str, scenario: str, connections: int, seconds: float, group: str) -> dict[str, Any]:
+    """One wrk run of ``scenario`` against ``target`` (routers asked for ``group/<group>``), with
+    the proxy's CPU time per request."""
     server = run.servers[target]
     script = run.script(scenario, _model_for(target, group))
     cpu_before = server.cpu_seconds()
@@ -120,12 +122,12 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
     for scenario in config.scenarios:
         for target in targets:  # warm each target up once per scenario (pools, caches, JIT-less paths)
-            _one(run, target, scenario, 16, 1, "bench")
+            one_run(run, target, scenario, 16, 1, "bench")
         for connections in config.concurrency:
             rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
             for _ in range(config.rounds):
                 for target in targets:
-                    rounds[target].append(_one(run, target, scenario, connections, config.seconds, "bench"))
+                    rounds[target].append(one_run(run, target, scenario, connections, config.seconds, "bench"))
             cell: dict[str, Any] = {"scenario": scenario, "concurrency": connections, "targets": {}, "ratios": {}}
             for target, rows in rounds.items():
                 cell["targets"][target] = {
@@ -157,8 +159,8 @@ def failover(run: Setup, config: Config) -> dict[str, Any]:
             healthy: list[dict[str, Any]] = []
             failing: list[dict[str, Any]] = []
             for _ in range(config.rounds):
-                healthy.append(_one(run, target, "json", connections, config.seconds, "bench"))
-                failing.append(_one(run, target, "json", connections, config.seconds, "failover"))
+                healthy.append(one_run(run, target, "json", connections, config.seconds, "bench"))
+                failing.append(one_run(run, target, "json", connections, config.seconds, "failover"))
             p50_healthy = _median(healthy, "p50_ms") or 0.0
             p50_failing = _median(failing, "p50_ms") or 0.0
             out[f"{target}@c{connections}"] = {
@@ -178,12 +180,12 @@ def translation(run: Setup, config: Config) -> dict[str, Any]:
     byte for byte), at c=16, in alternating rounds; the ratio is translated over same-protocol."""
     out: dict[str, Any] = {}
     for target in (t for t in ("router", "router-httpx") if t in run.servers):
-        _one(run, target, "sse", 16, 1, "translated")  # warm up the translated path
+        one_run(run, target, "sse", 16, 1, "translated")  # warm up the translated path
         same: list[dict[str, Any]] = []
         translated: list[dict[str, Any]] = []
         for _ in range(config.rounds):
-            same.append(_one(run, target, "sse", 16, config.seconds, "bench"))
-            translated.append(_one(run, target, "sse", 16, config.seconds, "translated"))
+            same.append(one_run(run, target, "sse", 16, config.seconds, "bench"))
+            translated.append(one_run(run, target, "sse", 16, config.seconds, "translated"))
         per_round = [t["rps"] / s["rps"] for t, s in zip(translated, same, strict=True) if s["rps"]]
         out[f"{target}@c16"] = {
             "same_protocol_rps": _median(same, "rps"),

@@ -83,6 +83,7 @@ def build_settings(
     *,
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
     env: Mapping[str, str] | None = None,
+    state_url: str | None = None,
 ) -> RouterSettings:
     """The demo's router configuration for mock upstreams at ``upstreams`` (name -> base URL).
 
@@ -114,8 +115,9 @@ def build_settings(
             groups[real.name] = GroupSettings(members=[f"{real.name}/{real.model}", "steady/mock-1"])
     # The demo serves anyone on loopback: a router without inbound auth must say so explicitly
     # (it logs a warning at start-up). Real deployments set api_keys or pass authorize=.
+    shared: dict[str, Any] = {"state_url": state_url} if state_url else {}
     return RouterSettings(
-        providers=providers, groups=groups, aliases={"demo": "group/demo"}, allow_unauthenticated=True
+        providers=providers, groups=groups, aliases={"demo": "group/demo"}, allow_unauthenticated=True, **shared
     )
 
 
@@ -152,13 +154,14 @@ def create_app(
     settings: RouterSettings | None = None,
     mocks: Mapping[str, MockSpec] | None = None,
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
+    state_url: str | None = None,
 ) -> FastAPI:
     """The host app with ``ModelRouter`` mounted, routing to the upstreams at ``upstreams``.
 
     ``settings`` replaces the demo's routing setup (:func:`build_settings`) entirely; ``mocks``
     (the specs the mocks run with) only feeds the description on ``GET /``.
     """
-    settings = settings or build_settings(upstreams, first_byte_timeout=first_byte_timeout)
+    settings = settings or build_settings(upstreams, first_byte_timeout=first_byte_timeout, state_url=state_url)
     description = _describe(settings, mocks if mocks is not None else default_specs())
 
     app = FastAPI(title="asgi_router demo", version="0.1.0")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from .app import DEFAULT_FIRST_BYTE_TIMEOUT, REAL_PROVIDERS, create_app
 from .mock_upstreams import MockUpstreams, default_specs
 from .serving import ServerHandle, bind_socket, url_for
+from .workers import Workers
 
 __all__ = ["banner", "curl_commands", "main", "parse_args", "python_snippet", "serve"]
 
@@ -76,11 +77,34 @@ print()
 """
 
 
+def _fleet_lines(workers: int, state_url: str | None) -> list[str]:
+    """What to watch when the host app runs in several workers."""
+    if state_url:
+        from asgi_router.fleet.link import masked
+
+        return [
+            f"{workers} workers share breakers, rotation and budgets through {masked(state_url)}.",
+            "Ask for group/rotate a few times: the log's [worker N] changes from call to call, and",
+            "steady/mock-a and steady/mock-b still take turns, as in one process.",
+        ]
+    return [
+        f"{workers} workers, each with its own breakers, rotation and budgets: ask for group/rotate a",
+        "few times and a member can come twice in a row. --state-url redis://... shares them.",
+    ]
+
+
 def _indent(text: str, prefix: str = "    ") -> str:
     return "".join(prefix + line if line.strip() else line for line in text.splitlines(keepends=True))
 
 
-def banner(base: str, mocks: MockUpstreams, first_byte_timeout: float, env: dict[str, str] | None = None) -> str:
+def banner(
+    base: str,
+    mocks: MockUpstreams,
+    first_byte_timeout: float,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    state_url: str | None = None,
+) -> str:
     """What the demo prints once it is ready: where things are and what to try."""
     env = dict(os.environ) if env is None else env
     urls = mocks.base_urls
@@ -105,6 +129,8 @@ def banner(base: str, mocks: MockUpstreams, first_byte_timeout: float, env: dict
     if not joined:
         names = " or ".join(real.key_env for real in REAL_PROVIDERS)
         lines.append(f"  (set {names} to add real providers)")
+    if workers > 1:
+        lines += ["", *_fleet_lines(workers, state_url)]
     lines += [
         "",
         "Try it with curl; run it a few times. -i shows the x-router-model, x-router-attempts",
@@ -169,6 +195,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--access-log", action="store_true", help="also log uvicorn's access lines (host app and mocks)"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="host app worker processes on one socket, as uvicorn --workers runs them (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--state-url",
+        default=None,
+        help="share breakers, rotation and budgets between the workers through this Redis, "
+        "e.g. redis://127.0.0.1:6379/0 (needs the redis extra)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error("--port must be between 0 and 65535")
@@ -176,6 +214,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--flaky-rate must be between 0 and 1")
     if args.slow_delay < 0 or args.first_byte_timeout <= 0:
         parser.error("--slow-delay must be >= 0 and --first-byte-timeout > 0")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     return args
 
 
@@ -200,7 +240,7 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = 0
-    host: ServerHandle | None = None
+    host: ServerHandle | Workers | None = None
     code = 0
     mocks = MockUpstreams(default_specs(flaky_rate=args.flaky_rate, slow_delay=args.slow_delay))
 
@@ -236,12 +276,21 @@ async def serve(args: argparse.Namespace) -> int:
             sock.close()
             raise
         try:
-            app = create_app(mocks.base_urls, mocks=mocks.specs, first_byte_timeout=args.first_byte_timeout)
-            host = ServerHandle("host app", app, sock, lifespan=True, graceful_shutdown=5)
+            if args.workers > 1:
+                host = Workers(args.workers, sock, dict(mocks.base_urls), args.first_byte_timeout, args.state_url or "")
+            else:
+                app = create_app(
+                    mocks.base_urls,
+                    mocks=mocks.specs,
+                    first_byte_timeout=args.first_byte_timeout,
+                    state_url=args.state_url,
+                )
+                host = ServerHandle("host app", app, sock, lifespan=True, graceful_shutdown=5)
             await host.start()
             if args.slow_delay <= args.first_byte_timeout:
                 log.warning("--slow-delay is not above --first-byte-timeout: the slow mock will not time out")
-            print(banner(base, mocks, args.first_byte_timeout), flush=True)
+            text = banner(base, mocks, args.first_byte_timeout, workers=args.workers, state_url=args.state_url)
+            print(text, flush=True)
             stopping = asyncio.create_task(stop.wait())
             host_done = asyncio.create_task(host.wait())
             await asyncio.wait({stopping, host_done}, return_when=asyncio.FIRST_COMPLETED)

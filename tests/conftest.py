@@ -16,6 +16,7 @@ from asgi_router.observability.sinks import EventBus
 from asgi_router.testing import TEST_KEY
 
 from .fake_anthropic import FakeAnthropic
+from .fleet import REDIS_PASSWORD, RedisServer
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
@@ -26,7 +27,7 @@ API_KEY = "sk-test-upstream-SECRET-0123456789"
 CLIENT_KEY = "rk-client-7c1e9f0a2b3d4e5f60718293"
 """An inbound key (``RouterSettings(api_keys=...)``) for auth tests: it must not leak either."""
 
-SECRETS = (API_KEY, CLIENT_KEY, TEST_KEY)
+SECRETS = (API_KEY, CLIENT_KEY, TEST_KEY, REDIS_PASSWORD)
 """Every key a test configures: ``TEST_KEY`` is the one the kit's ``FakeUpstream.provider()`` gives."""
 
 
@@ -101,6 +102,14 @@ def anthropic() -> Iterator[FakeAnthropic]:
     accepting only :data:`API_KEY`; ``.provider()`` is its provider entry (``kind = "anthropic"``)."""
     with FakeAnthropic(API_KEY) as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real ``redis-server`` on a free loopback port, for the fleet tests (tests/fleet.py)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from bench import fleet as bench_fleet
 from bench import report, wrk
 from bench.floor import Floor
 from bench.host import build
@@ -16,6 +18,7 @@ from bench.micro import micro, router_in_process
 from bench.streams import hold_streams
 from bench.upstream import COMPLETION, app, sse_events
 
+from .fleet import RedisServer
 from .servers import ServerThread
 
 
@@ -144,3 +147,26 @@ def test_demo_app_is_measured_as_users_start_it() -> None:
 
     assert _demo_target("") == "python -m demo_app"
     assert _demo_target("pkg.mod:app") == "pkg.mod:app"
+
+
+@pytest.mark.fleet
+def test_fleet_part_measures_both_budget_designs_and_the_freshness_of_an_opening(redis_server: RedisServer) -> None:
+    budget = asyncio.run(bench_fleet._budget_costs(redis_server.url, 64))
+    fresh = asyncio.run(bench_fleet._propagation(redis_server.url, 2))
+    assert all(value > 0 for value in budget.values()), budget
+    assert fresh["max_ms"] < 5000 and fresh["trials"] == 2
+    data = {
+        "fleet": {
+            "throughput": {
+                "rps": {"router": 100.0, "router-redis": 95.0},
+                "errors": 0,
+                "ratio": {"median": 0.95, "min": 0.9, "max": 1.0},
+            },
+            "in_process": {"in_memory_us": 70.0, "state_url_us": 71.0},
+            "budget": budget,
+            "propagation": fresh,
+        }
+    }
+    rows = {row["target"]: row for row in report.targets(data)}
+    assert rows["router with state_url (local Redis) / in memory req/s, c=16, order group"]["met"] is True
+    assert "## Fleet: state shared through Redis" in "\n".join(report._fleet_section(data["fleet"]))

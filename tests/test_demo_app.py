@@ -16,6 +16,8 @@ from asgi_lifespan import LifespanManager
 
 from demo_app.app import running_demo
 
+from .fleet import REDIS_PASSWORD, RedisServer
+
 pytestmark = pytest.mark.anyio
 
 
@@ -112,3 +114,43 @@ def test_python_m_demo_app_help_lists_every_mock_including_down_and_the_models()
     ]:
         assert re.search(rf"^  {name} +.*{what}", mocks, re.MULTILINE), (name, finished.stdout)
     assert "group/unreachable" in finished.stdout
+
+
+@pytest.mark.fleet
+def test_python_m_demo_app_with_two_workers_sharing_redis_keeps_one_rotation(redis_server: RedisServer) -> None:
+    """The way to watch a fleet: two workers on one socket, one rotate sequence between them."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "demo_app", "--port", "0", "--workers", "2", "--state-url", redis_server.url]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        output: list[str] = []
+        base = None
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+            found = re.search(r"host app with ModelRouter on (http://127\.0\.0\.1:\d+)", line)
+            base = base or (found.group(1) if found else None)
+            if "Press Ctrl-C to stop." in line:
+                break
+        text = "".join(output)
+        assert base is not None, text
+        assert "2 workers share breakers, rotation and budgets through" in text
+        assert REDIS_PASSWORD not in text
+        body = {"model": "group/rotate", "messages": [{"role": "user", "content": "hi"}]}
+        winners = []
+        for _ in range(6):  # fresh connections: the kernel hands them to either worker
+            response = httpx2.post(f"{base}/v1/chat/completions", json=body, timeout=10)
+            winners.append(response.headers["x-router-model"])
+        assert all(winners[i] != winners[i + 1] for i in range(5)), winners  # wherever the counter stood
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

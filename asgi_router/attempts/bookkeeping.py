@@ -28,7 +28,7 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.core.skip import Skip
-from asgi_router.resilience.stats import RoutingStats, over_budget
+from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
@@ -93,7 +93,7 @@ class Bookkeeper:
         limits = policy.limits.get(key) if policy is not None else None
         if limits is not None:
             tokens = facts.prompt_tokens if limits.tpm is not None else 0
-            if over_budget(limits, self.stats.usage(key), tokens):
+            if not self.stats.within_budget(key, limits, tokens):
                 return Skip("over_budget", self.stats.usage_frees_in(key))
         return None
 

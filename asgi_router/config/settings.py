@@ -51,6 +51,7 @@ from asgi_router.config.resilience import (
     RetryBudgetSettings,
 )
 from asgi_router.config.rules import RuleSettings
+from asgi_router.config.state import check_key_prefix, check_state_url
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
 
@@ -166,6 +167,20 @@ class RouterSettings(BaseSettings):
         "must not hold a request open for ever.",
     )
 
+    # Shared state (``config/state.py``): breakers, rotation and budgets across a fleet.
+    state_url: SecretStr | None = Field(
+        default=None,
+        description="Where breakers, `rotate` counters and rpm/tpm budgets live: absent or `memory://` keeps them "
+        "in this process; `redis://[user:password@]host:6379/0` (or `rediss://`, `unix://`, "
+        "`redis+sentinel://host:26379,host2:26379/primary-name/0`) shares them with every process naming the "
+        "same store and prefix (needs the `redis` extra). A secret: never shown.",
+    )
+    state_key_prefix: str = Field(
+        default="asgi_router",
+        description="The first segment of every Redis key the router writes, so that two gateways can share one "
+        "Redis without sharing state.",
+    )
+
     # Inbound auth: exactly one of these three (``inbound_auth.NO_INBOUND_AUTH`` says why).
     api_keys: Annotated[list[SecretStr] | dict[str, SecretStr] | None, NoDecode] = Field(
         default=None,
@@ -218,6 +233,16 @@ class RouterSettings(BaseSettings):
         cls, value: list[SecretStr] | dict[str, SecretStr] | None
     ) -> list[SecretStr] | dict[str, SecretStr] | None:
         return check_api_keys(value)
+
+    @field_validator("state_url")
+    @classmethod
+    def _check_state_url(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_state_url(value)
+
+    @field_validator("state_key_prefix")
+    @classmethod
+    def _check_state_key_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
 
     @field_validator("routes")
     @classmethod

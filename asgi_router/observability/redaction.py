@@ -22,6 +22,7 @@ import traceback
 import weakref
 from collections.abc import Iterable
 from typing import Final
+from urllib.parse import unquote, urlsplit
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.observability.events import logger
@@ -81,8 +82,8 @@ _CREDENTIAL_HEADER: Final = re.compile(r"key|token|secret|auth|password|credenti
 
 
 def secrets_of(settings: RouterSettings) -> list[str]:
-    """Every key ``settings`` configures: the providers' (resolved from the environment too)
-    and the inbound ``api_keys``."""
+    """Every key ``settings`` configures: the providers' (resolved from the environment too),
+    the inbound ``api_keys`` and the shared state's Redis password."""
     found = [key.get_secret_value() for provider in settings.providers.values() if (key := provider.key())]
     # Static provider headers that carry credentials (Azure's ``api-key``, a gateway token, ...).
     found += [
@@ -94,4 +95,9 @@ def secrets_of(settings: RouterSettings) -> list[str]:
     inbound = settings.api_keys
     if inbound is not None:
         found += [key.get_secret_value() for key in (inbound.values() if isinstance(inbound, dict) else inbound)]
+    # The shared state's Redis password (the router logs its URL masked; this catches any other path).
+    if settings.state_url is not None:
+        password = urlsplit(settings.state_url.get_secret_value()).password
+        if password and len(password) > 4:
+            found.append(unquote(password))
     return found

@@ -99,8 +99,32 @@ class CircuitBreaker:
         self._probes: list[float] = []
         self._probe_successes = 0
 
+    @property
+    def consecutive_failures(self) -> int:
+        """Failures in a row while closed (what ``consecutive_failures`` is compared with)."""
+        return self._consecutive
+
     def view(self) -> BreakerView:
         return BreakerView(self.phase, self.opened_at, self.open_for, self._consecutive, len(self._probes))
+
+    def adopt(self, phase: Phase, opened_at: float | None, open_for: float, consecutive: int) -> None:
+        """Take a state decided elsewhere (a fleet's shared breaker), times on this one's clock.
+
+        The probes this process holds are forgotten on any change of phase: whatever they
+        report later belongs to an earlier phase and is ignored, as :meth:`record` says.
+        """
+        if phase is Phase.CLOSED:
+            if self.phase is not Phase.CLOSED:
+                self._close()
+            self._consecutive = consecutive
+            return
+        if phase is not self.phase:
+            self._probes.clear()
+            self._probe_successes = 0
+        self.phase = phase
+        self.opened_at = opened_at
+        self.open_for = open_for
+        self._consecutive = consecutive
 
     # --- admission --------------------------------------------------------------------------
 

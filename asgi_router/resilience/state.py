@@ -1,8 +1,8 @@
 """All mutable routing state behind one small interface: breakers, rotation, budgets, statistics.
 
 Nothing else in the router keeps or touches this state; it asks a :class:`RouterState`. The
-in-memory implementation serves one process. A shared store (a later issue: Redis, so that
-several workers and hosts see one breaker) implements the same methods.
+in-memory implementation serves one process; :mod:`asgi_router.fleet` shares it through Redis, so
+that several workers and hosts see one breaker, one rotation and one budget.
 
 The methods are synchronous on purpose: they sit on every request's path (a rotate counter
 inside resolution, an admission per attempt), which must never wait on I/O or hold a lock
@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from asgi_router.config.resilience import BreakerSettings, RetryBudgetSettings
@@ -52,6 +52,16 @@ class RouterState(RoutingStats, Protocol):
 
     def next_rotation(self, key: str) -> int:
         """The next value of ``key``'s counter (0, 1, 2, ...): one per resolved request."""
+        ...
+
+    def fleet_rotation(self, key: str) -> Callable[[], Awaitable[int]] | None:
+        """``key``'s counter shared by a fleet, to await once per request; ``None`` when the
+        counter is this process's own (:meth:`next_rotation`, no await).
+
+        Asked once per rotate group when the router is built. The one place a request may
+        wait on the shared store: a shared counter is one atomic increment there, and a
+        state that cannot reach its store answers from :meth:`next_rotation` instead.
+        """
         ...
 
     def admit(self, key: str, policy: BreakerSettings, now: float, *, force: bool = False) -> Admission:
@@ -107,6 +117,9 @@ class InMemoryState(InMemoryStats):
         self._counters: dict[str, itertools.count[int]] = {}
         self._breakers: OrderedDict[str, CircuitBreaker] = OrderedDict()
         self._retries: dict[str, int] = {}
+
+    def fleet_rotation(self, key: str) -> Callable[[], Awaitable[int]] | None:
+        return None  # one process: next_rotation is the whole sequence
 
     def next_rotation(self, key: str) -> int:
         counter = self._counters.get(key)

@@ -109,6 +109,13 @@ class RoutingStats(Protocol):
     def usage_frees_in(self, key: str) -> float:
         """Seconds until the oldest usage of ``key`` leaves the window (0 when there is none)."""
 
+    def within_budget(self, key: str, limits: Limits, tokens: int) -> bool:
+        """Whether one more request of ``tokens`` estimated tokens to ``key`` stays within ``limits``.
+
+        The one budget check of the attempt loop. In memory it is :func:`over_budget` over
+        :meth:`usage`; a fleet's shared state answers from the slice of the budget it holds.
+        """
+
     def earn_hedge_credit(self, key: str, amount: float) -> None:
         """One request of group ``key`` earns ``amount`` of a hedge."""
 
@@ -220,6 +227,9 @@ class InMemoryStats:
         if not window.buckets:
             return 0.0
         return max(0.0, window.buckets[0][0] + USAGE_WINDOW - self._clock())
+
+    def within_budget(self, key: str, limits: Limits, tokens: int) -> bool:
+        return not over_budget(limits, self.usage(key), tokens)
 
     # hedge credit ----------------------------------------------------------------------------
 

@@ -4,7 +4,11 @@ Resolution sits on every request's path, so it does no I/O, takes no locks and, 
 groups, allocates nothing: plans are built once from the settings and handed out as they are.
 ``rotate`` precomputes every rotation and picks one with a counter advanced once per request;
 the counter lives in the router's :class:`~asgi_router.resilience.state.RouterState` (synchronous, never
-awaits), so that a shared store can later make rotation span workers.
+awaits). A fleet's shared state offers a counter to await instead
+(:meth:`~asgi_router.resilience.state.RouterState.fleet_rotation`): then a rotate group resolves to
+a plan whose :attr:`Plan.rotation` is still to be settled, and the router awaits
+:meth:`Plan.settle` once, before the attempts. Resolution itself stays synchronous, and every
+other strategy never waits.
 
 A plan also says how often each candidate may be retried in place (``retries``): a plan of one
 candidate gets ``RouterSettings.retries``, a longer one fails over instead unless its group
@@ -21,7 +25,7 @@ names something unknown yields a :class:`ResolveError`, never an exception from 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final
@@ -41,7 +45,7 @@ from asgi_router.routing.policy import GroupPolicy
 from asgi_router.routing.rules import RuleTable
 from asgi_router.routing.strategies import STRATEGIES, Member, Orderer, StrategyContext
 
-__all__ = ["Plan", "ResolveError", "Resolver"]
+__all__ = ["Plan", "ResolveError", "Resolver", "Rotation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,8 @@ class Plan:
     retries: int = 0
     #: The candidates' ``provider/model-id`` names, in order (the request record's ``plan``).
     labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: A rotate group's shared counter, still to be asked (:meth:`settle`); ``None``: settled.
+    rotation: Rotation | None = None
     #: Whether the attempt loop races this plan's candidates (``hedging.py``).
     hedged: bool = field(init=False, repr=False, compare=False)
 
@@ -66,6 +72,22 @@ class Plan:
         policy = self.policy
         hedged = policy is not None and policy.hedge_after is not None and len(self.candidates) > 1
         object.__setattr__(self, "hedged", hedged)
+
+    async def settle(self) -> Plan:
+        """This plan with its rotation fetched from the shared counter (itself if it has none)."""
+        rotation = self.rotation
+        if rotation is None:
+            return self
+        orders = rotation.orders
+        return replace(self, candidates=orders[await rotation.counter() % len(orders)], rotation=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """A rotate group's possible orders and the fleet's counter that picks one per request."""
+
+    orders: tuple[tuple[Candidate, ...], ...]
+    counter: Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +114,8 @@ class _GroupTable:
     context: StrategyContext
     #: The group's rotation counter (``state.next_rotation(group)``).
     counter: _Counter
+    #: The fleet's counter of the group, to await (``state.fleet_rotation(group)``), if shared.
+    shared: Callable[[], Awaitable[int]] | None = None
 
 
 def _order(group: _GroupTable) -> _PickPlan:
@@ -104,6 +128,9 @@ def _rotate(group: _GroupTable) -> _PickPlan:
     plans = tuple(
         replace(group.base, candidates=candidates[start:] + candidates[:start]) for start in range(len(candidates))
     )
+    if group.shared is not None:
+        pending = replace(group.base, rotation=Rotation(tuple(plan.candidates for plan in plans), group.shared))
+        return lambda facts: pending
     counter = group.counter
     size = len(plans)
     return lambda facts: plans[counter() % size]
@@ -168,8 +195,14 @@ class Resolver:
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)
-            counter = partial(state.next_rotation, name)
-            self._groups[name] = self._group_picker(group, members, policy, context, counter, settings.retries)
+            table = _GroupTable(
+                members,
+                self._base_plan(group, members, policy, settings.retries),
+                context,
+                partial(state.next_rotation, name),
+                state.fleet_rotation(name) if group.strategy == "rotate" else None,
+            )
+            self._groups[name] = _STRATEGIES[group.strategy](table)
         self._aliases: dict[str, ModelRef] = {}
         # ``model`` strings already parsed into a configured group or alias: a bounded set (the
         # configuration's names), unlike direct refs, whose model ids are the client's to choose.
@@ -187,20 +220,13 @@ class Resolver:
                 self._rule_targets[rule.name] = ref
 
     @staticmethod
-    def _group_picker(
-        group: GroupSettings,
-        members: tuple[Member, ...],
-        policy: GroupPolicy,
-        context: StrategyContext,
-        counter: _Counter,
-        retries: int,
-    ) -> _PickPlan:
+    def _base_plan(group: GroupSettings, members: tuple[Member, ...], policy: GroupPolicy, retries: int) -> Plan:
+        """The group's members in configured order, with its failover, policies and retries."""
         if group.retries is not None:
             retries = group.retries
         elif len(members) > 1:
             retries = 0
-        base = Plan(tuple(member.candidate for member in members), group.failover_on, DEFAULT_ROUTE, policy, retries)
-        return _STRATEGIES[group.strategy](_GroupTable(members, base, context, counter))
+        return Plan(tuple(member.candidate for member in members), group.failover_on, DEFAULT_ROUTE, policy, retries)
 
     def _by_rule(self, group: str, facts: RequestFacts) -> Plan | ResolveError | None:
         """The plan a matching ``[[rules]]`` entry routes ``group/<group>`` to, if one matches."""

@@ -1,6 +1,7 @@
 """The host app's lifespan, with the router's own work around it.
 
-On ``lifespan.startup`` the router opens the serving loop's upstream client and starts its
+On ``lifespan.startup`` the router opens the serving loop's upstream client (and the shared
+state's connection, when the state is shared) and starts its
 background work (the event sinks' workers, the opt-in health probes); ``gc_freeze`` runs once
 the app's startup is complete. On shutdown the sinks get a short grace to drain, the background
 work stops, the client is closed, and only then is the app's ``lifespan.shutdown.complete``
@@ -17,7 +18,8 @@ WARNING, what does not run then.
 from __future__ import annotations
 
 import gc
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,16 +30,33 @@ from asgi_router.observability.sinks import EventBus
 from asgi_router.runtime.health import HealthProber
 from asgi_router.transports.base import Transport
 
-__all__ = ["Lifespan"]
+__all__ = ["Connected", "Lifespan"]
+
+
+@runtime_checkable
+class Connected(Protocol):
+    """Something with a connection opened on startup and closed on shutdown (the shared state)."""
+
+    def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Lifespan:
     """Runs the host app's lifespan with the router's start-up and shut-down around it."""
 
     def __init__(
-        self, app: ASGIApp, settings: RouterSettings, transport: Transport, events: EventBus, health: HealthProber
+        self,
+        app: ASGIApp,
+        settings: RouterSettings,
+        transport: Transport,
+        events: EventBus,
+        health: HealthProber,
+        connected: Sequence[Connected] = (),
     ) -> None:
         self._app = app
+        #: Opened with the upstream client, closed after it (the shared state's connection).
+        self._connected = tuple(connected)
         self._settings = settings
         self._transport = transport
         self._events = events
@@ -54,6 +73,8 @@ class Lifespan:
             if message["type"] == "lifespan.startup":
                 self.seen = True
                 self._transport.start()
+                for part in self._connected:
+                    part.start()
                 background.start_soon(self._background, stop)
             return message
 
@@ -77,6 +98,8 @@ class Lifespan:
             finally:
                 stop.set()
         await self._transport.aclose()
+        for part in self._connected:
+            await part.aclose()
         if ended:
             await send(ended[0])  # the last await: the server may end the loop from here on
         if failure is not None:

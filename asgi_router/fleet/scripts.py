@@ -1,0 +1,169 @@
+"""The Lua scripts the shared state runs in Redis: each one atomic, one round trip.
+
+Redis runs a script to completion before any other command, so a breaker's count, its phase and
+its probe slots change together, and a budget's slice is granted against a window no other
+process can change meanwhile. Time is the store's own (``TIME``): processes on several hosts
+share one clock for what they share, and each converts an age back to its own monotonic clock.
+
+**Breaker** (``KEYS``: the breaker's hash, the index of breakers; ``ARGV``: the operation, the
+policy, the key's time to live, the most breakers kept, the channel, the breaker's name, whether
+this process opened it by its own failure-rate rule, the hash keys' prefix). Operations: ``fail``
+(a failure while closed; opens at the policy's count), ``ok`` (a success resets the count),
+``probe_ok`` / ``probe_fail`` (a half-open probe's result), ``trip`` / ``recover`` (health
+probes), ``claim`` (ask for one of the half-open probe slots, moving an open breaker whose time
+is up to half-open). Every write bumps a version (the store's clock in microseconds, never
+lower than the key's last); a change of phase, or of the count between zero and not, is
+published, so that every process knows whether its next success must reset the count. It answers
+``[phase, seconds since it opened, open_for, consecutive failures, version, granted]``. The
+index (a sorted set by last write) bounds how many breakers the store keeps: past the bound, the
+least recently written is forgotten, as the in-memory table forgets.
+
+**Lease** (``KEYS``: the requests and tokens windows, hashes of second → count; ``ARGV``: the
+rpm and tpm caps, ``-1`` for none, the slice wanted of each, what this process used beyond its
+slices, the window's length). Sums the rolling window, counts the debt, grants what is left up to
+the slice wanted, counts the grant as used, and answers ``[requests granted, tokens granted,
+requests used, tokens used, seconds until the oldest use leaves the window]``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["BREAKER", "LEASE"]
+
+BREAKER: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local op = ARGV[1]
+local threshold = tonumber(ARGV[2])
+local base_open = tonumber(ARGV[3])
+local max_open = tonumber(ARGV[4])
+local probes_max = tonumber(ARGV[5])
+local probe_timeout = tonumber(ARGV[6])
+local ttl = tonumber(ARGV[7])
+local max_keys = tonumber(ARGV[8])
+local h = KEYS[1]
+local st = redis.call('HMGET', h, 'phase', 'opened_at', 'open_for', 'consec', 'v', 'probes', 'ok')
+local phase = st[1] or 'closed'
+local opened_at = tonumber(st[2]) or 0
+local open_for = tonumber(st[3]) or base_open
+local consec = tonumber(st[4]) or 0
+local v = tonumber(st[5]) or 0
+local probes = {}
+if st[6] then probes = cjson.decode(st[6]) end
+local ok = tonumber(st[7]) or 0
+local before = phase
+local counted_before = consec > 0
+local granted = 0
+
+local function open(duration)
+  phase = 'open'; opened_at = now; open_for = duration; probes = {}; ok = 0
+end
+local function close()
+  phase = 'closed'; opened_at = 0; open_for = base_open; consec = 0; probes = {}; ok = 0
+end
+
+if op == 'fail' then
+  if phase == 'closed' then
+    consec = consec + 1
+    if consec >= threshold or ARGV[11] == '1' then open(base_open) end
+  end
+elseif op == 'ok' then
+  if phase == 'closed' then consec = 0 end
+elseif op == 'probe_ok' then
+  if phase == 'half_open' then
+    table.remove(probes, 1)
+    ok = ok + 1
+    if ok >= probes_max then close() end
+  end
+elseif op == 'probe_fail' then
+  if phase == 'half_open' then open(math.min(open_for * 2, max_open)) end
+elseif op == 'trip' then
+  if phase == 'closed' then open(base_open)
+  elseif phase == 'half_open' then open(math.min(open_for * 2, max_open))
+  else opened_at = now end
+elseif op == 'recover' then
+  if phase == 'half_open' or (phase == 'open' and now >= opened_at + open_for) then close() end
+elseif op == 'claim' then
+  if phase == 'open' and now >= opened_at + open_for then
+    phase = 'half_open'; probes = {}; ok = 0
+  end
+  if phase == 'half_open' then
+    local kept = {}
+    for _, started in ipairs(probes) do
+      if started > now - probe_timeout then table.insert(kept, started) end
+    end
+    probes = kept
+    if #probes < probes_max then
+      table.insert(probes, now)
+      granted = 1
+    end
+  end
+end
+
+v = math.max(v + 1, math.floor(now * 1000000))
+local version = string.format('%.0f', v)
+local encoded = '[]'
+if #probes > 0 then encoded = cjson.encode(probes) end
+redis.call('HSET', h, 'phase', phase, 'opened_at', string.format('%.6f', opened_at),
+  'open_for', string.format('%.6f', open_for), 'consec', consec, 'v', version, 'probes', encoded, 'ok', ok)
+redis.call('EXPIRE', h, ttl)
+if redis.call('ZADD', KEYS[2], now, ARGV[10]) == 1 then
+  local extra = redis.call('ZCARD', KEYS[2]) - max_keys
+  if extra > 0 then
+    local evicted = redis.call('ZPOPMIN', KEYS[2], extra)
+    for i = 1, #evicted, 2 do redis.call('DEL', ARGV[12] .. evicted[i]) end
+  end
+end
+redis.call('EXPIRE', KEYS[2], ttl)
+local age = 0
+if phase ~= 'closed' then age = now - opened_at end
+local state = {phase, string.format('%.6f', age), string.format('%.6f', open_for), consec, version, granted}
+if phase ~= before or counted_before ~= (consec > 0) then
+  redis.call('PUBLISH', ARGV[9], cjson.encode({ARGV[10], phase, age, open_for, consec, version}))
+end
+return state
+"""
+
+LEASE: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local cap_r = tonumber(ARGV[1])
+local cap_t = tonumber(ARGV[2])
+local want_r = tonumber(ARGV[3])
+local want_t = tonumber(ARGV[4])
+local debt_r = tonumber(ARGV[5])
+local debt_t = tonumber(ARGV[6])
+local window = tonumber(ARGV[7])
+local oldest = now
+
+local function total(key)
+  local sum = 0
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    local second = tonumber(flat[i])
+    if second == nil or second <= now - window then
+      redis.call('HDEL', key, flat[i])
+    else
+      local n = tonumber(flat[i + 1]) or 0
+      sum = sum + n
+      if n > 0 and second < oldest then oldest = second end
+    end
+  end
+  return sum
+end
+
+local used_r = total(KEYS[1])
+local used_t = total(KEYS[2])
+local grant_r = 0
+local grant_t = 0
+if cap_r >= 0 then grant_r = math.max(0, math.min(want_r, cap_r - used_r - debt_r)) end
+if cap_t >= 0 then grant_t = math.max(0, math.min(want_t, cap_t - used_t - debt_t)) end
+local add_r = debt_r + grant_r
+local add_t = debt_t + grant_t
+if add_r ~= 0 then redis.call('HINCRBY', KEYS[1], now, add_r) end
+if add_t ~= 0 then redis.call('HINCRBY', KEYS[2], now, add_t) end
+redis.call('EXPIRE', KEYS[1], window + 5)
+redis.call('EXPIRE', KEYS[2], window + 5)
+return {grant_r, grant_t, used_r + add_r, used_t + add_t, oldest + window - now}
+"""

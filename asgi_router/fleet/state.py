@@ -1,0 +1,279 @@
+"""``SharedState``: the router's state shared by every process that names the same Redis.
+
+It *is* an :class:`~asgi_router.resilience.state.InMemoryState`: every question a request asks
+is answered from this process's own view, synchronously, exactly as in one process. What is
+shared is kept fresh in the background:
+
+* **Breakers.** A failure is written to the store (``scripts.BREAKER``) as it is recorded here;
+  the store counts failures in a row across the fleet and opens the breaker at the policy's
+  count, whichever process failed. A change of phase is published, and every process adopts
+  it as the message arrives. A success costs nothing unless the fleet's count is above zero
+  (then one write resets it). Once an open breaker's time is up, a process that meets it asks
+  the store for one of the ``half_open_probes`` slots (in the background; that request is
+  skipped as ``circuit_open``) and only a process holding a slot sends a probe: the probes are
+  counted fleet-wide. The failure-rate rule is judged on each process's own calls (counting
+  the fleet's successes would cost a write per success); an opening it decides is shared.
+* **Rotation.** :meth:`fleet_rotation` is one atomic ``INCR`` per request of a rotate group,
+  the one round trip a request may wait for, at most ``link.REQUEST_TIMEOUT``.
+* **Budgets.** Leased slices (``budgets.py``).
+
+Every answer from the store carries a version (the store's clock in microseconds, never lower
+than the key's last): an answer older than what this process has already adopted is ignored, so
+a reply and a message arriving out of order never move a breaker backwards.
+
+While the store is unreachable (``link.py``) nothing is written or waited for: the process runs
+on its own view, as a single process does, and adopts the store's view again when it is back.
+Local by design: in-flight counts and ``max_concurrent``, the retry budget, TTFB averages and
+hedge credit protect or describe this process only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from asgi_router.config.resilience import BreakerSettings
+from asgi_router.fleet.budgets import Leases
+from asgi_router.fleet.link import Link
+from asgi_router.fleet.scripts import BREAKER
+from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
+from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState
+from asgi_router.resilience.stats import Limits, WindowUsage
+
+__all__ = ["CLAIM_PAUSE", "ROTATION_TTL", "SharedState"]
+
+#: Seconds a rotate counter outlives its group's last request.
+ROTATION_TTL: Final = 86_400
+#: Seconds between two asks of one process for a half-open breaker's probe slot.
+CLAIM_PAUSE: Final = 0.1
+
+
+class SharedState(InMemoryState):
+    """:class:`~asgi_router.resilience.state.RouterState` shared through Redis at ``url``.
+
+    ``prefix`` starts every key (two gateways on one Redis keep apart by it); ``policy`` is the
+    breaker policy (the keys' time to live follows it); ``budgets`` are the members with an
+    rpm/tpm budget, whose usage is leased in slices (``budgets.py``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        policy: BreakerSettings,
+        budgets: dict[str, Limits] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        half_life: float = 60.0,
+    ) -> None:
+        super().__init__(clock, half_life)
+        self._prefix = prefix
+        self._policy = policy
+        self._ttl = math.ceil(max(policy.max_open_for, policy.window, policy.probe_timeout)) * 2 + 60
+        self.link = Link(url, f"{prefix}:breakers", on_up=self._resync, on_message=self._on_message, clock=clock)
+        self._leases = Leases(self.link, prefix, clock, dict(budgets or {}))
+        #: The newest version adopted per breaker.
+        self._versions: dict[str, int] = {}
+        #: Half-open probe slots the store granted to this process.
+        self._slots: set[str] = set()
+        self._claiming: set[str] = set()
+        #: When a process refused a probe slot may ask for one again (bounded like the versions).
+        self._claim_after: dict[str, float] = {}
+        self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
+
+    # --- lifespan -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect now (lifespan startup); without a lifespan the first request connects."""
+        self.link.start()
+
+    async def aclose(self) -> None:
+        await self.link.aclose()
+
+    # --- rotation -------------------------------------------------------------------------------
+
+    def fleet_rotation(self, key: str) -> Callable[[], Awaitable[int]]:
+        name = f"{self._prefix}:rot:{key}"
+
+        async def increment(client: Redis) -> int:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.incr(name)
+                pipe.expire(name, ROTATION_TTL)
+                value, _ = await pipe.execute()
+            return int(value) - 1
+
+        async def next_value() -> int:
+            value = await self.link.call(increment, request=True)
+            return self.next_rotation(key) if value is None else value
+
+        return next_value
+
+    # --- breakers -------------------------------------------------------------------------------
+
+    def admit(self, key: str, policy: BreakerSettings, now: float, *, force: bool = False) -> Admission:
+        breaker = self._breakers.get(key)
+        if breaker is None:
+            return ADMITTED
+        if force or breaker.phase is Phase.CLOSED or not self.link.up:
+            return breaker.admit(now, force=force)
+        # Open or half-open with the fleet: a probe needs one of the fleet's slots.
+        opened_at = breaker.opened_at
+        if breaker.phase is Phase.OPEN and opened_at is not None and now < opened_at + breaker.open_for:
+            return Admission(False, opened_at=opened_at)
+        if key in self._slots:
+            self._slots.discard(key)
+            return breaker.admit(now, force=True)
+        if key not in self._claiming and now >= self._claim_after.get(key, 0.0):
+            self._claiming.add(key)
+            self._claim_after[key] = now + CLAIM_PAUSE  # the slots are taken: ask again a little later
+            self._write(key, policy, "claim")
+        return Admission(False, opened_at=opened_at)
+
+    def record(self, key: str, policy: BreakerSettings, now: float, verdict: Verdict, *, probe: bool) -> None:
+        breaker = self._breakers.get(key)
+        was_closed = breaker is None or breaker.phase is Phase.CLOSED
+        counted = breaker is not None and breaker.consecutive_failures > 0
+        super().record(key, policy, now, verdict, probe=probe)
+        if not self.link.up or verdict == "neutral":
+            return
+        if probe:
+            self._write(key, policy, "probe_ok" if verdict == "success" else "probe_fail")
+        elif verdict == "failure" and was_closed:
+            opened = self._breakers[key].phase is not Phase.CLOSED  # by this process's failure-rate rule
+            self._write(key, policy, "fail", opened=opened)
+        elif verdict == "success" and was_closed and counted:
+            self._write(key, policy, "ok")
+
+    def trip(self, key: str, policy: BreakerSettings, now: float) -> None:
+        super().trip(key, policy, now)
+        self._write(key, policy, "trip")
+
+    def recover(self, key: str, policy: BreakerSettings, now: float) -> None:
+        super().recover(key, policy, now)
+        if key in self._breakers:
+            self._write(key, policy, "recover")
+
+    def _write(self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False) -> None:
+        """Run one breaker operation in the store, in the background, and adopt its answer."""
+        if not self.link.up:
+            self._claiming.discard(key)
+            return
+        keys = [self._breaker_key(key), f"{self._prefix}:breakers"]
+        args: list[str | int | float] = [
+            op,
+            policy.consecutive_failures,
+            policy.open_for,
+            policy.max_open_for,
+            policy.half_open_probes,
+            policy.probe_timeout,
+            self._ttl,
+            MAX_BREAKERS,
+            f"{self._prefix}:breakers",
+            key,
+            "1" if opened else "0",
+            f"{self._prefix}:br:",
+        ]
+
+        async def write(client: Redis) -> None:
+            try:
+                answer = await self._script(client)(keys=keys, args=args)
+            finally:
+                if op == "claim":
+                    self._claiming.discard(key)
+            phase, age, open_for, consecutive, version, granted = answer
+            self._adopt(key, phase, age, open_for, consecutive, version)
+            if int(granted):
+                self._slots.add(key)
+                self._claim_after.pop(key, None)
+
+        self.link.spawn(write)
+
+    def _script(self, client: Redis) -> AsyncScript:
+        script = self._scripts.get(client)
+        if script is None:
+            script = self._scripts[client] = client.register_script(BREAKER)
+        return script
+
+    def _breaker_key(self, key: str) -> str:
+        return f"{self._prefix}:br:{key}"
+
+    def _adopt(self, key: str, phase: Any, age: Any, open_for: Any, consecutive: Any, version: Any) -> None:
+        """Take the store's view of ``key``'s breaker unless this process has a newer one."""
+        version = int(version)
+        if version <= self._versions.get(key, 0):
+            return
+        if len(self._versions) >= 2 * MAX_BREAKERS:
+            self._versions.clear()  # bounded like the table; an old answer may then be adopted once
+            self._claim_after.clear()
+        self._versions[key] = version
+        decoded = Phase(phase.decode() if isinstance(phase, bytes) else phase)
+        breaker = self._breaker(key, self._policy)
+        if decoded is not breaker.phase:
+            self._slots.discard(key)
+        opened_at = None if decoded is Phase.CLOSED else self._clock() - float(age)
+        breaker.adopt(decoded, opened_at, float(open_for), int(consecutive))
+
+    def _on_message(self, data: bytes) -> None:
+        """A breaker changed phase somewhere in the fleet."""
+        try:
+            key, phase, age, open_for, consecutive, version = json.loads(data)
+            self._adopt(str(key), str(phase), age, open_for, consecutive, version)
+        except (ValueError, TypeError):
+            return  # not ours, or garbage: the next resync puts things right
+
+    async def _resync(self, client: Redis) -> None:
+        """The store is (again) reachable: adopt every breaker it holds, forget the old slices."""
+        self._versions.clear()  # a restarted store counts versions from its own clock again
+        self._slots.clear()
+        self._claiming.clear()
+        self._claim_after.clear()
+        names = await self.link.call(lambda c: c.zrange(f"{self._prefix}:breakers", 0, -1))
+        if names:
+            decoded = [name.decode() if isinstance(name, bytes) else str(name) for name in names]
+            await self.link.call(partial(self._adopt_all, decoded))
+        self._leases.reset()
+
+    async def _adopt_all(self, names: list[str], client: Redis) -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for name in names:
+                pipe.hmget(self._breaker_key(name), "phase", "opened_at", "open_for", "consec", "v")
+            now_pair, *states = await pipe.execute()
+        now = float(now_pair[0]) + float(now_pair[1]) / 1e6
+        for name, (phase, opened_at, open_for, consecutive, version) in zip(names, states, strict=True):
+            if phase is None or version is None:
+                continue  # expired meanwhile
+            age = now - float(opened_at or 0)
+            self._adopt(name, phase, age if phase != b"closed" else 0, open_for or 0, consecutive or 0, version)
+
+    # --- budgets --------------------------------------------------------------------------------
+
+    def begin_attempt(self, provider: str, limit: int | None) -> bool:
+        self.link.ensure()  # every attempt passes here: a loop's first request connects it
+        return super().begin_attempt(provider, limit)
+
+    def within_budget(self, key: str, limits: Limits, tokens: int) -> bool:
+        decided = self._leases.within(key, limits, tokens)
+        return super().within_budget(key, limits, tokens) if decided is None else decided
+
+    def add_usage(self, key: str, requests: int, tokens: int) -> None:
+        super().add_usage(key, requests, tokens)
+        self._leases.spend(key, requests, tokens)
+
+    def usage(self, key: str) -> WindowUsage:
+        local = super().usage(key)
+        fleet = self._leases.usage(key)
+        if fleet is None:
+            return local
+        return WindowUsage(max(local.requests, fleet.requests), max(local.tokens, fleet.tokens))
+
+    def usage_frees_in(self, key: str) -> float:
+        fleet = self._leases.frees_in(key)
+        return super().usage_frees_in(key) if not fleet else fleet

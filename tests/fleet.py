@@ -1,0 +1,176 @@
+"""A real ``redis-server`` and routers in real uvicorn processes, for the fleet tests.
+
+:class:`RedisServer` runs Debian's ``redis-server`` on a free loopback port, with persistence
+off and an ACL user whose password the routers' URL carries (so that a leaked password would
+show in their logs); :meth:`RedisServer.kill` is a SIGKILL, :meth:`RedisServer.start` again
+brings it back empty on the same port. :class:`RouterProcess` is ``python -m uvicorn
+tests.fleet_app:app`` on a free port, configured by a TOML file; its output goes to a log file
+the tests read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+REDIS_USER = "fleet"
+REDIS_PASSWORD = "Qx7f3a9c1e5b2d4f60pw"
+"""The Redis ACL password in every router's ``state_url``: it must never show in a log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_server_path() -> str:
+    """The ``redis-server`` binary; the fleet tests are skipped without one (``.ci/run`` installs it)."""
+    path = shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+    if path is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    return path
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """``redis-server`` on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        command = [
+            redis_server_path(),
+            "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(self.workdir), "--user", "default", "off",
+            "--user", REDIS_USER, "on", f">{REDIS_PASSWORD}", "~*", "&*", "+@all",
+        ]  # fmt: skip
+        log = (self.workdir / "redis.log").open("ab")
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 10
+        while not _answers_ping(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start; see {self.workdir / 'redis.log'}")
+            time.sleep(0.02)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the connections drop as they would when a host dies."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        self.kill()
+
+
+class RouterProcess:
+    """A router in its own uvicorn process, configured by the TOML file ``config``."""
+
+    def __init__(self, name: str, config: Path, workdir: Path) -> None:
+        self.name = name
+        self.config = config
+        self.port = free_port()
+        self.log_path = workdir / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> RouterProcess:
+        command = [
+            sys.executable, "-m", "uvicorn", "tests.fleet_app:app", "--host", "127.0.0.1",
+            "--port", str(self.port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
+        ]  # fmt: skip
+        env = {**os.environ, "FLEET_CONFIG": str(self.config)}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        log.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=0.5)
+            try:
+                connection.request("GET", "/health")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            finally:
+                connection.close()
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not start:\n{self.log()}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Fleet:
+    """Several :class:`RouterProcess` started together and stopped together."""
+
+    def __init__(self, routers: list[RouterProcess]) -> None:
+        self.routers = routers
+
+    def __enter__(self) -> Fleet:
+        for router in self.routers:
+            router.start()
+        try:
+            for router in self.routers:
+                router.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for router in self.routers:
+            router.stop()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
