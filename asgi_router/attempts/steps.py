@@ -24,6 +24,7 @@ retries; this class does and records each step. Both read the router's parts fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
@@ -41,6 +42,9 @@ from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.base import close_response
 from asgi_router.transports.request_headers import request_headers_for_upstream
+
+if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
+    from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["RequestAttempts"]
 
@@ -61,6 +65,7 @@ class RequestAttempts:
         "_route",
         "_stream",
         "_summaries",
+        "_trace",
         "_wire",
         "attempts",
         "deadline",
@@ -81,8 +86,11 @@ class RequestAttempts:
         record: RequestRecord,
         facts: RequestFacts,
         deadline: float,
+        trace: RequestTrace | None = None,
     ) -> None:
         self._context = context
+        #: The request's trace, when a tracer provider is set: each call is a span of it.
+        self._trace = trace
         self.plan = plan
         #: The reasons that move on to the next candidate (the group's, or the default).
         self.failover_on = plan.failover_on
@@ -153,11 +161,14 @@ class RequestAttempts:
         headers = request_headers_for_upstream(
             self._inbound, provider.headers, self.record.request_id, provider.forward
         )
+        url = provider.urls[self._route]
+        if self._trace is not None:  # the attempt's span, and its traceparent in the headers
+            self._trace.attempt(ready.key, provider.name, ready.candidate.model_id, url, headers)
         try:
             return await call(
                 context,
                 ready,
-                provider.urls[self._route],
+                url,
                 headers,
                 self._stream,
                 self.failover_on,

@@ -15,11 +15,12 @@ or from the body's size.
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage"]
+__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
 #: Most bytes of a stream kept for the usage read after it ends.
 TAIL_BYTES: Final = 64 * 1024
@@ -29,6 +30,7 @@ _USAGE_SPAN: Final = 4096
 _ENVELOPE_BYTES: Final = 300
 _CHARS_PER_TOKEN: Final = 4
 _DECODER: Final = json.JSONDecoder()
+_MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +106,10 @@ def count_tokens(data: bytes, prompt_estimate: int, chunks: int | None = None) -
     else:
         completion = max(1, (len(data) - _ENVELOPE_BYTES) // _CHARS_PER_TOKEN)
     return TokenCount(prompt_estimate, completion, measured=False)
+
+
+def response_model(body: bytes) -> str | None:
+    """The ``model`` an upstream's answer (a body, or a stream's first chunk) says it came from
+    (traces report it: an alias such as ``gpt-4o`` is answered by a dated model)."""
+    found = _MODEL.search(body, 0, 8192)
+    return found[1].decode("utf-8", "replace") if found is not None else None

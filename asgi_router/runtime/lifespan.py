@@ -1,7 +1,8 @@
 """The host app's lifespan, with the router's own work around it.
 
 On ``lifespan.startup`` the router opens the serving loop's upstream client and starts its
-background work (the event sinks' workers, the opt-in health probes); ``gc_freeze`` runs once
+background work (the event sinks' workers, the opt-in health probes, a metrics worker's gauge
+refresh); ``gc_freeze`` runs once
 the app's startup is complete. On shutdown the sinks get a short grace to drain, the background
 work stops, the client is closed, and only then is the app's ``lifespan.shutdown.complete``
 forwarded: a server takes that message as leave to stop the loop (uvicorn returns and
@@ -17,6 +18,7 @@ WARNING, what does not run then.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -35,9 +37,17 @@ class Lifespan:
     """Runs the host app's lifespan with the router's start-up and shut-down around it."""
 
     def __init__(
-        self, app: ASGIApp, settings: RouterSettings, transport: Transport, events: EventBus, health: HealthProber
+        self,
+        app: ASGIApp,
+        settings: RouterSettings,
+        transport: Transport,
+        events: EventBus,
+        health: HealthProber,
+        background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     ) -> None:
         self._app = app
+        #: More work to run from startup to shutdown (the metrics' gauge refresh).
+        self._more = tuple(background)
         self._settings = settings
         self._transport = transport
         self._events = events
@@ -87,6 +97,8 @@ class Lifespan:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._events.run)
             tasks.start_soon(self._health.run)
+            for work in self._more:
+                tasks.start_soon(work)
             await stop.wait()
             tasks.cancel_scope.cancel()
 
