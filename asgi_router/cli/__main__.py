@@ -6,4 +6,5 @@ from asgi_router.cli.main import main
 
 __all__: list[str] = []
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

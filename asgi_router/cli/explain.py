@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from asgi_router.cli.check import STRATEGY_NOTES, describe_reasons
 from asgi_router.config.errors import ConfigError
+from asgi_router.config.rules import DEFAULT_ROUTE
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.routing.catalog import Catalog
@@ -26,7 +27,7 @@ from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.rules import conditions
 
-__all__ = ["explain", "read_body", "read_headers"]
+__all__ = ["explain", "plan_group", "read_body", "read_headers"]
 
 #: Strategies whose order is the configuration's alone (the rest read live numbers or chance).
 _FIXED = frozenset({"order", "rotate"})
@@ -94,9 +95,18 @@ def _rules(settings: RouterSettings, group: str, facts: RequestFacts) -> list[st
     return lines
 
 
+def plan_group(settings: RouterSettings, plan: Plan) -> str | None:
+    """The group whose members ``plan`` is made of (``None``: a direct model), the rule's target
+    when a rule chose it (a direct target keeps the rules group's policies, not its members)."""
+    if plan.route != DEFAULT_ROUTE:
+        target = parse_model_ref(next(rule.route for rule in settings.rules if rule.name == plan.route))
+        return target.name if not isinstance(target, InvalidRef) and target.kind is RefKind.GROUP else None
+    return plan.policy.name if plan.policy is not None else None
+
+
 def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str]:
     catalog = Catalog(settings.catalog)
-    group = plan.policy.name if plan.policy is not None else None
+    group = plan_group(settings, plan)
     strategy = settings.groups[group].strategy if group is not None else None
     head = f"plan (route {plan.route!r}"
     head += f", group/{group}, {strategy}: {STRATEGY_NOTES[strategy]})" if strategy else ", a direct model)"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TextIO
 
+from asgi_router.cli.explain import plan_group
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.settings import RouterSettings
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
@@ -56,30 +57,29 @@ class Progress:
         self._out = out
         self._drawn = 0.0
 
-    def update(self, done: int, requests: int, *, final: bool = False) -> None:
+    def update(self, done: int, lines: int, *, final: bool = False) -> None:
         now = time.monotonic()
         if not final and now - self._drawn < 0.1:
             return
         self._drawn = now
         share = min(1.0, done / self._total)
         filled = round(share * _BAR)
-        self._out.write(f"\r[{'#' * filled}{'.' * (_BAR - filled)}] {share:4.0%}  {requests:,} requests")
+        self._out.write(f"\r[{'#' * filled}{'.' * (_BAR - filled)}] {share:4.0%}  {lines:,} lines")
         if final:
             self._out.write("\n")
         self._out.flush()
 
 
 def _lines(handle: BinaryIO, progress: Progress | None) -> Iterator[tuple[int, bytes]]:
-    done = requests = 0
+    done = number = 0
     for number, line in enumerate(handle, 1):
         done += len(line)
         if line.strip():
-            requests += 1
             yield number, line
         if progress is not None:
-            progress.update(done, requests)
+            progress.update(done, number)
     if progress is not None:
-        progress.update(done, requests, final=True)
+        progress.update(done, number, final=True)
 
 
 def _plan_text(route: str, plan: list[str]) -> str:
@@ -90,7 +90,7 @@ def _differs(settings: RouterSettings, record: dict[str, Any], plan: Plan) -> bo
     if plan.route != record.get("route", "default"):
         return True
     was, now = [str(key) for key in record.get("plan", [])], list(plan.labels)
-    group = plan.policy.name if plan.policy is not None else None
+    group = plan_group(settings, plan)
     if group is None or settings.groups[group].strategy in _FIXED:
         return was != now
     return sorted(was) != sorted(now)

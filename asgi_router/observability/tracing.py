@@ -117,7 +117,8 @@ class RequestTrace:
                 "asgi_router.candidate": candidate,
             },
         )
-        headers.pop("tracestate", None)  # a client's, forwarded: it belongs to the client's trace
+        # A forwarded client tracestate goes: the span's own (inherited along its trace) is set.
+        headers.pop("tracestate", None)
         _W3C.inject(headers, context=trace.set_span_in_context(span))
         self._attempts.append((candidate, span, start))
 

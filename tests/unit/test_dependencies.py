@@ -127,7 +127,8 @@ _WITHOUT_EXTRAS = textwrap.dedent(
         async def send(message):
             sent.append(message)
         json_type = [(b"content-type", b"application/json")]
-        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": json_type, "query_string": b""}
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": json_type}
+        scope["query_string"] = b""
         await router(scope, receive, send)
         print("chat:", sent[0]["status"])
         sent.clear()
@@ -136,7 +137,8 @@ _WITHOUT_EXTRAS = textwrap.dedent(
         print("status page:", sent[0]["status"])
 
     asyncio.run(main())
-    loaded = [n for n, m in sys.modules.items() if m is not None and n.split(".")[0] in ("prometheus_client", "opentelemetry")]
+    optional = ("prometheus_client", "opentelemetry")
+    loaded = [n for n, m in sys.modules.items() if m is not None and n.split(".")[0] in optional]
     print("loaded:", loaded)
     """
 )
