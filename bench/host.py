@@ -15,7 +15,8 @@ Circuit breakers run (their bookkeeping is part of every request) but never open
 defaults, ``down`` would be skipped after five refusals and the failover scenario would measure
 a skip, not the refused connection it is about.
 ``gc_freeze`` is on, as docs/performance.md recommends for production (``BENCH_GC_FREEZE=0``
-turns it off to see what it is worth).
+turns it off to see what it is worth). ``BENCH_METRICS=1`` serves Prometheus metrics on
+``/metrics`` (target ``router-metrics``: what counting every request and attempt costs).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from asgi_router import ModelRouter, RouterSettings
 __all__ = ["app", "build", "settings_for"]
 
 
-def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> RouterSettings:
+def settings_for(
+    upstream: str, refused: str, transport: str, gc_freeze: bool = True, metrics: bool = False
+) -> RouterSettings:
     """The bench's router settings (see the module docstring)."""
     timeouts = {"connect": 2.0}
     providers: dict[str, Any] = {
@@ -53,18 +56,19 @@ def settings_for(upstream: str, refused: str, transport: str, gc_freeze: bool = 
             "gc_freeze": gc_freeze,
             "allow_unauthenticated": True,
             "breaker": {"consecutive_failures": 10**9, "min_requests": 10**9},
+            **({"metrics_route": "/metrics"} if metrics else {}),
         }
     )
 
 
-def build(upstream: str, refused: str, transport: str, gc_freeze: bool = True) -> Starlette:
+def build(upstream: str, refused: str, transport: str, gc_freeze: bool = True, metrics: bool = False) -> Starlette:
     """A host app with its own route and the router mounted in front of it."""
 
     async def health(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
     host = Starlette(routes=[Route("/health", health)])
-    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze))
+    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze, metrics))
     return host
 
 
@@ -73,4 +77,5 @@ app = build(
     os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
     os.environ.get("BENCH_TRANSPORT", "aiohttp"),
     os.environ.get("BENCH_GC_FREEZE", "1") != "0",
+    os.environ.get("BENCH_METRICS", "0") == "1",
 )

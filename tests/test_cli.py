@@ -83,7 +83,7 @@ def test_check_prints_each_groups_plan_and_rules(tmp_path: Path, upstream: MockU
         "      - long: prompt tokens >= 50 -> group/big\n"
         "      - gold: headers.x-tier = 'gold' -> mock2/ok\n"
     ) in out
-    assert "inbound auth: api_keys (1 keys)" in out
+    assert "inbound auth: api_keys (1 key)" in out
     assert API_KEY not in out and CLIENT_KEY not in out
 
 

@@ -108,7 +108,8 @@ def _auth(settings: RouterSettings) -> str:
     if settings.authorize is not None:
         return "the authorize= callable"
     if settings.api_keys is not None:
-        return f"api_keys ({len(settings.api_keys)} keys)"
+        count = len(settings.api_keys)
+        return f"api_keys ({count} key{'s' if count != 1 else ''})"
     return "none: allow_unauthenticated = true (development only)"
 
 
