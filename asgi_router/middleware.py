@@ -7,8 +7,9 @@ headers → read body → parse → resolve plan (strategy, rules) → attempt l
 groups that hedge) → respond or relay → count tokens and cost. Auth and the header screen run
 before a byte of the body is read, so a refused client cannot make the router buffer anything.
 When every candidate failed, a group with a canned reply answers with it
-(``responses/degraded.py``). ``GET /v1/models`` is answered from configuration
-(``endpoints/models.py``). Per-request state lives in an
+(``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
+``metrics_route``, the ``status_route`` page) are answered behind its inbound auth
+(``endpoints/pages.py``). Per-request state lives in an
 :class:`~asgi_router.responses.exchange.Exchange`, never on the middleware.
 
 From the moment upstreams are involved, the request runs in a
@@ -18,9 +19,10 @@ The listener only starts 10 ms into the upstream work: a fast answer never needs
 unexpected error is logged and, if nothing has been sent yet, answered with an OpenAI-shaped
 500: the router never takes the host app down with it.
 
-Each finished request is published to the event sinks (the log line among them) without
-waiting for them. Routes are matched on the path below ``root_path`` (``inbound/mounting.py``),
-so the router works in a sub-app mounted under a prefix too.
+Each finished request is counted in the metrics and its spans ended (when those are on), then
+published to the event sinks (the log line among them) without waiting for them. Routes are
+matched on the path below ``root_path`` (``inbound/mounting.py``), so the router works in a
+sub-app mounted under a prefix too.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import Tail, response_model
+from asgi_router.attempts.usage import LastChunks, Tail, response_model
 from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.inbound_auth import Authorize
@@ -97,7 +99,9 @@ class ModelRouter:
     process only); ``stats`` replaces just the routing statistics (tests read them) and ``rng``
     is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
     (see :mod:`asgi_router.observability.sinks`), after the built-in log line; the ring of :attr:`recent`
-    requests is filled in place, lifespan or not.
+    requests is filled in place, lifespan or not. ``tracer_provider`` is the OpenTelemetry tracer
+    provider the router's spans go to (default: the global one, once the host app sets it; see
+    :mod:`asgi_router.observability.tracing`).
     """
 
     def __init__(
@@ -362,7 +366,9 @@ class ModelRouter:
         if exchange.trace is not None:  # the winner's span reports its model and usage
             exchange.trace.response_model = response_model(result.body)
             wants_tokens = True
-        tail = Tail() if stream and wants_tokens else None
+        tail: Tail | None = None
+        if stream and wants_tokens:  # the whole tail where an estimate may be needed, else the last chunks
+            tail = Tail() if self._book.needs_estimate(winner) else LastChunks()
         spend: Spend | None = None
         try:
             if not stream:

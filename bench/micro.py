@@ -150,11 +150,11 @@ class _MemoryTransport:
         pass
 
 
-async def _router_loop(stream: bool, count: int) -> float:
+async def _router_loop(stream: bool, count: int, metrics: bool = False) -> float:
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
-    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp")
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", metrics=metrics)
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -190,5 +190,7 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         pass
     return {
         "router_json_us": run(_router_loop(False, count)),
+        "router_json_metrics_us": run(_router_loop(False, count, metrics=True)),
         "router_sse20_us": run(_router_loop(True, count // 4)),
+        "router_sse20_metrics_us": run(_router_loop(True, count // 4, metrics=True)),
     }

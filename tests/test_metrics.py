@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from asgi_router import AttemptEvent, JsonlSink, ModelRouter, RequestRecord
-from asgi_router.observability.metrics import RouterMetrics
+from asgi_router.observability.metrics import Readings, RouterMetrics
 
 from .conftest import CLIENT_KEY, host_app, make_settings
 from .metrics_helpers import Scrape
@@ -161,15 +161,13 @@ async def test_records_dropped_by_a_full_sink_queue_are_counted(upstream: MockUp
 
 
 def test_metric_names_and_labels_are_the_documented_ones() -> None:
-    metrics = RouterMetrics(frozenset({"p/m"}))
+    readings = Readings(breakers=[("p/m", "open")], providers=[("p", "half_open", 2)], dropped=1)
+    metrics = RouterMetrics(frozenset({"p/m"}), lambda: readings)
     served = AttemptEvent("r", 0, "p/m", "served", "served", 200, 0.2, 0.1, 0.001)
     record = RequestRecord("r", "group/g", status=200, winner="p/m", latency=0.3, events=[served])
     record.prompt_tokens, record.completion_tokens, record.tokens_measured = 10, 5, True
     record.cost_usd, record.hedge = 0.001, "won"
     metrics.observe(record, "/v1/chat/completions")
-    metrics.set_breaker("p/m", "open")
-    metrics.set_provider("p", "half_open", 2)
-    metrics.count_dropped(1)
     scrape = Scrape(metrics.exposition().decode())
     labels: dict[str, set[str]] = {}
     for name, found in scrape.samples:
@@ -190,4 +188,8 @@ def test_metric_names_and_labels_are_the_documented_ones() -> None:
     assert {name: labels.get(name) for name in pinned} == pinned
     assert scrape.value("asgi_router_breaker_state", candidate="p/m") == 2
     assert scrape.value("asgi_router_provider_breaker_state", provider="p") == 1
-    assert scrape.value("asgi_router_time_to_first_byte_seconds_bucket", candidate="p/m", le="60.0") == 1
+    assert scrape.value("asgi_router_time_to_first_byte_seconds_bucket", candidate="p/m", le="0.1") == 1
+    assert scrape.value("asgi_router_time_to_first_byte_seconds_bucket", candidate="p/m", le="0.05") == 0
+    assert scrape.value("asgi_router_time_to_first_byte_seconds_sum", candidate="p/m") == 0.1
+    assert scrape.value("asgi_router_in_flight", provider="p") == 2
+    assert scrape.value("asgi_router_events_dropped_total") == 1

@@ -2,14 +2,15 @@
 
 A real two-worker uvicorn (``asgi-router serve --workers 2``) with ``PROMETHEUS_MULTIPROC_DIR``
 set, as the docs say to run it: requests are sent until both workers have served some (each
-writes files of its own, named by its process id), then every scrape, whichever worker answers
-it, must count exactly the requests sent.
+writes files of its own, named by its process id, once a second), then every scrape, whichever
+worker answers it, must count exactly the requests sent.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +28,12 @@ _AUTH = {"authorization": f"Bearer {CLIENT_KEY}"}
 def _workers_that_served(directory: Path) -> set[str]:
     """The workers with a histogram file: made at a worker's first request (its duration)."""
     return {match[1] for path in directory.iterdir() if (match := re.fullmatch(r"histogram_(\d+)\.db", path.name))}
+
+
+def _requests(scrape: Scrape) -> float:
+    return scrape.samples.get(
+        ("asgi_router_requests_total", frozenset({("path", "/v1/chat/completions"), ("status", "200")})), 0.0
+    )
 
 
 def _ask(url: str) -> int:
@@ -51,9 +58,14 @@ def test_every_scrape_of_a_two_worker_server_counts_every_request_sent(tmp_path:
             statuses = list(pool.map(_ask, [url] * 40))
             assert statuses == [200] * 40
             sent += 40
+        # Each worker writes its counts every second: within a couple, any scrape has them all.
+        deadline = time.monotonic() + 10
+        while _requests(Scrape(httpx2.get(f"{url}/metrics", headers=_AUTH).text)) != sent:
+            assert time.monotonic() < deadline, "the workers' counts never added up to the requests sent"
+            time.sleep(0.2)
         scrapes = [Scrape(httpx2.get(f"{url}/metrics", headers=_AUTH).text) for _ in range(8)]
     for scrape in scrapes:
-        assert scrape.value("asgi_router_requests_total", path="/v1/chat/completions", status="200") == sent
+        assert _requests(scrape) == sent
         assert (
             scrape.value("asgi_router_attempts_total", candidate="mock/ok", outcome="served", reason="served") == sent
         )

@@ -123,7 +123,12 @@ class Bookkeeper:
 
     def wants_tokens(self, key: str) -> bool:
         """Whether a served response of ``key`` must be counted (budget or price known, or metrics)."""
-        return self._count_all or key in self._metered or self._catalog.is_priced(key)
+        return self._count_all or self.needs_estimate(key)
+
+    def needs_estimate(self, key: str) -> bool:
+        """Whether a response of ``key`` that reports no ``usage`` must still be counted (estimated):
+        budgets and prices need a number; metrics and traces report only what upstreams said."""
+        return key in self._metered or self._catalog.is_priced(key)
 
     def finished(self, key: str, facts: RequestFacts, data: bytes | None, chunks: int | None = None) -> Spend:
         """A committed response was sent (or broke off): release it and count what it used.
@@ -136,7 +141,7 @@ class Bookkeeper:
             self.stats.release(key)
         if data is None:
             return _NOTHING_COUNTED
-        tokens = count_tokens(data, facts.prompt_tokens, chunks)
+        tokens = count_tokens(data, lambda: facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
         return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable
+from typing import Final, NamedTuple
 
-__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
+__all__ = ["TAIL_BYTES", "LastChunks", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
 #: Most bytes of a stream kept for the usage read after it ends.
 TAIL_BYTES: Final = 64 * 1024
@@ -30,12 +30,16 @@ _USAGE_SPAN: Final = 4096
 _ENVELOPE_BYTES: Final = 300
 _CHARS_PER_TOKEN: Final = 4
 _DECODER: Final = json.JSONDecoder()
+_USUAL_USAGE: Final = re.compile(
+    rb'"usage"\s*:\s*\{\s*"prompt_tokens"\s*:\s*(\d{1,15})\s*,\s*"completion_tokens"\s*:\s*(\d{1,15})\s*[,}]'
+)
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 
 
-@dataclass(frozen=True, slots=True)
-class TokenCount:
-    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``."""
+class TokenCount(NamedTuple):
+    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``.
+
+    A tuple (one per served response, made in C), not a frozen dataclass."""
 
     prompt: int
     completion: int
@@ -70,8 +74,38 @@ class Tail:
         return b"".join(self._chunks)[-self._limit :]
 
 
+class LastChunks(Tail):
+    """A stream's last two chunks only, and how many it had: where the final event's ``usage`` is.
+
+    For counts that are only reported (metrics, traces count the upstream's own ``usage``, never
+    an estimate): a third of :class:`Tail`'s cost per chunk, and no buffer to trim. A ``usage``
+    object spread over more than two chunks is not found, and the response counts as unmeasured.
+    """
+
+    __slots__ = ("_before", "_last")
+
+    def __init__(self) -> None:  # no buffer: the parent's is never used
+        self.chunks = 0
+        self._before = self._last = b""
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks += 1
+        self._before = self._last
+        self._last = chunk
+
+    def bytes(self) -> bytes:
+        return self._before + self._last
+
+
 def find_usage(data: bytes) -> tuple[int, int] | None:
-    """``(prompt_tokens, completion_tokens)`` of the last ``"usage"`` object in ``data``."""
+    """``(prompt_tokens, completion_tokens)`` of the last ``"usage"`` object in ``data``.
+
+    OpenAI's own order of keys (``prompt_tokens`` then ``completion_tokens``) is read with one
+    regular expression; anything else is decoded as JSON.
+    """
+    at = data.rfind(b'"usage"')
+    if at >= 0 and (usual := _USUAL_USAGE.match(data, at)) is not None:
+        return int(usual[1]), int(usual[2])
     end = len(data)
     while True:
         at = data.rfind(b'"usage"', 0, end)
@@ -92,20 +126,22 @@ def find_usage(data: bytes) -> tuple[int, int] | None:
                 return prompt, completion
 
 
-def count_tokens(data: bytes, prompt_estimate: int, chunks: int | None = None) -> TokenCount:
+def count_tokens(data: bytes, prompt_estimate: int | Callable[[], int], chunks: int | None = None) -> TokenCount:
     """Tokens used by a response whose body (or stream tail) is ``data``.
 
     ``chunks`` is the number of chunks a stream had (``None`` for a whole body): without a
-    ``usage`` object, a stream counts one token per chunk and a body four characters per token.
+    ``usage`` object, a stream counts one token per chunk and a body four characters per token,
+    and the prompt is the request's estimate (a callable: only computed then).
     """
     found = find_usage(data)
     if found is not None:
-        return TokenCount(found[0], found[1], measured=True)
+        return TokenCount(found[0], found[1], True)
     if chunks is not None:
         completion = max(1, chunks)
     else:
         completion = max(1, (len(data) - _ENVELOPE_BYTES) // _CHARS_PER_TOKEN)
-    return TokenCount(prompt_estimate, completion, measured=False)
+    prompt = prompt_estimate() if callable(prompt_estimate) else prompt_estimate
+    return TokenCount(prompt, completion, False)
 
 
 def response_model(body: bytes) -> str | None:

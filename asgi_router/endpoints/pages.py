@@ -126,10 +126,10 @@ def build_pages(
     metrics_page: tuple[str, MetricsEndpoint, bool] | None = None
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.metrics_route is not None:
-        from asgi_router.endpoints.metrics import MetricsEndpoint
+        from asgi_router.endpoints.metrics import MetricsEndpoint, readings_of
 
-        metrics = metrics_for(named_models(settings))
-        endpoint = MetricsEndpoint(metrics, overview, events)
+        metrics = metrics_for(named_models(settings), readings_of(overview, events))
+        endpoint = MetricsEndpoint(metrics)
         metrics_page = (settings.metrics_route, endpoint, settings.metrics_public)
         background.append(endpoint.keep_fresh)
     status: tuple[str, str, StatusEndpoint] | None = None

@@ -21,24 +21,30 @@ sent: a candidate the configuration does not name (a client's direct ``provider/
 folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
 configured routes, ``status`` an HTTP status.
 
-Each router owns a registry of its own, so two routers in one process do not collide. Under
-several worker processes (``uvicorn --workers N``) each would count only its own requests, so
-when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process starts) ``prometheus_client``'s
-multiprocess mode is used: every worker writes its values to files in that directory, and a
-scrape of any worker reads them all. Gauges then need a rule to combine the workers' values:
-breaker states report the worst worker's (``livemax``), in-flight counts the sum (``livesum``),
-both over live processes only; a worker that stops takes its gauge files with it
-(:meth:`RouterMetrics.close`).
+A finished request adds to a :class:`Tally` of plain numbers on its own task: dictionary
+increments and a bisection per histogram, a few times cheaper than ``prometheus_client``'s own
+metric objects (each update of which takes a lock and checks its labels), and the request path
+is where the cost counts. A scrape turns the tally into metric families (the router's registry
+has the router as its one collector), and reads the gauges (breaker states, attempts in flight)
+and the dropped-records count from the router's state through ``readings``: between scrapes they
+cost nothing. Each router owns its registry, so two routers in one process do not collide.
 
-Counters and histograms are fed on the request's own task when it ends (:meth:`observe`): a few
-dictionary lookups and increments, cheaper than handing the record to a queue. The children
-for each label set are looked up once and kept.
+Under several worker processes (``uvicorn --workers N``) each would count only its own requests,
+so when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process starts) ``prometheus_client``'s
+multiprocess mode is used: :meth:`RouterMetrics.flush` moves the tally into ``prometheus_client``
+metrics, which write to files in that directory (the worker does it every second, and before it
+answers a scrape), and a scrape of any worker reads every worker's files. Gauges then need a rule
+to combine the workers' values: breaker states report the worst worker's (``livemax``), in-flight
+counts the sum (``livesum``), both over live processes only; a worker that stops takes its gauge
+files with it (:meth:`RouterMetrics.close`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import (
@@ -50,10 +56,20 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from asgi_router.observability.events import RequestRecord
 
-__all__ = ["BREAKER_VALUES", "CONTENT_TYPE", "DURATION_BUCKETS", "TTFB_BUCKETS", "RouterMetrics", "multiprocess_dir"]
+__all__ = [
+    "BREAKER_VALUES",
+    "CONTENT_TYPE",
+    "DURATION_BUCKETS",
+    "TTFB_BUCKETS",
+    "Readings",
+    "RouterMetrics",
+    "Tally",
+    "multiprocess_dir",
+]
 
 #: The Prometheus text format's media type.
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
@@ -64,76 +80,103 @@ TTFB_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.
 #: A breaker's phase as the gauges report it.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
+_REQUESTS = ("asgi_router_requests", "Chat requests answered, by route and status.")
+_DURATION = ("asgi_router_request_duration_seconds", "Seconds from a request's arrival to its last byte.")
+_ATTEMPTS = ("asgi_router_attempts", "Attempts and skips, by candidate, outcome and reason.")
+_TTFB = ("asgi_router_time_to_first_byte_seconds", "Seconds from sending an attempt to its first body byte.")
+_BREAKER = ("asgi_router_breaker_state", "A candidate's circuit breaker: 0 closed, 1 half-open, 2 open.")
+_PROVIDER_BREAKER = ("asgi_router_provider_breaker_state", "A provider's breaker: 0 closed, 1 half-open, 2 open.")
+_TOKENS = ("asgi_router_tokens", "Tokens served responses used, as their upstream reported.")
+_COST = ("asgi_router_cost_usd", "USD served responses cost, for models with catalog prices.")
+_IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
+_HEDGES = ("asgi_router_hedges", "Hedges of hedging groups: won, lost, failed, or denied by the budget.")
+_DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's full queue turned away.")
+
 
 def multiprocess_dir() -> str | None:
     """The directory ``prometheus_client`` shares values through, when multiprocess mode is on."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
 
 
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """What the gauges say, read from the router's state when asked."""
+
+    #: ``(candidate, phase)`` per model the configuration names; phase as in :data:`BREAKER_VALUES`.
+    breakers: Sequence[tuple[str, str]]
+    #: ``(provider, phase, attempts in flight)`` per provider.
+    providers: Sequence[tuple[str, str, int]]
+    #: Records the event bus dropped so far.
+    dropped: int
+
+
+class _Buckets:
+    """One label set's histogram: a count and a sum per bucket (the last one ``+Inf``)."""
+
+    __slots__ = ("counts", "sums")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0] * size
+        self.sums = [0.0] * size
+
+
+class Tally:
+    """Requests and attempts added up as plain numbers, by label values."""
+
+    __slots__ = ("attempts", "cost", "durations", "hedges", "requests", "tokens", "ttfb")
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = {}
+        self.durations: dict[str, _Buckets] = {}
+        self.attempts: dict[tuple[str, str, str], int] = {}
+        self.ttfb: dict[str, _Buckets] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+        self.cost: dict[str, float] = {}
+        self.hedges: dict[str, int] = {}
+
+
+def _observe(table: dict[str, _Buckets], key: str, bounds: tuple[float, ...], value: float) -> None:
+    buckets = table.get(key)
+    if buckets is None:
+        buckets = table[key] = _Buckets(len(bounds) + 1)
+    index = bisect_left(bounds, value)  # the first bound >= value ("le")
+    buckets.counts[index] += 1
+    buckets.sums[index] += value
+
+
+def _histogram(name: str, doc: str, label: str, table: dict[str, _Buckets], bounds: tuple[float, ...]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    edges = [str(float(bound)) for bound in bounds] + ["+Inf"]
+    for key, buckets in table.items():
+        running, cumulative = 0, []
+        for edge, count in zip(edges, buckets.counts, strict=True):
+            running += count
+            cumulative.append((edge, float(running)))
+        family.add_metric([key], cumulative, sum(buckets.sums))
+    return family
+
+
 class RouterMetrics:
-    """One router's metric families and the children it has used, by label values.
+    """One router's metrics: its tally, and its registry (or multiprocess files).
 
     ``named`` is the configuration's ``provider/model-id`` set (every other candidate is folded
-    into ``provider/*``).
+    into ``provider/*``); ``readings`` reads the gauges from the router's state.
     """
 
-    def __init__(self, named: Iterable[str]) -> None:
+    def __init__(self, named: Iterable[str], readings: Callable[[], Readings]) -> None:
         self.multiprocess = multiprocess_dir() is not None
-        # In multiprocess mode the values live in files; a scrape collects them all afresh.
-        registry = None if self.multiprocess else CollectorRegistry()
-        self.registry = registry
         self._named = frozenset(named)
-        self.requests = Counter(
-            "asgi_router_requests_total", "Chat requests answered, by route and status.", ["path", "status"],
-            registry=registry,
-        )  # fmt: skip
-        self.duration = Histogram(
-            "asgi_router_request_duration_seconds", "Seconds from a request's arrival to its last byte.", ["path"],
-            buckets=DURATION_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.attempts = Counter(
-            "asgi_router_attempts_total", "Attempts and skips, by candidate, outcome and reason.",
-            ["candidate", "outcome", "reason"], registry=registry,
-        )  # fmt: skip
-        self.ttfb = Histogram(
-            "asgi_router_time_to_first_byte_seconds", "Seconds from sending an attempt to its first body byte.",
-            ["candidate"], buckets=TTFB_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.breaker_state = Gauge(
-            "asgi_router_breaker_state", "A candidate's circuit breaker: 0 closed, 1 half-open, 2 open.",
-            ["candidate"], registry=registry, multiprocess_mode="livemax",
-        )  # fmt: skip
-        self.provider_breaker_state = Gauge(
-            "asgi_router_provider_breaker_state", "A provider's circuit breaker: 0 closed, 1 half-open, 2 open.",
-            ["provider"], registry=registry, multiprocess_mode="livemax",
-        )  # fmt: skip
-        self.tokens = Counter(
-            "asgi_router_tokens_total", "Tokens served responses used, as their upstream reported.",
-            ["candidate", "kind"], registry=registry,
-        )  # fmt: skip
-        self.cost = Counter(
-            "asgi_router_cost_usd_total", "USD served responses cost, for models with catalog prices.",
-            ["candidate"], registry=registry,
-        )  # fmt: skip
-        self.in_flight = Gauge(
-            "asgi_router_in_flight", "Attempts in flight to a provider.", ["provider"],
-            registry=registry, multiprocess_mode="livesum",
-        )  # fmt: skip
-        self.hedges = Counter(
-            "asgi_router_hedges_total", "Hedges of hedging groups: won, lost, failed, or denied by the budget.",
-            ["outcome"], registry=registry,
-        )  # fmt: skip
-        self.events_dropped = Counter(
-            "asgi_router_events_dropped_total", "Finished requests an event sink's full queue turned away.",
-            registry=registry,
-        )  # fmt: skip
-        self._dropped_seen = 0
-        # Children by label values: bounded, since every label value is bounded (module docstring).
-        self._requests: dict[tuple[str, int], Counter] = {}
-        self._durations: dict[str, Histogram] = {}
-        self._attempts: dict[tuple[str, str, str], Counter] = {}
-        self._ttfbs: dict[str, Histogram] = {}
+        self._readings = readings
         self._labels: dict[str, str] = {}
+        #: What requests added (since the last flush, in multiprocess mode).
+        self.tally = Tally()
+        self.registry: CollectorRegistry | None = None
+        if self.multiprocess:
+            self._files = _Files()
+            self._dropped_seen = 0
+        else:
+            self.registry = CollectorRegistry(auto_describe=True)
+            self.registry.register(self)
 
     def candidate_label(self, key: str) -> str:
         """``key`` if the configuration names it, else ``provider/*``."""
@@ -146,62 +189,145 @@ class RouterMetrics:
 
     def observe(self, record: RequestRecord, path: str) -> None:
         """Count one finished request on ``path`` and each of its attempts."""
-        status = record.status
-        counter = self._requests.get((path, status))
-        if counter is None:
-            counter = self._requests[(path, status)] = self.requests.labels(path, str(status))
-        counter.inc()
-        histogram = self._durations.get(path)
-        if histogram is None:
-            histogram = self._durations[path] = self.duration.labels(path)
-        histogram.observe(record.latency)
+        tally = self.tally
+        key = (path, record.status)
+        tally.requests[key] = tally.requests.get(key, 0) + 1
+        _observe(tally.durations, path, DURATION_BUCKETS, record.latency)
+        attempts = tally.attempts
         for event in record.events:
             candidate = self.candidate_label(event.candidate)
-            key = (candidate, event.outcome, event.reason)
-            counter = self._attempts.get(key)
-            if counter is None:
-                counter = self._attempts[key] = self.attempts.labels(*key)
-            counter.inc()
+            counted = (candidate, event.outcome, event.reason)
+            attempts[counted] = attempts.get(counted, 0) + 1
             if event.ttfb is not None:
-                histogram = self._ttfbs.get(candidate)
-                if histogram is None:
-                    histogram = self._ttfbs[candidate] = self.ttfb.labels(candidate)
-                histogram.observe(event.ttfb)
+                _observe(tally.ttfb, candidate, TTFB_BUCKETS, event.ttfb)
         winner = record.winner
         if winner is not None:
             if record.tokens_measured and record.prompt_tokens is not None and record.completion_tokens is not None:
                 candidate = self.candidate_label(winner)
-                self.tokens.labels(candidate, "prompt").inc(record.prompt_tokens)
-                self.tokens.labels(candidate, "completion").inc(record.completion_tokens)
+                tokens = tally.tokens
+                tokens[(candidate, "prompt")] = tokens.get((candidate, "prompt"), 0) + record.prompt_tokens
+                tokens[(candidate, "completion")] = tokens.get((candidate, "completion"), 0) + record.completion_tokens
             if record.cost_usd:
-                self.cost.labels(self.candidate_label(winner)).inc(record.cost_usd)
+                candidate = self.candidate_label(winner)
+                tally.cost[candidate] = tally.cost.get(candidate, 0.0) + record.cost_usd
         if record.hedge is not None:
-            self.hedges.labels(record.hedge).inc()
+            tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1
 
-    def set_breaker(self, candidate: str, phase: str) -> None:
-        self.breaker_state.labels(candidate).set(BREAKER_VALUES[phase])
+    # --- one process: the router is its registry's collector ------------------------------------
 
-    def set_provider(self, provider: str, phase: str, in_flight: int) -> None:
-        self.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
-        self.in_flight.labels(provider).set(in_flight)
+    def collect(self) -> Iterator[Metric]:
+        """Every family, from the tally and fresh readings (``prometheus_client``'s collector)."""
+        tally, readings = self.tally, self._readings()
+        families: list[Metric] = []
+        requests = CounterMetricFamily(*_REQUESTS, labels=["path", "status"])
+        for (path, status), count in tally.requests.items():
+            requests.add_metric([path, str(status)], count)
+        families.append(requests)
+        families.append(_histogram(*_DURATION, "path", tally.durations, DURATION_BUCKETS))
+        families.append(self._counter(_ATTEMPTS, ["candidate", "outcome", "reason"], tally.attempts.items()))
+        families.append(_histogram(*_TTFB, "candidate", tally.ttfb, TTFB_BUCKETS))
+        breakers = GaugeMetricFamily(*_BREAKER, labels=["candidate"])
+        for candidate, phase in readings.breakers:
+            breakers.add_metric([candidate], BREAKER_VALUES[phase])
+        providers = GaugeMetricFamily(*_PROVIDER_BREAKER, labels=["provider"])
+        in_flight = GaugeMetricFamily(*_IN_FLIGHT, labels=["provider"])
+        for provider, phase, attempts in readings.providers:
+            providers.add_metric([provider], BREAKER_VALUES[phase])
+            in_flight.add_metric([provider], attempts)
+        families += [breakers, providers]
+        families.append(self._counter(_TOKENS, ["candidate", "kind"], tally.tokens.items()))
+        families.append(self._counter(_COST, ["candidate"], [((k,), v) for k, v in tally.cost.items()]))
+        families.append(in_flight)
+        families.append(self._counter(_HEDGES, ["outcome"], [((k,), v) for k, v in tally.hedges.items()]))
+        families.append(CounterMetricFamily(*_DROPPED, value=readings.dropped))
+        return iter(families)
 
-    def count_dropped(self, total: int) -> None:
-        """Bring ``asgi_router_events_dropped_total`` up to ``total`` (the event bus's own count)."""
-        if total > self._dropped_seen:
-            self.events_dropped.inc(total - self._dropped_seen)
-            self._dropped_seen = total
+    @staticmethod
+    def _counter(
+        described: tuple[str, str], labels: list[str], values: Iterable[tuple[tuple[str, ...], float]]
+    ) -> Metric:
+        family = CounterMetricFamily(*described, labels=labels)
+        for key, value in values:
+            family.add_metric(list(key), value)
+        return family
+
+    # --- several processes: the tally moves into prometheus_client's files ----------------------
+
+    def flush(self) -> None:
+        """Multiprocess mode: move the tally and fresh readings into this process's files."""
+        if not self.multiprocess:
+            return
+        tally, self.tally = self.tally, Tally()
+        files, readings = self._files, self._readings()
+        for (path, status), count in tally.requests.items():
+            files.requests.labels(path, str(status)).inc(count)
+        for (candidate, outcome, reason), count in tally.attempts.items():
+            files.attempts.labels(candidate, outcome, reason).inc(count)
+        for (candidate, kind), count in tally.tokens.items():
+            files.tokens.labels(candidate, kind).inc(count)
+        for candidate, usd in tally.cost.items():
+            files.cost.labels(candidate).inc(usd)
+        for outcome, count in tally.hedges.items():
+            files.hedges.labels(outcome).inc(count)
+        for table, histogram, bounds in (
+            (tally.durations, files.duration, DURATION_BUCKETS),
+            (tally.ttfb, files.ttfb, TTFB_BUCKETS),
+        ):
+            for key, buckets in table.items():
+                _replay(histogram.labels(key), buckets, bounds)
+        for candidate, phase in readings.breakers:
+            files.breaker_state.labels(candidate).set(BREAKER_VALUES[phase])
+        for provider, phase, attempts in readings.providers:
+            files.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
+            files.in_flight.labels(provider).set(attempts)
+        if readings.dropped > self._dropped_seen:
+            files.events_dropped.inc(readings.dropped - self._dropped_seen)
+            self._dropped_seen = readings.dropped
 
     def exposition(self) -> bytes:
         """The text format of every family (in multiprocess mode: of every worker, and of every
         other metric written to the directory, the host app's own included)."""
-        if self.multiprocess:
-            registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            return generate_latest(registry)
-        assert self.registry is not None
-        return generate_latest(self.registry)
+        if self.registry is not None:
+            return generate_latest(self.registry)
+        self.flush()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
     def close(self) -> None:
-        """This process stops: in multiprocess mode its gauges must not be counted any more."""
+        """This process stops: in multiprocess mode its last counts are written and its gauges
+        are not counted any more."""
         if self.multiprocess:
+            self.flush()
             multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+def _replay(histogram: Histogram, buckets: _Buckets, bounds: tuple[float, ...]) -> None:
+    """Add a histogram's tally to ``prometheus_client``'s: each bucket's observations as as many
+    observations of their mean, which lies in that bucket, so that counts and sum stay exact."""
+    for index, count in enumerate(buckets.counts):
+        if count:
+            mean = buckets.sums[index] / count
+            if index < len(bounds):
+                mean = min(mean, bounds[index])  # rounding must not carry it into the next bucket
+            for _ in range(count):
+                histogram.observe(mean)
+
+
+class _Files:
+    """``prometheus_client``'s own metrics, for multiprocess mode (their values live in files)."""
+
+    def __init__(self) -> None:
+        self.requests = Counter(*_REQUESTS, ["path", "status"], registry=None)
+        self.duration = Histogram(*_DURATION, ["path"], buckets=DURATION_BUCKETS, registry=None)
+        self.attempts = Counter(*_ATTEMPTS, ["candidate", "outcome", "reason"], registry=None)
+        self.ttfb = Histogram(*_TTFB, ["candidate"], buckets=TTFB_BUCKETS, registry=None)
+        self.breaker_state = Gauge(*_BREAKER, ["candidate"], registry=None, multiprocess_mode="livemax")
+        self.provider_breaker_state = Gauge(
+            *_PROVIDER_BREAKER, ["provider"], registry=None, multiprocess_mode="livemax"
+        )
+        self.tokens = Counter(*_TOKENS, ["candidate", "kind"], registry=None)
+        self.cost = Counter(*_COST, ["candidate"], registry=None)
+        self.in_flight = Gauge(*_IN_FLIGHT, ["provider"], registry=None, multiprocess_mode="livesum")
+        self.hedges = Counter(*_HEDGES, ["outcome"], registry=None)
+        self.events_dropped = Counter(*_DROPPED, registry=None)

@@ -8,13 +8,14 @@ A router without either imports neither, and its requests pay one ``is None`` te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from asgi_router.observability.metrics import RouterMetrics
+    from asgi_router.observability.metrics import Readings, RouterMetrics
     from asgi_router.observability.tracing import Tracing
 
 __all__ = ["metrics_for", "tracing_for"]
@@ -37,8 +38,9 @@ def tracing_for(provider: TracerProvider | None) -> Tracing | None:
     return Tracing(provider, _version())
 
 
-def metrics_for(named: frozenset[str]) -> RouterMetrics:
-    """A router's metric families (``named``: the configuration's models, the only labels)."""
+def metrics_for(named: frozenset[str], readings: Callable[[], Readings]) -> RouterMetrics:
+    """A router's metrics (``named``: the configuration's models, the only candidate labels;
+    ``readings``: the gauges, read when asked)."""
     from asgi_router.observability.metrics import RouterMetrics
 
-    return RouterMetrics(named)
+    return RouterMetrics(named, readings)

@@ -3,8 +3,8 @@
 Needs ``opentelemetry-api`` (the ``otel`` extra) and a tracer provider: the host app's global
 one (``opentelemetry.trace.set_tracer_provider``) or one given as
 ``ModelRouter(tracer_provider=...)``. Without a provider the API's own is a no-op proxy, and
-:meth:`Tracing.begin` returns ``None`` after one ``isinstance`` check: no span object, no header
-and no attribute is made for any request.
+:meth:`Tracing.begin` returns ``None`` after a clock read (the global provider is looked up once
+a second): no span object, no header and no attribute is made for any request.
 
 Attributes follow OpenTelemetry's GenAI semantic conventions (``gen_ai.*``), which tracing
 backends already understand:
@@ -44,9 +44,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from asgi_router.observability.events import AttemptEvent, RequestRecord
 
-__all__ = ["RequestTrace", "Tracing"]
+__all__ = ["LOOK_EVERY", "RequestTrace", "Tracing"]
 
 _W3C: Final = TraceContextTextMapPropagator()
+#: Seconds between two looks for a global tracer provider while none is set.
+LOOK_EVERY: Final = 1.0
 _OPERATION: Final = "chat"
 
 
@@ -56,23 +58,32 @@ def _server(url: str) -> tuple[str, int]:
 
 
 class Tracing:
-    """One router's tracer, found on the first request after a tracer provider is set."""
+    """One router's tracer, found within :data:`LOOK_EVERY` seconds of a tracer provider being set."""
 
-    __slots__ = ("_provider", "_servers", "_tracer", "_version")
+    __slots__ = ("_look_at", "_provider", "_servers", "_tracer", "_version")
 
     def __init__(self, provider: trace.TracerProvider | None, version: str) -> None:
         self._provider = provider
         self._version = version
         self._tracer: Tracer | None = None
         self._servers: dict[str, tuple[str, int]] = {}
+        self._look_at = 0.0
 
     def begin(self, headers: Sequence[tuple[bytes, bytes]]) -> RequestTrace | None:
         """The request's trace, or ``None`` when no tracer provider is set (the cheap check)."""
         tracer = self._tracer
         if tracer is None:
-            provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+            provider = self._provider
+            if provider is None:
+                # The API's lookup reads the environment (a microsecond or two): done once a
+                # second, not per request. A provider, once set globally, stays.
+                now = time.monotonic()
+                if now < self._look_at:
+                    return None
+                self._look_at = now + LOOK_EVERY
+                provider = trace.get_tracer_provider()
             if isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)):
-                return None  # a provider, once set globally, stays: only this check repeats
+                return None
             tracer = self._tracer = provider.get_tracer("asgi_router", self._version)
         parent = None
         if not trace.get_current_span().get_span_context().is_valid:  # no host server span
