@@ -20,8 +20,7 @@ are tracked, so clients naming arbitrary ``provider/model-id`` values cannot gro
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from asgi_router.attempts.usage import TokenCount, count_tokens
 from asgi_router.config.named import named_models
@@ -41,9 +40,9 @@ _NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Spend:
-    """What a served response used (for the request record and the served event)."""
+class Spend(NamedTuple):
+    """What a served response used (for the request record and the served event); a tuple, made
+    once per served response."""
 
     tokens: TokenCount | None
     cost_usd: float | None

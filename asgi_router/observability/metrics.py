@@ -113,41 +113,64 @@ class Readings:
 class _Buckets:
     """One label set's histogram: a count and a sum per bucket (the last one ``+Inf``)."""
 
-    __slots__ = ("counts", "sums")
+    __slots__ = ("bounds", "counts", "sums")
 
-    def __init__(self, size: int) -> None:
-        self.counts = [0] * size
-        self.sums = [0.0] * size
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sums = [0.0] * (len(bounds) + 1)
+
+    def add(self, value: float) -> None:
+        index = bisect_left(self.bounds, value)  # the first bound >= value ("le")
+        self.counts[index] += 1
+        self.sums[index] += value
+
+
+class _Route:
+    """One route's requests: a count per status, and their durations."""
+
+    __slots__ = ("duration", "statuses")
+
+    def __init__(self) -> None:
+        self.statuses: dict[int, int] = {}
+        self.duration = _Buckets(DURATION_BUCKETS)
+
+
+class _Candidate:
+    """One candidate label's attempts (by outcome and reason), first-byte times and usage."""
+
+    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "ttfb")
+
+    def __init__(self) -> None:
+        self.attempts: dict[tuple[str, str], int] = {}
+        self.ttfb = _Buckets(TTFB_BUCKETS)
+        self.prompt = self.completion = 0
+        #: Whether any usage was counted (a candidate with none reports no token series).
+        self.counted = False
+        self.cost = 0.0
 
 
 class Tally:
     """Requests and attempts added up as plain numbers, by label values."""
 
-    __slots__ = ("attempts", "cost", "durations", "hedges", "requests", "tokens", "ttfb")
+    __slots__ = ("candidates", "hedges", "routes")
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[str, int], int] = {}
-        self.durations: dict[str, _Buckets] = {}
-        self.attempts: dict[tuple[str, str, str], int] = {}
-        self.ttfb: dict[str, _Buckets] = {}
-        self.tokens: dict[tuple[str, str], int] = {}
-        self.cost: dict[str, float] = {}
+        self.routes: dict[str, _Route] = {}
+        self.candidates: dict[str, _Candidate] = {}
         self.hedges: dict[str, int] = {}
 
-
-def _observe(table: dict[str, _Buckets], key: str, bounds: tuple[float, ...], value: float) -> None:
-    buckets = table.get(key)
-    if buckets is None:
-        buckets = table[key] = _Buckets(len(bounds) + 1)
-    index = bisect_left(bounds, value)  # the first bound >= value ("le")
-    buckets.counts[index] += 1
-    buckets.sums[index] += value
+    def candidate(self, label: str) -> _Candidate:
+        found = self.candidates.get(label)
+        if found is None:
+            found = self.candidates[label] = _Candidate()
+        return found
 
 
-def _histogram(name: str, doc: str, label: str, table: dict[str, _Buckets], bounds: tuple[float, ...]) -> Metric:
+def _histogram(name: str, doc: str, label: str, table: Iterable[tuple[str, _Buckets]]) -> Metric:
     family = HistogramMetricFamily(name, doc, labels=[label])
-    edges = [str(float(bound)) for bound in bounds] + ["+Inf"]
-    for key, buckets in table.items():
+    for key, buckets in table:
+        edges = [str(float(bound)) for bound in buckets.bounds] + ["+Inf"]
         running, cumulative = 0, []
         for edge, count in zip(edges, buckets.counts, strict=True):
             running += count
@@ -188,28 +211,43 @@ class RouterMetrics:
         return label
 
     def observe(self, record: RequestRecord, path: str) -> None:
-        """Count one finished request on ``path`` and each of its attempts."""
+        """Count one finished request on ``path`` and each of its attempts.
+
+        On every request's path: plain dictionary and list arithmetic, written out rather than
+        through helpers (a call costs as much as the arithmetic it would hide).
+        """
         tally = self.tally
-        key = (path, record.status)
-        tally.requests[key] = tally.requests.get(key, 0) + 1
-        _observe(tally.durations, path, DURATION_BUCKETS, record.latency)
-        attempts = tally.attempts
+        route = tally.routes.get(path)
+        if route is None:
+            route = tally.routes[path] = _Route()
+        statuses, status = route.statuses, record.status
+        statuses[status] = statuses.get(status, 0) + 1
+        buckets, value = route.duration, record.latency
+        index = bisect_left(DURATION_BUCKETS, value)  # the first bound >= value ("le")
+        buckets.counts[index] += 1
+        buckets.sums[index] += value
+        labels, candidates = self._labels, tally.candidates
         for event in record.events:
-            candidate = self.candidate_label(event.candidate)
-            counted = (candidate, event.outcome, event.reason)
-            attempts[counted] = attempts.get(counted, 0) + 1
-            if event.ttfb is not None:
-                _observe(tally.ttfb, candidate, TTFB_BUCKETS, event.ttfb)
+            label = labels.get(event.candidate) or self.candidate_label(event.candidate)
+            candidate = candidates.get(label) or tally.candidate(label)
+            attempts, outcome = candidate.attempts, (event.outcome, event.reason)
+            attempts[outcome] = attempts.get(outcome, 0) + 1
+            ttfb = event.ttfb
+            if ttfb is not None:
+                buckets = candidate.ttfb
+                index = bisect_left(TTFB_BUCKETS, ttfb)
+                buckets.counts[index] += 1
+                buckets.sums[index] += ttfb
         winner = record.winner
-        if winner is not None:
+        if winner is not None and (record.tokens_measured or record.cost_usd):
+            label = labels.get(winner) or self.candidate_label(winner)
+            candidate = candidates.get(label) or tally.candidate(label)
             if record.tokens_measured and record.prompt_tokens is not None and record.completion_tokens is not None:
-                candidate = self.candidate_label(winner)
-                tokens = tally.tokens
-                tokens[(candidate, "prompt")] = tokens.get((candidate, "prompt"), 0) + record.prompt_tokens
-                tokens[(candidate, "completion")] = tokens.get((candidate, "completion"), 0) + record.completion_tokens
+                candidate.prompt += record.prompt_tokens
+                candidate.completion += record.completion_tokens
+                candidate.counted = True
             if record.cost_usd:
-                candidate = self.candidate_label(winner)
-                tally.cost[candidate] = tally.cost.get(candidate, 0.0) + record.cost_usd
+                candidate.cost += record.cost_usd
         if record.hedge is not None:
             tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1
 
@@ -218,29 +256,35 @@ class RouterMetrics:
     def collect(self) -> Iterator[Metric]:
         """Every family, from the tally and fresh readings (``prometheus_client``'s collector)."""
         tally, readings = self.tally, self._readings()
-        families: list[Metric] = []
-        requests = CounterMetricFamily(*_REQUESTS, labels=["path", "status"])
-        for (path, status), count in tally.requests.items():
-            requests.add_metric([path, str(status)], count)
-        families.append(requests)
-        families.append(_histogram(*_DURATION, "path", tally.durations, DURATION_BUCKETS))
-        families.append(self._counter(_ATTEMPTS, ["candidate", "outcome", "reason"], tally.attempts.items()))
-        families.append(_histogram(*_TTFB, "candidate", tally.ttfb, TTFB_BUCKETS))
+        routes, candidates = tally.routes.items(), tally.candidates.items()
+        requests = [((path, str(status)), count) for path, route in routes for status, count in route.statuses.items()]
+        attempts = [
+            ((label, *outcome), n) for label, candidate in candidates for outcome, n in candidate.attempts.items()
+        ]
+        tokens = [((label, kind), value) for label, c in candidates if c.counted for kind, value in _kinds(c)]
         breakers = GaugeMetricFamily(*_BREAKER, labels=["candidate"])
-        for candidate, phase in readings.breakers:
-            breakers.add_metric([candidate], BREAKER_VALUES[phase])
+        for candidate_label, phase in readings.breakers:
+            breakers.add_metric([candidate_label], BREAKER_VALUES[phase])
         providers = GaugeMetricFamily(*_PROVIDER_BREAKER, labels=["provider"])
         in_flight = GaugeMetricFamily(*_IN_FLIGHT, labels=["provider"])
-        for provider, phase, attempts in readings.providers:
+        for provider, phase, count in readings.providers:
             providers.add_metric([provider], BREAKER_VALUES[phase])
-            in_flight.add_metric([provider], attempts)
-        families += [breakers, providers]
-        families.append(self._counter(_TOKENS, ["candidate", "kind"], tally.tokens.items()))
-        families.append(self._counter(_COST, ["candidate"], [((k,), v) for k, v in tally.cost.items()]))
-        families.append(in_flight)
-        families.append(self._counter(_HEDGES, ["outcome"], [((k,), v) for k, v in tally.hedges.items()]))
-        families.append(CounterMetricFamily(*_DROPPED, value=readings.dropped))
-        return iter(families)
+            in_flight.add_metric([provider], count)
+        return iter(
+            [
+                self._counter(_REQUESTS, ["path", "status"], requests),
+                _histogram(*_DURATION, "path", [(path, route.duration) for path, route in routes]),
+                self._counter(_ATTEMPTS, ["candidate", "outcome", "reason"], attempts),
+                _histogram(*_TTFB, "candidate", [(label, c.ttfb) for label, c in candidates if any(c.ttfb.counts)]),
+                breakers,
+                providers,
+                self._counter(_TOKENS, ["candidate", "kind"], tokens),
+                self._counter(_COST, ["candidate"], [((label,), c.cost) for label, c in candidates if c.cost]),
+                in_flight,
+                self._counter(_HEDGES, ["outcome"], [((outcome,), n) for outcome, n in tally.hedges.items()]),
+                CounterMetricFamily(*_DROPPED, value=readings.dropped),
+            ]
+        )
 
     @staticmethod
     def _counter(
@@ -259,24 +303,24 @@ class RouterMetrics:
             return
         tally, self.tally = self.tally, Tally()
         files, readings = self._files, self._readings()
-        for (path, status), count in tally.requests.items():
-            files.requests.labels(path, str(status)).inc(count)
-        for (candidate, outcome, reason), count in tally.attempts.items():
-            files.attempts.labels(candidate, outcome, reason).inc(count)
-        for (candidate, kind), count in tally.tokens.items():
-            files.tokens.labels(candidate, kind).inc(count)
-        for candidate, usd in tally.cost.items():
-            files.cost.labels(candidate).inc(usd)
+        for path, route in tally.routes.items():
+            for status, count in route.statuses.items():
+                files.requests.labels(path, str(status)).inc(count)
+            _replay(files.duration.labels(path), route.duration)
+        for label, candidate in tally.candidates.items():
+            for (outcome, reason), count in candidate.attempts.items():
+                files.attempts.labels(label, outcome, reason).inc(count)
+            if any(candidate.ttfb.counts):
+                _replay(files.ttfb.labels(label), candidate.ttfb)
+            if candidate.counted:
+                for kind, value in _kinds(candidate):
+                    files.tokens.labels(label, kind).inc(value)
+            if candidate.cost:
+                files.cost.labels(label).inc(candidate.cost)
         for outcome, count in tally.hedges.items():
             files.hedges.labels(outcome).inc(count)
-        for table, histogram, bounds in (
-            (tally.durations, files.duration, DURATION_BUCKETS),
-            (tally.ttfb, files.ttfb, TTFB_BUCKETS),
-        ):
-            for key, buckets in table.items():
-                _replay(histogram.labels(key), buckets, bounds)
-        for candidate, phase in readings.breakers:
-            files.breaker_state.labels(candidate).set(BREAKER_VALUES[phase])
+        for key, phase in readings.breakers:
+            files.breaker_state.labels(key).set(BREAKER_VALUES[phase])
         for provider, phase, attempts in readings.providers:
             files.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
             files.in_flight.labels(provider).set(attempts)
@@ -302,14 +346,18 @@ class RouterMetrics:
             multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
-def _replay(histogram: Histogram, buckets: _Buckets, bounds: tuple[float, ...]) -> None:
+def _kinds(candidate: _Candidate) -> tuple[tuple[str, int], tuple[str, int]]:
+    return ("prompt", candidate.prompt), ("completion", candidate.completion)
+
+
+def _replay(histogram: Histogram, buckets: _Buckets) -> None:
     """Add a histogram's tally to ``prometheus_client``'s: each bucket's observations as as many
     observations of their mean, which lies in that bucket, so that counts and sum stay exact."""
     for index, count in enumerate(buckets.counts):
         if count:
             mean = buckets.sums[index] / count
-            if index < len(bounds):
-                mean = min(mean, bounds[index])  # rounding must not carry it into the next bucket
+            if index < len(buckets.bounds):
+                mean = min(mean, buckets.bounds[index])  # rounding must not carry it into the next bucket
             for _ in range(count):
                 histogram.observe(mean)
 
