@@ -43,6 +43,7 @@ from .mock_upstreams import MOCK_API_KEY, MockSpec, MockUpstreams, default_specs
 __all__ = [
     "DEFAULT_FIRST_BYTE_TIMEOUT",
     "REAL_PROVIDERS",
+    "STATUS_ROUTE",
     "Demo",
     "RealProvider",
     "build_settings",
@@ -52,6 +53,8 @@ __all__ = [
 
 #: The router's first-byte timeout for the mocks (the ``slow`` mock waits longer than this).
 DEFAULT_FIRST_BYTE_TIMEOUT: Final = 1.0
+#: The router's live status page in the demo.
+STATUS_ROUTE: Final = "/router/status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,11 @@ def build_settings(
     # The demo serves anyone on loopback: a router without inbound auth must say so explicitly
     # (it logs a warning at start-up). Real deployments set api_keys or pass authorize=.
     return RouterSettings(
-        providers=providers, groups=groups, aliases={"demo": "group/demo"}, allow_unauthenticated=True
+        providers=providers,
+        groups=groups,
+        aliases={"demo": "group/demo"},
+        allow_unauthenticated=True,
+        status_route=STATUS_ROUTE,  # the breakers and the requests, live, in a browser
     )
 
 

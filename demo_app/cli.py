@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .app import DEFAULT_FIRST_BYTE_TIMEOUT, REAL_PROVIDERS, create_app
+from .app import DEFAULT_FIRST_BYTE_TIMEOUT, REAL_PROVIDERS, STATUS_ROUTE, create_app
 from .mock_upstreams import MockUpstreams, default_specs
 from .serving import ServerHandle, bind_socket, url_for
 
@@ -114,6 +114,8 @@ def banner(base: str, mocks: MockUpstreams, first_byte_timeout: float, env: dict
         "Or with the openai SDK (pip install openai):",
         "",
         _indent(python_snippet(base)),
+        f"Watch the breakers and the requests live: {base}{STATUS_ROUTE}",
+        "",
         "Press Ctrl-C to stop.",
         "",
     ]
