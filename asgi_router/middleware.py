@@ -366,9 +366,13 @@ class ModelRouter:
         if exchange.trace is not None:  # the winner's span reports its model and usage
             exchange.trace.response_model = response_model(result.body)
             wants_tokens = True
+        # Budgets and prices count every response (estimated when it reports no usage): the whole
+        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
+        # chunks do.
+        estimate = self._book.needs_estimate(winner)
         tail: Tail | None = None
-        if stream and wants_tokens:  # the whole tail where an estimate may be needed, else the last chunks
-            tail = Tail() if self._book.needs_estimate(winner) else LastChunks()
+        if stream and wants_tokens:
+            tail = Tail() if estimate else LastChunks()
         spend: Spend | None = None
         try:
             if not stream:
@@ -380,7 +384,7 @@ class ModelRouter:
                 return
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream).
-            facts.release(keep_estimate=wants_tokens)
+            facts.release(keep_estimate=estimate)
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)

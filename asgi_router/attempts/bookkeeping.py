@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from asgi_router.attempts.usage import TokenCount, count_tokens
+from asgi_router.attempts.usage import TokenCount, count_tokens, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
@@ -134,12 +134,16 @@ class Bookkeeper:
 
         ``data`` is the whole body (non-streaming) or the stream's tail; ``chunks`` the number of
         chunks a stream had. ``None`` data (not kept: the caller kept it where
-        :meth:`wants_tokens` says, or a trace wants the usage) counts nothing.
+        :meth:`wants_tokens` says, or a trace wants the usage) counts nothing. Where no estimate
+        is needed (:meth:`needs_estimate`), only the upstream's own ``usage`` counts.
         """
         if key in self._tracked:
             self.stats.release(key)
         if data is None:
             return _NOTHING_COUNTED
+        if not self.needs_estimate(key):  # counted to be reported (metrics, traces): usage or nothing
+            usage = find_usage(data)
+            return _NOTHING_COUNTED if usage is None else Spend(TokenCount(usage[0], usage[1], True), None)
         tokens = count_tokens(data, lambda: facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
