@@ -27,6 +27,7 @@ from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectErro
 from asgi_router.inbound.auth import Forbidden
 from asgi_router.middleware import ModelRouter
 from asgi_router.observability.events import AttemptEvent, RequestRecord
+from asgi_router.observability.jsonl import JsonlSink
 from asgi_router.observability.sinks import RecentRequests, Sink
 from asgi_router.resilience.state import InMemoryState, RouterState
 from asgi_router.resilience.stats import InMemoryStats, RoutingStats
@@ -46,6 +47,7 @@ __all__ = [
     "HealthSettings",
     "InMemoryState",
     "InMemoryStats",
+    "JsonlSink",
     "MemberSettings",
     "ModelInfo",
     "ModelRouter",

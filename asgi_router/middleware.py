@@ -7,8 +7,9 @@ headers → read body → parse → resolve plan (strategy, rules) → attempt l
 groups that hedge) → respond or relay → count tokens and cost. Auth and the header screen run
 before a byte of the body is read, so a refused client cannot make the router buffer anything.
 When every candidate failed, a group with a canned reply answers with it
-(``responses/degraded.py``). ``GET /v1/models`` is answered from configuration
-(``endpoints/models.py``). Per-request state lives in an
+(``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
+``metrics_route``, the ``status_route`` page) are answered behind its inbound auth
+(``endpoints/pages.py``). Per-request state lives in an
 :class:`~asgi_router.responses.exchange.Exchange`, never on the middleware.
 
 From the moment upstreams are involved, the request runs in a
@@ -18,11 +19,12 @@ The listener only starts 10 ms into the upstream work: a fast answer never needs
 unexpected error is logged and, if nothing has been sent yet, answered with an OpenAI-shaped
 500: the router never takes the host app down with it.
 
-Each finished request is published to the event sinks (the log line among them) without
-waiting for them. Routes are matched on the path below ``root_path`` (``inbound/mounting.py``),
-so the router works in a sub-app mounted under a prefix too. A route's path says its protocol
-(``protocols/routes.py``): on Anthropic's ``.../messages`` every error the router makes, in-band
-stream errors and the canned reply included, is shaped as Anthropic's API shapes it.
+Each finished request is counted in the metrics and its spans ended (when those are on), then
+published to the event sinks (the log line among them) without waiting for them. Routes are
+matched on the path below ``root_path`` (``inbound/mounting.py``), so the router works in a
+sub-app mounted under a prefix too. A route's path says its protocol (``protocols/routes.py``):
+on Anthropic's ``.../messages`` every error the router makes, in-band stream errors and the
+canned reply included, is shaped as Anthropic's API shapes it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -40,14 +42,14 @@ from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import Tail
+from asgi_router.attempts.usage import LastChunks, Tail, response_model
 from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.inbound_auth import Authorize
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.errors import RouterError, stream_error_event
 from asgi_router.core.reasons import Reason
-from asgi_router.endpoints.models import ModelsEndpoint
+from asgi_router.endpoints.pages import build_pages
 from asgi_router.fleet.factory import make_state
 from asgi_router.inbound.auth import Admitted, build_guard
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
@@ -55,11 +57,13 @@ from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
+from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
 from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.resilience.gate import Gate
+from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.state import RouterState
 from asgi_router.resilience.stats import RoutingStats
@@ -69,11 +73,15 @@ from asgi_router.responses.headers import response_headers_for_client, router_he
 from asgi_router.responses.relay import relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
+from asgi_router.routing.recorded import FactRecorder
 from asgi_router.runtime.health import HealthProber
 from asgi_router.runtime.lifespan import Connected, Lifespan
 from asgi_router.transports.base import Transport
 from asgi_router.transports.factory import make_transport
 from asgi_router.transports.provider import ProviderRuntime
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["ModelRouter"]
 
@@ -97,7 +105,9 @@ class ModelRouter:
     replaces just the routing statistics (tests read them) and ``rng``
     is the randomness of ``weighted`` and ``latency``. ``sinks`` receive every finished request
     (see :mod:`asgi_router.observability.sinks`), after the built-in log line; the ring of :attr:`recent`
-    requests is filled in place, lifespan or not.
+    requests is filled in place, lifespan or not. ``tracer_provider`` is the OpenTelemetry tracer
+    provider the router's spans go to (default: the global one, once the host app sets it; see
+    :mod:`asgi_router.observability.tracing`).
     """
 
     def __init__(
@@ -115,6 +125,7 @@ class ModelRouter:
         stats: RoutingStats | None = None,
         rng: random.Random | None = None,
         authorize: Authorize | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         # Starlette builds its middleware on the app's first event, and an ASGI server whose
         # lifespan is "auto" swallows a failure there: the operator must see it in the log.
@@ -166,15 +177,23 @@ class ModelRouter:
                 )
             )
             self._clock = clock
-            models_route = self.settings.models_route
-            self._models = ModelsEndpoint(self.settings, models_route) if models_route is not None else None
             #: The most recent finished requests, newest last.
             self.recent = RecentRequests(self.settings.events.recent)
             #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
             self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
+            # What operators see: facts for a sink that records them, metrics, traces, the pages.
+            records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
+            self._recorder = FactRecorder(self.settings.rules) if records_facts else None
+            overview = Overview(self.settings, self.state, self._resolver.stats, clock)
+            self._metrics, self._pages, background = build_pages(
+                self.settings, self._guard, overview, self.recent, self.events
+            )
+            self._tracing = tracing_for(tracer_provider)
             self._health = HealthProber(self.settings, self._providers, self._gate)
             connected = (self.state,) if isinstance(self.state, Connected) else ()
-            self._lifespan = Lifespan(app, self.settings, self._transport, self.events, self._health, connected)
+            self._lifespan = Lifespan(
+                app, self.settings, self._transport, self.events, self._health, connected, background
+            )
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
@@ -194,18 +213,16 @@ class ModelRouter:
             kind = scope["type"]
             if kind == "lifespan":
                 await self._lifespan(scope, receive, send)
-            elif (
-                kind == "http"
-                and self._models is not None
-                and scope["method"] in ("GET", "HEAD")
-                and self._models.handles(route_path(scope))
-            ):
-                await self._list_models(scope, receive, send)
+            elif kind == "http" and scope["method"] in ("GET", "HEAD") and self._pages.handles(route_path(scope)):
+                await self._pages(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
         exchange = Exchange(scope, receive, send, request_id_for(scope), path, self._routes[path])
+        exchange.record.started_at = time.time()
+        if self._tracing is not None:
+            exchange.trace = self._tracing.begin(scope["headers"])
         try:
             # Auth and the header screen, then the body, then its parse and plan: each refusal is
             # answered here (the steps themselves are plain functions: no coroutine per step).
@@ -243,37 +260,29 @@ class ModelRouter:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
         except Exception:
-            await self._failed(exchange)
+            await exchange.failed()
         finally:
             if exchange.lease is not None:  # the relay never reported: cancelled or crashed
                 exchange.lease.finish("client_disconnected")
             exchange.record.latency = self._clock() - started
             self.recent.add(exchange.record)
+            if self._metrics is not None or exchange.trace is not None:
+                self._observe(exchange)
             self._lifespan.warn_if_missing()
             self.events.publish(exchange.record)
 
-    @staticmethod
-    async def _failed(exchange: Exchange) -> None:
-        """An unexpected error inside the router (a host's ``authorize`` that raised, a bug): the
-        traceback goes to the router's logger, which scrubs keys from it, and the client gets
-        an OpenAI-shaped 500 if nothing was sent yet, never the server's plain-text one."""
-        logger.exception("asgi_router: request %s failed inside the router", exchange.record.request_id)
-        if not exchange.response_started:
-            await exchange.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
-
-    async def _list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``GET /v1/models``, behind the same inbound auth as completions: the group, alias and
-        model names are the gateway's configuration, not something to show anonymous callers."""
-        assert self._models is not None
-        exchange = Exchange(scope, receive, send, request_id_for(scope))
+    def _observe(self, exchange: Exchange) -> None:
+        """Count the finished request in the metrics and end its spans; a failure here is logged,
+        never the client's problem (the response is complete)."""
         try:
-            admitted = await self._guard.check(scope)
-            if isinstance(admitted, RouterError):
-                await exchange.send_error(admitted)
-                return
-            await self._models(scope, receive, exchange.send_tracked)
+            if self._metrics is not None:
+                self._metrics.observe(exchange.record, exchange.path)
+            if exchange.trace is not None:
+                exchange.trace.finish(exchange.record)
         except Exception:
-            await self._failed(exchange)
+            logger.exception(
+                "asgi_router: recording request %s for metrics or traces failed", exchange.record.request_id
+            )
 
     def _admit(self, exchange: Exchange, admitted: Admitted | RouterError) -> RouterError | None:
         """Inbound auth's verdict and the header screen, before a byte of the body is read."""
@@ -294,6 +303,8 @@ class ModelRouter:
         record = exchange.record
         record.stream = request.stream
         facts = RequestFacts(request.payload, exchange.scope["headers"])
+        if self._recorder is not None:
+            record.facts = self._recorder(facts)
         plan = self._resolver.resolve_string(request.payload["model"], facts)
         if isinstance(plan, ResolveError):
             if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
@@ -325,7 +336,9 @@ class ModelRouter:
         self, exchange: Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
     ) -> Coroutine[Any, Any, Committed | Refused | RouterError]:
         """The attempt loop's pass over ``plan`` (the call itself, to await)."""
-        return self._loop.run(plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts)
+        return self._loop.run(
+            plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts, exchange.trace
+        )
 
     async def _respond(
         self,
@@ -361,7 +374,16 @@ class ModelRouter:
         record.status = result.response.status
         record.winner = winner
         wants_tokens = self._book.wants_tokens(winner)
-        tail = Tail() if stream and wants_tokens else None
+        if exchange.trace is not None:  # the winner's span reports its model and usage
+            exchange.trace.response_model = response_model(result.body)
+            wants_tokens = True
+        # Budgets and prices count every response (estimated when it reports no usage): the whole
+        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
+        # chunks do.
+        estimate = self._book.needs_estimate(winner)
+        tail: Tail | None = None
+        if stream and wants_tokens:
+            tail = Tail() if estimate else LastChunks()
         spend: Spend | None = None
         try:
             if not stream:
@@ -373,7 +395,7 @@ class ModelRouter:
                 return
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream).
-            facts.release(keep_estimate=wants_tokens)
+            facts.release(keep_estimate=estimate)
             request.release()
             exchange.response_started = True
             record.in_flight = (winner, result.started)
@@ -399,6 +421,7 @@ class ModelRouter:
         spend = self._book.finished(winner, facts, data, chunks)
         if spend.tokens is not None:
             record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
+            record.tokens_measured = spend.tokens.measured
         record.cost_usd = spend.cost_usd
         return spend
 

@@ -19,7 +19,8 @@ defaults, ``down`` would be skipped after five refusals and the failover scenari
 a skip, not the refused connection it is about.
 ``BENCH_STATE_URL`` shares the router's state through that Redis (the fleet part).
 ``gc_freeze`` is on, as docs/performance.md recommends for production (``BENCH_GC_FREEZE=0``
-turns it off to see what it is worth).
+turns it off to see what it is worth). ``BENCH_METRICS=1`` serves Prometheus metrics on
+``/metrics`` (target ``router-metrics``: what counting every request and attempt costs).
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ __all__ = ["app", "build", "settings_for"]
 
 
 def settings_for(
-    upstream: str, refused: str, transport: str, gc_freeze: bool = True, state_url: str | None = None
+    upstream: str,
+    refused: str,
+    transport: str,
+    gc_freeze: bool = True,
+    state_url: str | None = None,
+    metrics: bool = False,
 ) -> RouterSettings:
     """The bench's router settings (see the module docstring)."""
     timeouts = {"connect": 2.0}
@@ -62,12 +68,18 @@ def settings_for(
             "allow_unauthenticated": True,
             "breaker": {"consecutive_failures": 10**9, "min_requests": 10**9},
             "state_url": state_url,
+            **({"metrics_route": "/metrics"} if metrics else {}),
         }
     )
 
 
 def build(
-    upstream: str, refused: str, transport: str, gc_freeze: bool = True, state_url: str | None = None
+    upstream: str,
+    refused: str,
+    transport: str,
+    gc_freeze: bool = True,
+    state_url: str | None = None,
+    metrics: bool = False,
 ) -> Starlette:
     """A host app with its own route and the router mounted in front of it."""
 
@@ -75,7 +87,8 @@ def build(
         return PlainTextResponse("ok")
 
     host = Starlette(routes=[Route("/health", health)])
-    host.add_middleware(ModelRouter, settings=settings_for(upstream, refused, transport, gc_freeze, state_url))
+    settings = settings_for(upstream, refused, transport, gc_freeze, state_url, metrics)
+    host.add_middleware(ModelRouter, settings=settings)
     return host
 
 
@@ -85,4 +98,5 @@ app = build(
     os.environ.get("BENCH_TRANSPORT", "aiohttp"),
     os.environ.get("BENCH_GC_FREEZE", "1") != "0",
     os.environ.get("BENCH_STATE_URL") or None,
+    os.environ.get("BENCH_METRICS", "0") == "1",
 )

@@ -152,13 +152,15 @@ class _MemoryTransport:
         pass
 
 
-async def router_loop(stream: bool, count: int, group: str = "bench", state_url: str | None = None) -> float:
+async def router_loop(
+    stream: bool, count: int, group: str = "bench", state_url: str | None = None, metrics: bool = False
+) -> float:
     """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
-    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url)
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url, metrics=metrics)
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -194,6 +196,8 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         pass
     return {
         "router_json_us": run(router_loop(False, count)),
+        "router_json_metrics_us": run(router_loop(False, count, metrics=True)),
         "router_sse20_us": run(router_loop(True, count // 4)),
+        "router_sse20_metrics_us": run(router_loop(True, count // 4, metrics=True)),
         "router_sse20_translated_us": run(router_loop(True, count // 4, "translated")),
     }

@@ -37,7 +37,7 @@ class Config:
     rounds: int = 2
     concurrency: tuple[int, ...] = (1, 16, 64)
     scenarios: tuple[str, ...] = ("json", "json-100k", "sse")
-    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-httpx")
+    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-metrics", "router-httpx")
     streams: int = 1000
     demo_app: str = ""
     #: Another checkout of the project whose router runs as target ``router-baseline``.
@@ -89,6 +89,10 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             servers["router"] = stack.enter_context(
                 Server("router", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"})
             )
+        if "router-metrics" in targets:
+            servers["router-metrics"] = stack.enter_context(
+                Server("router-metrics", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp", "BENCH_METRICS": "1"})
+            )
         if baseline:
             servers["router-baseline"] = stack.enter_context(
                 Server("router-baseline", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"}, cwd=Path(baseline))
@@ -138,14 +142,16 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
                     "errors": sum(row["errors"] for row in rows),
                     "rounds": rows,
                 }
-            if "floor" in rounds:
-                for target in (t for t in targets if t.startswith("router")):
-                    per_round = [r["rps"] / f["rps"] for r, f in zip(rounds[target], rounds["floor"], strict=True)]
-                    cell["ratios"][f"{target}/floor"] = {
-                        "median": statistics.median(per_round),
-                        "min": min(per_round),
-                        "max": max(per_round),
-                    }
+            pairs = [(t, "floor") for t in targets if t.startswith("router") and "floor" in rounds]
+            if "router-metrics" in rounds and "router" in rounds:
+                pairs.append(("router-metrics", "router"))  # what the metrics cost, in the same rounds
+            for target, base in pairs:
+                per_round = [r["rps"] / b["rps"] for r, b in zip(rounds[target], rounds[base], strict=True)]
+                cell["ratios"][f"{target}/{base}"] = {
+                    "median": statistics.median(per_round),
+                    "min": min(per_round),
+                    "max": max(per_round),
+                }
             cells.append(cell)
             progress(cell)
     return cells

@@ -43,6 +43,7 @@ from .mock_upstreams import MOCK_API_KEY, MockSpec, MockUpstreams, default_specs
 __all__ = [
     "DEFAULT_FIRST_BYTE_TIMEOUT",
     "REAL_PROVIDERS",
+    "STATUS_ROUTE",
     "Demo",
     "RealProvider",
     "build_settings",
@@ -52,6 +53,8 @@ __all__ = [
 
 #: The router's first-byte timeout for the mocks (the ``slow`` mock waits longer than this).
 DEFAULT_FIRST_BYTE_TIMEOUT: Final = 1.0
+#: The router's live status page in the demo.
+STATUS_ROUTE: Final = "/router/status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +120,12 @@ def build_settings(
     # (it logs a warning at start-up). Real deployments set api_keys or pass authorize=.
     shared: dict[str, Any] = {"state_url": state_url} if state_url else {}
     return RouterSettings(
-        providers=providers, groups=groups, aliases={"demo": "group/demo"}, allow_unauthenticated=True, **shared
+        providers=providers,
+        groups=groups,
+        aliases={"demo": "group/demo"},
+        allow_unauthenticated=True,
+        status_route=STATUS_ROUTE,  # the breakers and the requests, live, in a browser
+        **shared,
     )
 
 

@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .app import DEFAULT_FIRST_BYTE_TIMEOUT, REAL_PROVIDERS, create_app
+from .app import DEFAULT_FIRST_BYTE_TIMEOUT, REAL_PROVIDERS, STATUS_ROUTE, create_app
 from .mock_upstreams import MockUpstreams, default_specs
 from .serving import ServerHandle, bind_socket, url_for
 from .workers import Workers
@@ -140,6 +140,8 @@ def banner(
         "Or with the openai SDK (pip install openai):",
         "",
         _indent(python_snippet(base)),
+        f"Watch the breakers and the requests live: {base}{STATUS_ROUTE}",
+        "",
         "Press Ctrl-C to stop.",
         "",
     ]

@@ -33,11 +33,16 @@ async def test_demo_group_fails_over_from_flaky_to_steady_every_other_request() 
                 for _ in range(4)
             ]
             models = await client.get("/v1/models")
+            status = await client.get("/router/status.json")
     assert [r.status_code for r in responses] == [200] * 4
     winners = [(r.headers["x-router-model"], r.headers["x-router-attempts"]) for r in responses]
     assert ("steady/mock-1", "2") in winners  # the flaky mock failed and the router moved on
     assert ("flaky/mock-1", "1") in winners
     assert "group/demo" in {entry["id"] for entry in models.json()["data"]}
+    # The status page shows the same story: every request, and the flaky mock's failures.
+    recent = status.json()["recent"]
+    assert [request["status"] for request in recent] == [200] * 4
+    assert ("flaky/mock-1", "failed") in {(a["candidate"], a["outcome"]) for r in recent for a in r["attempts"]}
 
 
 async def test_demo_slow_first_group_fails_over_on_the_first_byte_timeout() -> None:
@@ -79,6 +84,12 @@ def test_python_m_demo_app_serves_the_sdk_and_stops_cleanly_on_sigterm() -> None
             found = re.search(r"host app with ModelRouter on (http://127\.0\.0\.1:\d+)", line)
             base = found.group(1) if found else None
         assert base is not None, "".join(output)
+        while not output[-1].startswith("Press Ctrl-C") and time.monotonic() < deadline:  # the rest of the banner
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+        assert f"Watch the breakers and the requests live: {base}/router/status\n" in output
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         raw = client.chat.completions.with_raw_response.create(
             model="group/demo", messages=[{"role": "user", "content": "hello demo"}]

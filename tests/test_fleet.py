@@ -33,6 +33,7 @@ def _config(redis: RedisServer, upstream: MockUpstream, prefix: str) -> str:
     base = f"{upstream.url}/v1"  # type: ignore[attr-defined]
     return f"""
 allow_unauthenticated = true
+status_route = "/router/status"
 state_url = "{redis.url}"
 state_key_prefix = "{prefix}"
 
@@ -65,6 +66,9 @@ members = ["mock/rid-la", "mock/rid-lb", "mock/rid-lc"]
 
 [groups.bound]
 members = [{{ ref = "mock/rid-bound", rpm = 100 }}, "mock2/ok"]
+
+[groups.seen]
+members = ["mock/status-503-seen", "mock2/ok"]
 
 [groups.after]
 strategy = "rotate"
@@ -110,6 +114,30 @@ def test_a_breakers_failures_count_across_processes_and_the_other_skips_it_once_
         assert response.status_code == 200
         assert response.headers["x-router-model"] == "mock2/ok"
     assert upstream.count("status-503-fleet") == 3  # b opened it though it failed only once
+
+
+def test_a_breaker_opened_in_one_process_shows_open_on_another_processs_status_page_labelled_shared(
+    fleet: list[RouterProcess], redis_server: RedisServer
+) -> None:
+    first, second = fleet[0], fleet[1]
+    for _ in range(3):  # consecutive_failures = 3, all in the first process
+        assert served_by(first, "group/seen") == "mock2/ok"
+    deadline = time.monotonic() + 5
+    while True:
+        page = httpx2.get(f"{second.url}/router/status.json", timeout=5)
+        assert page.status_code == 200, page.text
+        data = page.json()
+        candidates = {c["key"]: c for p in data["providers"] for c in p["candidates"]}
+        if candidates["mock/status-503-seen"]["breaker"]["phase"] == "open":
+            break
+        assert time.monotonic() < deadline, candidates["mock/status-503-seen"]
+        time.sleep(0.05)
+    assert data["state"] == "shared"
+    # The requests were the first process's: the second's recent requests are its own.
+    assert all(request["ref"] != "group/seen" for request in data["recent"]), data["recent"]
+    assert REDIS_PASSWORD not in page.text
+    html = httpx2.get(f"{second.url}/router/status", timeout=5).text
+    assert REDIS_PASSWORD not in html
 
 
 def test_rotate_alternates_across_processes(fleet: list[RouterProcess]) -> None:

@@ -20,13 +20,12 @@ are tracked, so clients naming arbitrary ``provider/model-id`` values cannot gro
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
-from asgi_router.attempts.usage import TokenCount, count_tokens
+from asgi_router.attempts.usage import TokenCount, count_tokens, find_usage
+from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
-from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.core.skip import Skip
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.catalog import Catalog
@@ -41,9 +40,9 @@ _NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Spend:
-    """What a served response used (for the request record and the served event)."""
+class Spend(NamedTuple):
+    """What a served response used (for the request record and the served event); a tuple, made
+    once per served response."""
 
     tokens: TokenCount | None
     cost_usd: float | None
@@ -62,9 +61,14 @@ class Bookkeeper:
         catalog: Catalog,
         tracked: Iterable[str],
         metered: Iterable[str],
+        *,
+        count_all: bool = False,
     ) -> None:
         self.stats = stats
         self._catalog = catalog
+        #: Count every served response's tokens (the metrics report them), not only where a
+        #: budget or a price needs them.
+        self._count_all = count_all
         #: Keys whose in-flight count and TTFB are kept.
         self._tracked = frozenset(tracked) | catalog.keys()
         #: Keys with an rpm/tpm budget somewhere: their usage is counted.
@@ -72,19 +76,16 @@ class Bookkeeper:
 
     @classmethod
     def from_settings(cls, settings: RouterSettings, stats: RoutingStats) -> Bookkeeper:
-        """Track every model the configuration names; meter those with an rpm/tpm budget."""
-        tracked: set[str] = set()
-        metered: set[str] = set()
-        for name in settings.groups:
-            for member in settings.flat_member_settings(name):
-                tracked.add(member.ref)
-                if member.rpm is not None or member.tpm is not None:
-                    metered.add(member.ref)
-        for target in (*settings.aliases.values(), *(rule.route for rule in settings.rules)):
-            ref = parse_model_ref(target)
-            if not isinstance(ref, InvalidRef) and ref.kind is RefKind.DIRECT:
-                tracked.add(target)
-        return cls(stats, Catalog(settings.catalog), tracked, metered)
+        """Track every model the configuration names; meter those with an rpm/tpm budget; count
+        every response's tokens when the metrics are served."""
+        metered = {
+            member.ref
+            for name in settings.groups
+            for member in settings.flat_member_settings(name)
+            if member.rpm is not None or member.tpm is not None
+        }
+        counted = settings.metrics_route is not None
+        return cls(stats, Catalog(settings.catalog), named_models(settings), metered, count_all=counted)
 
     def admit(self, key: str, policy: GroupPolicy | None, facts: RequestFacts) -> Skip | None:
         """``None`` to go ahead, or why ``key`` is skipped for this request."""
@@ -120,20 +121,32 @@ class Bookkeeper:
             self.stats.add_usage(key, 0, -facts.prompt_tokens)  # no completion was generated
 
     def wants_tokens(self, key: str) -> bool:
-        """Whether a served response of ``key`` must be counted (budget or price known)."""
+        """Whether a served response of ``key`` must be counted (budget or price known, or metrics)."""
+        return self._count_all or self.needs_estimate(key)
+
+    def needs_estimate(self, key: str) -> bool:
+        """Whether a response of ``key`` that reports no ``usage`` must still be counted (estimated):
+        budgets and prices need a number; metrics and traces report only what upstreams said."""
         return key in self._metered or self._catalog.is_priced(key)
 
     def finished(self, key: str, facts: RequestFacts, data: bytes | None, chunks: int | None = None) -> Spend:
         """A committed response was sent (or broke off): release it and count what it used.
 
         ``data`` is the whole body (non-streaming) or the stream's tail; ``chunks`` the number of
-        chunks a stream had. ``None`` data (not kept) counts nothing.
+        chunks a stream had. ``None`` data (not kept: the caller kept it where
+        :meth:`wants_tokens` says, or a trace wants the usage) counts nothing. Where no estimate
+        is needed (:meth:`needs_estimate`), only the upstream's own ``usage`` counts.
         """
         if key in self._tracked:
             self.stats.release(key)
-        if data is None or not self.wants_tokens(key):
+        if data is None:
             return _NOTHING_COUNTED
-        tokens = count_tokens(data, facts.prompt_tokens, chunks)
+        if not self.needs_estimate(key):  # counted to be reported (metrics, traces): usage or nothing
+            usage = find_usage(data)  # a usage without its prompt (the tail lost it) is not reported
+            if usage is None or usage[0] is None:
+                return _NOTHING_COUNTED
+            return Spend(TokenCount(usage[0], usage[1], True), None)
+        tokens = count_tokens(data, lambda: facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
         return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))

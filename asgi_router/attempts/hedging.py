@@ -17,7 +17,9 @@ Rules, all chosen for predictable cost:
 * a hedge costs a credit from the group's bucket (:meth:`RoutingStats.spend_hedge_credit`):
   each request earns ``hedge_budget`` of one (default 0.1), so at most about that share of the
   group's traffic is ever doubled, however slow its upstreams get;
-* both attempts are evented: the loser as ``aborted`` with reason ``hedge_lost``;
+* both attempts are evented: the loser as ``aborted`` with reason ``hedge_lost``; the request's
+  record says what became of the hedge (``RequestRecord.hedge``: ``won``, ``lost``, ``failed``,
+  or ``denied`` when one was due but the budget had no credit);
 * every racer holds a gate lease (``gate.py``) from admission; a loser's is finished with
   ``hedge_lost`` (or ``client_disconnected``), which counts neither for nor against its
   breakers: losing a race says nothing about a provider's health;
@@ -61,15 +63,17 @@ async def race(
     launched: dict[Ready, float] = {}
     decided: Committed | Refused | RouterError | None = None
     hedged = False
+    record = attempts.record
+    hedge: Ready | None = None  # the attempt started as the hedge, once one is
 
-    def start_next() -> bool:
+    def start_next() -> Ready | None:
         while waiting:
             ready = attempts.prepare(waiting.pop(0))
             if ready is not None:
                 launched[ready] = clock()
                 running[asyncio.ensure_future(attempts.attempt(ready))] = ready
-                return True
-        return False
+                return ready
+        return None
 
     try:
         start_next()
@@ -82,8 +86,11 @@ async def race(
             if not done:
                 hedged = True  # one chance per request, taken or refused by the budget
                 if policy.hedge_budget > 0 and stats.spend_hedge_credit(policy.name):
-                    if not start_next():
+                    hedge = start_next()
+                    if hedge is None:
                         stats.earn_hedge_credit(policy.name, 1.0)  # nothing left to race
+                else:
+                    record.hedge = "denied"
                 continue
             for task in _in_launch_order(done, running):
                 ready = running.pop(task)
@@ -92,6 +99,8 @@ async def race(
                     await attempts.discard(ready, result, "hedge_lost")
                     continue
                 decided = attempts.settle(ready, result)
+                if ready is hedge:
+                    record.hedge = "won" if decided is not None else "failed"
             if decided is not None:
                 break
             if not running:
@@ -102,8 +111,11 @@ async def race(
         # a winner chosen meanwhile will never be sent.
         await _stop(attempts, running, "client_disconnected")
         await attempts.abandon(decided)
-        attempts.record.in_flight = None
+        record.in_flight = None
         raise
+    finally:
+        if hedge is not None and record.hedge is None:
+            record.hedge = "lost"  # stopped while another attempt decided (or the client left)
     return decided
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.hedging import race
@@ -34,6 +35,9 @@ from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import RequestRecord
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
+
+if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
+    from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["AttemptLoop"]
 
@@ -52,11 +56,13 @@ class AttemptLoop:
         inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
         facts: RequestFacts = EMPTY_FACTS,
+        trace: RequestTrace | None = None,
     ) -> Committed | Refused | RouterError:
-        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed."""
+        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed
+        (each call a span of ``trace``, when the request is traced)."""
         context = self.context
         deadline = context.clock() + context.policy.deadline
-        attempts = RequestAttempts(context, plan, request, route, inbound, record, facts, deadline)
+        attempts = RequestAttempts(context, plan, request, route, inbound, record, facts, deadline, trace)
         policy = plan.policy
         decided: Committed | Refused | RouterError | None = None
         if plan.hedged:

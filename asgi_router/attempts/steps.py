@@ -27,6 +27,7 @@ retries; this class does and records each step. Both read the router's parts fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
@@ -48,6 +49,9 @@ from asgi_router.transports.base import close_response
 from asgi_router.transports.provider import RouteTarget
 from asgi_router.transports.request_headers import request_headers_for_upstream
 
+if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
+    from asgi_router.observability.tracing import RequestTrace
+
 __all__ = ["RequestAttempts"]
 
 
@@ -68,6 +72,7 @@ class RequestAttempts:
         "_route",
         "_stream",
         "_summaries",
+        "_trace",
         "_translated",
         "_wire",
         "attempts",
@@ -89,8 +94,11 @@ class RequestAttempts:
         record: RequestRecord,
         facts: RequestFacts,
         deadline: float,
+        trace: RequestTrace | None = None,
     ) -> None:
         self._context = context
+        #: The request's trace, when a tracer provider is set: each call is a span of it.
+        self._trace = trace
         self.plan = plan
         #: The reasons that move on to the next candidate (the group's, or the default).
         self.failover_on = plan.failover_on
@@ -188,6 +196,8 @@ class RequestAttempts:
             self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
         )
         translation = StreamTranslation(include_usage(self._payload)) if target.translated and self._stream else None
+        if self._trace is not None:  # the attempt's span, and its traceparent in the headers
+            self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
         try:
             return await call(
                 context,

@@ -16,11 +16,12 @@ or from the body's size.
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable
+from typing import Final, NamedTuple
 
-__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage"]
+__all__ = ["TAIL_BYTES", "LastChunks", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
 #: Most bytes of a stream kept for the usage read after it ends.
 TAIL_BYTES: Final = 64 * 1024
@@ -32,11 +33,16 @@ _CHARS_PER_TOKEN: Final = 4
 _DECODER: Final = json.JSONDecoder()
 # Anthropic's input counts: the prompt is their sum (cache reads and writes are prompt too).
 _ANTHROPIC_INPUT: Final = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_USUAL_USAGE: Final = re.compile(
+    rb'"usage"\s*:\s*\{\s*"prompt_tokens"\s*:\s*(\d{1,15})\s*,\s*"completion_tokens"\s*:\s*(\d{1,15})\s*[,}]'
+)
+_MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 
 
-@dataclass(frozen=True, slots=True)
-class TokenCount:
-    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``."""
+class TokenCount(NamedTuple):
+    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``.
+
+    A tuple (one per served response, made in C), not a frozen dataclass."""
 
     prompt: int
     completion: int
@@ -71,6 +77,29 @@ class Tail:
         return b"".join(self._chunks)[-self._limit :]
 
 
+class LastChunks(Tail):
+    """A stream's last two chunks only, and how many it had: where the final event's ``usage`` is.
+
+    For counts that are only reported (metrics, traces count the upstream's own ``usage``, never
+    an estimate): a third of :class:`Tail`'s cost per chunk, and no buffer to trim. A ``usage``
+    object spread over more than two chunks is not found, and the response counts as unmeasured.
+    """
+
+    __slots__ = ("_before", "_last")
+
+    def __init__(self) -> None:  # no buffer: the parent's is never used
+        self.chunks = 0
+        self._before = self._last = b""
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks += 1
+        self._before = self._last
+        self._last = chunk
+
+    def bytes(self) -> bytes:
+        return self._before + self._last
+
+
 def _counts(usage: object) -> tuple[int | None, int | None]:
     """``(prompt, completion)`` a usage object states, in OpenAI's words or Anthropic's (whose
     prompt is its input plus the cache's reads and writes)."""
@@ -90,8 +119,12 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     OpenAI states both in one object. An Anthropic stream states the input in ``message_start``
     and the output in the final ``message_delta`` (recent API versions repeat the input there):
     the completion is the last one stated, the prompt the last one stated at or before it
-    (``None`` when the tail no longer holds one).
+    (``None`` when the tail no longer holds one). OpenAI's usual order of keys is read with one
+    regular expression; anything else is decoded as JSON.
     """
+    at = data.rfind(b'"usage"')
+    if at >= 0 and (usual := _USUAL_USAGE.match(data, at)) is not None:  # OpenAI's own order of keys
+        return int(usual[1]), int(usual[2])
     end = len(data)
     completion: int | None = None
     while True:
@@ -114,19 +147,30 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
             return prompt, completion
 
 
-def count_tokens(data: bytes, prompt_estimate: int, chunks: int | None = None) -> TokenCount:
+def count_tokens(data: bytes, prompt_estimate: int | Callable[[], int], chunks: int | None = None) -> TokenCount:
     """Tokens used by a response whose body (or stream tail) is ``data``.
 
     ``chunks`` is the number of chunks a stream had (``None`` for a whole body): without a
-    ``usage`` object, a stream counts one token per chunk and a body four characters per token.
-    A usage that states only the completion takes the prompt from the estimate.
+    ``usage`` object, a stream counts one token per chunk and a body four characters per token,
+    and the prompt is the request's estimate (a callable: only computed then). A usage that states
+    only the completion takes the prompt from the estimate.
     """
     found = find_usage(data)
     if found is not None:
         prompt, completion = found
-        return TokenCount(prompt_estimate if prompt is None else prompt, completion, measured=True)
+        if prompt is None:
+            prompt = prompt_estimate() if callable(prompt_estimate) else prompt_estimate
+        return TokenCount(prompt, completion, True)
     if chunks is not None:
         completion = max(1, chunks)
     else:
         completion = max(1, (len(data) - _ENVELOPE_BYTES) // _CHARS_PER_TOKEN)
-    return TokenCount(prompt_estimate, completion, measured=False)
+    prompt = prompt_estimate() if callable(prompt_estimate) else prompt_estimate
+    return TokenCount(prompt, completion, False)
+
+
+def response_model(body: bytes) -> str | None:
+    """The ``model`` an upstream's answer (a body, or a stream's first chunk) says it came from
+    (traces report it: an alias such as ``gpt-4o`` is answered by a dated model)."""
+    found = _MODEL.search(body, 0, 8192)
+    return found[1].decode("utf-8", "replace") if found is not None else None

@@ -32,6 +32,7 @@ from pydantic import (
     PositiveInt,
     PrivateAttr,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -42,6 +43,7 @@ from asgi_router.config.catalog import ModelInfo
 from asgi_router.config.errors import ENV_DELIMITER, ENV_PREFIX, ConfigError
 from asgi_router.config.groups import GroupSettings, MemberSettings, flatten_groups
 from asgi_router.config.inbound_auth import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.pages import check_page_route, check_pages
 from asgi_router.config.providers import PoolSettings, ProviderSettings
 from asgi_router.config.resilience import (
     DEFAULT_RETRY_ON,
@@ -161,6 +163,21 @@ class RouterSettings(BaseSettings):
         description='The `GET` path listing groups, aliases and models in OpenAI\'s list shape; `""` (or `None` '
         "in Python) leaves the path to the host app.",
     )
+    metrics_route: str | None = Field(
+        default=None,
+        description='The `GET` path serving Prometheus metrics, e.g. `"/metrics"` (unset: off). Needs the '
+        "`metrics` extra (`prometheus_client`): settings that set it without are refused.",
+    )
+    metrics_public: bool = Field(
+        default=False,
+        description="Serve `metrics_route` without inbound auth (a scraper on a private network); by default "
+        "it asks for the same credentials as `/v1/models`.",
+    )
+    status_route: str | None = Field(
+        default=None,
+        description='The `GET` path of the live status page, e.g. `"/router/status"` (unset: off); '
+        "`status_route` + `.json` serves its data as JSON. Behind inbound auth, HTTP Basic accepted.",
+    )
     body_timeout: PositiveFloat = Field(
         default=30.0,
         description="Seconds the whole request body may take to arrive (408 after): a client trickling a body "
@@ -252,14 +269,15 @@ class RouterSettings(BaseSettings):
                 raise ValueError(f"route {route!r} must start with '/'")
         return value
 
-    @field_validator("models_route")
+    @field_validator("models_route", "metrics_route", "status_route")
     @classmethod
-    def _check_models_route(cls, value: str | None) -> str | None:
-        if value == "":  # TOML and environment variables cannot say None
-            return None
-        if value is not None and not value.startswith("/"):
-            raise ValueError(f"models_route {value!r} must start with '/'")
-        return value
+    def _check_page_routes(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_page_route(str(info.field_name), value)  # "" is off: TOML and the environment cannot say None
+
+    @model_validator(mode="after")
+    def _check_pages(self) -> Self:
+        check_pages(self.routes, self.models_route, self.metrics_route, self.status_route)
+        return self
 
     @model_validator(mode="after")
     def _check_references(self) -> Self:

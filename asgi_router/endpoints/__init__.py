@@ -1,1 +1,5 @@
-"""Routes the router answers besides chat completions: ``GET /v1/models`` (``models.py``)."""
+"""Routes the router answers besides chat completions, each behind its inbound auth (``pages.py``).
+
+``GET /v1/models`` (``models.py``), the Prometheus ``metrics_route`` (``metrics.py``) and the
+``status_route`` page with its JSON twin (``status.py``, the page itself in ``status.html``).
+"""

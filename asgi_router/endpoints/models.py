@@ -18,9 +18,10 @@ from typing import Final
 
 from starlette.types import Receive, Scope, Send
 
+from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.errors import error_body
-from asgi_router.core.refs import GROUP_NAMESPACE, InvalidRef, RefKind, parse_model_ref
+from asgi_router.core.refs import GROUP_NAMESPACE
 from asgi_router.inbound.mounting import route_path
 
 __all__ = ["ModelsEndpoint", "ROUTER_OWNER", "listed_models"]
@@ -36,14 +37,7 @@ def listed_models(settings: RouterSettings) -> list[dict[str, object]]:
         entries[f"{GROUP_NAMESPACE}/{name}"] = ROUTER_OWNER
     for name in sorted(settings.aliases):
         entries[name] = ROUTER_OWNER
-    direct: set[str] = set(settings.catalog)
-    for name in settings.groups:
-        direct.update(settings.flat_members(name))
-    for target in (*settings.aliases.values(), *(rule.route for rule in settings.rules)):
-        ref = parse_model_ref(target)
-        if not isinstance(ref, InvalidRef) and ref.kind is RefKind.DIRECT:
-            direct.add(target)
-    for name in sorted(direct):
+    for name in sorted(named_models(settings)):
         entries[name] = name.split("/", 1)[0]
     return [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in entries.items()]
 

@@ -64,6 +64,9 @@ class SharedState(InMemoryState):
     rpm/tpm budget, whose usage is leased in slices (``budgets.py``).
     """
 
+    #: The status page labels breakers and budgets as the fleet's (``resilience/overview.py``).
+    shared = True
+
     def __init__(
         self,
         url: str,

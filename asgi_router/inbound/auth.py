@@ -29,6 +29,7 @@ upstream is chosen or the body is read. Error messages never echo what the clien
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import inspect
@@ -87,6 +88,11 @@ class Guard(Protocol):
         """The decision, awaited."""
         ...
 
+    async def check_page(self, scope: Scope) -> Verdict:
+        """The decision for the router's own pages (status, metrics), which a person's browser or
+        a scraper may ask for: ``api_keys`` also come as the password of HTTP Basic auth."""
+        ...
+
 
 class _Guard(ABC):
     """:meth:`check` for every guard, from its :meth:`verdict`."""
@@ -98,6 +104,9 @@ class _Guard(ABC):
     async def check(self, scope: Scope) -> Verdict:
         verdict = self.verdict(scope)
         return verdict if isinstance(verdict, (Admitted, RouterError)) else await verdict
+
+    async def check_page(self, scope: Scope) -> Verdict:
+        return await self.check(scope)  # authorize= reads the headers itself, Basic included
 
 
 _CHALLENGE: Final = ((b"www-authenticate", b"Bearer"),)
@@ -117,14 +126,28 @@ def _forbidden(refusal: Forbidden) -> RouterError:
     return RouterError(403, "permission_denied", refusal.message or _FORBIDDEN)
 
 
-def presented_key(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
-    """The key a client presents: a bearer token if there is one, else ``x-api-key``."""
+def _basic_password(credentials: bytes) -> bytes | None:
+    """The password of HTTP Basic credentials (``base64(user:password)``), if they decode."""
+    try:
+        decoded = base64.b64decode(credentials, validate=True)
+    except ValueError:
+        return None
+    _, colon, password = decoded.partition(b":")
+    return password if colon and password else None
+
+
+def presented_key(headers: Sequence[tuple[bytes, bytes]], *, basic: bool = False) -> bytes | None:
+    """The key a client presents: a bearer token if there is one, else ``x-api-key``; with
+    ``basic``, also the password of HTTP Basic auth (what a browser sends when asked)."""
     api_key: bytes | None = None
     for name, value in headers:
         if name == b"authorization":
             scheme, _, token = value.strip().partition(b" ")
-            if scheme.lower() == b"bearer" and token.strip():
-                return token.strip()
+            scheme, token = scheme.lower(), token.strip()
+            if scheme == b"bearer" and token:
+                return token
+            if basic and scheme == b"basic" and (password := _basic_password(token)) is not None:
+                return password
         elif name == b"x-api-key" and api_key is None and value.strip():
             api_key = value.strip()
     return api_key
@@ -156,7 +179,12 @@ class _Keys(_Guard):
         )
 
     def verdict(self, scope: Scope) -> Verdict:
-        token = presented_key(scope["headers"])
+        return self._decide(presented_key(scope["headers"]))
+
+    async def check_page(self, scope: Scope) -> Verdict:
+        return self._decide(presented_key(scope["headers"], basic=True))
+
+    def _decide(self, token: bytes | None) -> Verdict:
         if token is None:
             return _NO_KEY
         digest = hashlib.sha256(token).digest()

@@ -1,6 +1,9 @@
 """What happened to each request, as data and as log lines.
 
 ``events.py``: one ``AttemptEvent`` per attempt and one ``RequestRecord`` per request;
-``sinks.py``: delivery to event sinks without ever blocking a request; ``redaction.py``: the
-last line of defence that scrubs configured keys from the router's log records.
+``sinks.py``: delivery to event sinks without ever blocking a request; ``jsonl.py``: the sink
+that records requests for ``asgi-router replay``; ``redaction.py``: the last line of defence that
+scrubs configured keys from the router's log records. ``metrics.py`` (Prometheus) and
+``tracing.py`` (OpenTelemetry) need the optional extras and are imported through ``optional.py``
+only by a router that uses them.
 """

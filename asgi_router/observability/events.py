@@ -20,11 +20,15 @@ from typing import Final, Literal
 
 from asgi_router.core.reasons import Reason
 
-__all__ = ["AttemptEvent", "Outcome", "RequestRecord", "log_request", "logger"]
+__all__ = ["AttemptEvent", "HedgeOutcome", "Outcome", "RequestRecord", "log_request", "logger", "principal_text"]
 
 logger = logging.getLogger("asgi_router")
 
 Outcome = Literal["served", "failed", "skipped", "aborted"]
+
+#: A hedge that ``won`` (it decided the request), ``lost`` (another attempt did), ``failed``
+#: (it ended without deciding), or was ``denied`` (due, but the group's hedge budget was spent).
+HedgeOutcome = Literal["won", "lost", "failed", "denied"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,16 @@ class RequestRecord:
     cost_usd: float | None = None
     #: Who inbound auth admitted (``None`` when serving unauthenticated or refused).
     principal: object = None
+    #: When the request arrived, in Unix seconds (wall clock, for people and files).
+    started_at: float = 0.0
+    #: Whether ``prompt_tokens`` and ``completion_tokens`` are the upstream's own ``usage``
+    #: (otherwise they are estimates).
+    tokens_measured: bool = False
+    #: What became of the hedge a hedging group started (``None``: no hedge was due).
+    hedge: HedgeOutcome | None = None
+    #: The request facts the configured rules read, kept only for a sink that records them
+    #: (:class:`~asgi_router.observability.jsonl.JsonlSink`); ``None`` otherwise.
+    facts: dict[str, object] | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:
@@ -85,7 +99,7 @@ def _attempt_text(event: AttemptEvent) -> str:
 _SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")
 
 
-def _principal_text(principal: object) -> str:
+def principal_text(principal: object) -> str:
     """The principal as a log token: a short safe name as is, anything else only by its type.
 
     ``authorize=`` may return any object (a user, a dict with a token): its text could carry a
@@ -120,6 +134,6 @@ def log_request(record: RequestRecord) -> None:
         "true" if record.degraded else "false",
         f"{record.prompt_tokens}+{record.completion_tokens}" if record.prompt_tokens is not None else "-",
         f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
-        _principal_text(record.principal),
+        principal_text(record.principal),
         extra={"asgi_router": record},
     )

@@ -18,7 +18,8 @@ warns once that they do not run).
 
 Records are shared between sinks: treat them as read-only. A sink object may have a
 ``quiet()`` method: while it returns true, records are not even queued for it (the logging
-sink is quiet while its logger is not enabled for INFO, so it then costs nothing).
+sink is quiet while its logger is not enabled for INFO, so it then costs nothing); and a
+``close()`` method, called once its worker has stopped at shutdown (a file sink closes its file).
 """
 
 from __future__ import annotations
@@ -153,6 +154,15 @@ class _SinkWorker:
                 failed += 1
         return failed
 
+    def close(self) -> None:
+        """The bus stops (lifespan shutdown): a sink with a ``close()`` method is closed."""
+        close = getattr(self.sink, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:
+                logger.exception("asgi_router: event sink %r failed to close", self.sink)
+
     def _failed(self, *, logged: bool = False) -> None:
         if self.failures == 0 and not logged:
             logger.exception("asgi_router: event sink %r failed (further failures are only counted)", self.sink)
@@ -205,6 +215,8 @@ class EventBus:
                     tasks.start_soon(worker.run)
         finally:
             self._running = False
+            for worker in self._workers:
+                worker.close()
 
     async def drain(self, grace: float) -> bool:
         """Wait until every queue is empty and no sink is busy, at most ``grace`` seconds."""

@@ -26,6 +26,9 @@ kind has exactly one owner, so no attempt is counted twice or released twice:
 
 Keys are strings: a candidate ``provider/model-id``, a provider name (which never contains a
 ``/``), or a group name for rotation and hedge credit.
+
+A state shared by several processes says so with an attribute ``shared = True`` (optional, not
+part of the protocol): the status page then labels breakers and budgets as the fleet's.
 """
 
 from __future__ import annotations

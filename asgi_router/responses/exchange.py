@@ -10,15 +10,20 @@ in-band stream error), and is the party the disconnect listener tells when the c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.errors import RouterError
-from asgi_router.observability.events import RequestRecord
+from asgi_router.observability.events import RequestRecord, logger
 from asgi_router.protocols.anthropic_errors import anthropic_error_body
 from asgi_router.resilience.gate import Lease
 from asgi_router.responses.headers import router_headers
 from asgi_router.responses.relay import send_whole
+
+if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
+    from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["Exchange"]
 
@@ -38,6 +43,7 @@ class Exchange:
         "route",
         "scope",
         "send",
+        "trace",
     )
 
     def __init__(
@@ -58,6 +64,8 @@ class Exchange:
         self.lease: Lease | None = None
         #: ``x-router-route`` once a plan was resolved.
         self.route: str | None = None
+        #: The request's trace, when a tracer provider is set.
+        self.trace: RequestTrace | None = None
 
     def complete(self) -> None:
         """The whole response has been handed to the server: a disconnect from now on is not an
@@ -79,6 +87,14 @@ class Exchange:
         self.record.status = error.status
         body = anthropic_error_body(error.status, error.message, error.attempts) if self.anthropic else error.body()
         await send_whole(self.send_tracked, error.status, headers, body)
+
+    async def failed(self) -> None:
+        """An unexpected error inside the router (a host's ``authorize`` that raised, a bug): the
+        traceback goes to the router's logger, which scrubs keys from it, and the client gets
+        an OpenAI-shaped 500 if nothing was sent yet, never the server's plain-text one."""
+        logger.exception("asgi_router: request %s failed inside the router", self.record.request_id)
+        if not self.response_started:
+            await self.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
 
     def client_left(self, scope: Deadline) -> None:
         """The client disconnected: cancel ``scope`` unless the response is already complete."""

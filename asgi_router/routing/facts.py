@@ -72,6 +72,16 @@ class RequestFacts:
         self._headers = headers
         self._estimate: tuple[int, int] | None = None
 
+    @classmethod
+    def known(
+        cls, payload: Mapping[str, Any], headers: Sequence[tuple[bytes, bytes]], prompt_tokens: int, images: int
+    ) -> RequestFacts:
+        """Facts whose estimate is already known (a recorded request replayed: its messages are
+        not kept, only what was measured of them)."""
+        facts = cls(payload, headers)
+        facts._estimate = (prompt_tokens, images)
+        return facts
+
     def _measure(self) -> tuple[int, int]:
         if self._estimate is None:
             chars = tokens = images = 0

@@ -15,11 +15,12 @@ Cheap checks run before the token estimate so most misses never estimate anythin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from asgi_router.config.rules import RuleSettings
 from asgi_router.routing.facts import RequestFacts
 
-__all__ = ["RuleTable", "matches"]
+__all__ = ["Condition", "RuleTable", "conditions", "matches"]
 
 
 class RuleTable:
@@ -60,3 +61,49 @@ def matches(rule: RuleSettings, facts: RequestFacts) -> bool:
     if rule.min_prompt_tokens is not None and facts.prompt_tokens < rule.min_prompt_tokens:
         return False
     return rule.max_prompt_tokens is None or facts.prompt_tokens < rule.max_prompt_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One condition of a rule, checked against a request: what it asks and what it found."""
+
+    #: The setting, as written (``min_prompt_tokens = 8000``, ``headers.x-tier = "gold"``).
+    wants: str
+    #: What the request has (``prompt_tokens = 1234``, ``x-tier absent``).
+    found: str
+    held: bool
+
+
+def _yes(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def conditions(rule: RuleSettings, facts: RequestFacts) -> list[Condition]:
+    """Every condition ``rule`` sets, with whether it holds for ``facts``: why a rule matched or
+    not (``asgi-router explain``). A rule matches exactly when every one holds, as
+    :func:`matches` decides (which stops at the first that does not)."""
+    found: list[Condition] = []
+    for name, wanted in (("stream", rule.stream), ("tools", rule.tools), ("reasoning", rule.reasoning)):
+        if wanted is not None:
+            have = bool(getattr(facts, name))
+            found.append(Condition(f"{name} = {_yes(wanted)}", f"{name} = {_yes(have)}", have is wanted))
+    for header, expected in rule.headers.items():
+        value = facts.header(header.encode("latin-1"))
+        seen = f"{header} = {value!r}" if value is not None else f"{header} absent"
+        found.append(Condition(f"headers.{header} = {expected!r}", seen, value == expected))
+    for key, expected in rule.metadata.items():
+        value = facts.metadata(key)
+        seen = f"metadata.{key} = {value!r}" if value is not None else f"metadata.{key} absent"
+        found.append(Condition(f"metadata.{key} = {expected!r}", seen, value == expected))
+    if rule.images is not None:
+        found.append(
+            Condition(f"images = {_yes(rule.images)}", f"images = {_yes(facts.images)}", facts.images is rule.images)
+        )
+    tokens = f"prompt_tokens = {facts.prompt_tokens} (estimated)"
+    if rule.min_prompt_tokens is not None:
+        held = facts.prompt_tokens >= rule.min_prompt_tokens
+        found.append(Condition(f"min_prompt_tokens = {rule.min_prompt_tokens}", tokens, held))
+    if rule.max_prompt_tokens is not None:
+        held = facts.prompt_tokens < rule.max_prompt_tokens
+        found.append(Condition(f"max_prompt_tokens = {rule.max_prompt_tokens}", tokens, held))
+    return found

@@ -1,8 +1,8 @@
 """The host app's lifespan, with the router's own work around it.
 
 On ``lifespan.startup`` the router opens the serving loop's upstream client (and the shared
-state's connection, when the state is shared) and starts its
-background work (the event sinks' workers, the opt-in health probes); ``gc_freeze`` runs once
+state's connection, when the state is shared) and starts its background work (the event sinks'
+workers, the opt-in health probes, a metrics worker's gauge refresh); ``gc_freeze`` runs once
 the app's startup is complete. On shutdown the sinks get a short grace to drain, the background
 work stops, the client is closed, and only then is the app's ``lifespan.shutdown.complete``
 forwarded: a server takes that message as leave to stop the loop (uvicorn returns and
@@ -18,7 +18,7 @@ WARNING, what does not run then.
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -53,10 +53,13 @@ class Lifespan:
         events: EventBus,
         health: HealthProber,
         connected: Sequence[Connected] = (),
+        background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     ) -> None:
         self._app = app
         #: Opened with the upstream client, closed after it (the shared state's connection).
         self._connected = tuple(connected)
+        #: More work to run from startup to shutdown (the metrics' gauge refresh).
+        self._more = tuple(background)
         self._settings = settings
         self._transport = transport
         self._events = events
@@ -110,6 +113,8 @@ class Lifespan:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._events.run)
             tasks.start_soon(self._health.run)
+            for work in self._more:
+                tasks.start_soon(work)
             await stop.wait()
             tasks.cancel_scope.cancel()
 

@@ -52,6 +52,7 @@ EXPORTED = {
     "RequestRecord",
     "Sink",
     "RecentRequests",
+    "JsonlSink",
     # the state a router keeps
     "RouterState",
     "InMemoryState",

@@ -1,0 +1,139 @@
+"""``asgi-router check``: a configuration validated, and what the router will do with it.
+
+Loading is the whole validation (every refusal names its key and the file); what is printed
+after is the configuration as the router sees it once nested groups are expanded: each group's
+members in their order (with weights and budgets), how its strategy orders them per request,
+what fails over, its hedging and canned reply, and for a group with rules the rules in the
+order they are tried. No key is printed: a provider shows where its key comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+from asgi_router.config.groups import GroupSettings, MemberSettings
+from asgi_router.config.providers import ProviderSettings
+from asgi_router.config.rules import RuleSettings
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.classify import DEFAULT_FAILOVER
+from asgi_router.core.reasons import Reason
+
+__all__ = ["STRATEGY_NOTES", "describe", "describe_group", "describe_reasons", "describe_rule"]
+
+#: How each strategy orders a group's members, per request.
+STRATEGY_NOTES: Final = {
+    "order": "tried in the order listed",
+    "rotate": "the same order, each request starting one member further",
+    "weighted": "first pick drawn by weight, the rest heaviest first",
+    "least_busy": "fewest attempts in flight first",
+    "latency": "lowest time-to-first-byte average first, now and then another to keep measuring",
+    "cost": "cheapest for the request first, by catalog prices",
+    "usage": "least used share of its rpm/tpm budget first",
+}
+
+
+def describe_reasons(reasons: Set[Reason]) -> str:
+    """A set of failure reasons, said briefly."""
+    if reasons == DEFAULT_FAILOVER:
+        return "every failure but client_error (the default)"
+    return ", ".join(sorted(reasons)) or "nothing"
+
+
+def _url(base_url: str) -> str:
+    """``base_url`` without any user or password it may carry."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _key_source(provider: ProviderSettings) -> str:
+    if provider.api_key is not None:
+        return "key in the configuration"
+    if provider.api_key_env:
+        state = "set" if provider.is_configured else "NOT SET: its models are skipped"
+        return f"key from ${provider.api_key_env} ({state})"
+    return "no key"
+
+
+def _member(index: int, member: MemberSettings, strategy: str) -> str:
+    notes = []
+    if strategy == "weighted" or member.weight != 1.0:
+        notes.append(f"weight {member.weight:g}")
+    if member.rpm is not None:
+        notes.append(f"rpm {member.rpm}")
+    if member.tpm is not None:
+        notes.append(f"tpm {member.tpm}")
+    return f"    {index}. {member.ref}" + (f"  ({', '.join(notes)})" if notes else "")
+
+
+def describe_rule(rule: RuleSettings) -> str:
+    """``name: condition, condition -> route`` (``always`` for a rule without conditions)."""
+    wants = []
+    for name in ("stream", "tools", "reasoning", "images"):
+        value = getattr(rule, name)
+        if value is not None:
+            wants.append(f"{name} = {'true' if value else 'false'}")
+    wants += [f"headers.{header} = {value!r}" for header, value in rule.headers.items()]
+    wants += [f"metadata.{key} = {value!r}" for key, value in rule.metadata.items()]
+    if rule.min_prompt_tokens is not None:
+        wants.append(f"prompt tokens >= {rule.min_prompt_tokens}")
+    if rule.max_prompt_tokens is not None:
+        wants.append(f"prompt tokens < {rule.max_prompt_tokens}")
+    return f"{rule.name}: {', '.join(wants) or 'always'} -> {rule.route}"
+
+
+def describe_group(settings: RouterSettings, name: str, group: GroupSettings) -> list[str]:
+    """The lines that describe ``group/<name>``: its plan, how it is ordered, its rules."""
+    members = settings.flat_member_settings(name)
+    retries = group.retries if group.retries is not None else (settings.retries if len(members) == 1 else 0)
+    lines = [f"  group/{name}  ({group.strategy}: {STRATEGY_NOTES[group.strategy]})"]
+    lines += [_member(index, member, group.strategy) for index, member in enumerate(members, 1)]
+    lines.append(f"    fails over on: {describe_reasons(group.failover_on)}; retries in place: {retries}")
+    if group.hedge_after is not None:
+        lines.append(f"    hedges after {group.hedge_after:g} s (at most {group.hedge_budget:.0%} of its requests)")
+    if group.degraded is not None:
+        lines.append("    when every member fails with a 429 or 5xx: its canned reply")
+    if group.rules:
+        rules = [rule for rule in settings.rules if rule.applies_to is None or name in rule.applies_to]
+        lines.append("    rules, the first that matches wins (else the members above):")
+        lines += [f"      - {describe_rule(rule)}" for rule in rules] or ["      (none apply to this group)"]
+    return lines
+
+
+def _auth(settings: RouterSettings) -> str:
+    if settings.authorize is not None:
+        return "the authorize= callable"
+    if settings.api_keys is not None:
+        count = len(settings.api_keys)
+        return f"api_keys ({count} key{'s' if count != 1 else ''})"
+    return "none: allow_unauthenticated = true (development only)"
+
+
+def describe(settings: RouterSettings, path: Path) -> str:
+    """The report ``check`` prints for valid ``settings`` loaded from ``path``."""
+    lines = [f"{path}: valid", "", "providers:"]
+    for name, provider in sorted(settings.providers.items()):
+        lines.append(f"  {name}  {_url(provider.base_url)}  {_key_source(provider)}")
+    lines += ["", "groups (nested groups expanded):"]
+    for name, group in sorted(settings.groups.items()):
+        lines += describe_group(settings, name, group)
+    if not settings.groups:
+        lines.append("  (none: clients name provider/model-id directly)")
+    if settings.aliases:
+        lines += ["", "aliases:"]
+        lines += [f"  {name} -> {target}" for name, target in sorted(settings.aliases.items())]
+    lines += ["", "routes:"]
+    lines += [f"  POST {route}  (chat)" for route in settings.routes]
+    if settings.models_route is not None:
+        lines.append(f"  GET  {settings.models_route}  (models)")
+    if settings.metrics_route is not None:
+        public = "public" if settings.metrics_public else "behind inbound auth"
+        lines.append(f"  GET  {settings.metrics_route}  (Prometheus metrics, {public})")
+    if settings.status_route is not None:
+        lines.append(f"  GET  {settings.status_route}  (status page; .json: its data)")
+    lines += ["", f"inbound auth: {_auth(settings)}"]
+    return "\n".join(lines)

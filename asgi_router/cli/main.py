@@ -1,0 +1,120 @@
+"""``asgi-router``: the command line, and the configuration every command starts from.
+
+A configuration is loaded as the router loads it (the TOML file, under ``ASGI_ROUTER_...``
+environment variables), so what ``check`` accepts is what ``serve`` and a host app accept. A
+refusal is printed with the file's name and the key, one line per key, and the command exits 1
+(2 for a command line that does not parse). ``explain`` and ``replay`` serve nobody, so a
+configuration whose inbound keys come from the environment at deployment time (unset here) is
+taken as it is for them; ``check`` and ``serve`` insist, as the router will.
+
+An ``authorize = "package.module:function"`` is imported from the working directory, as uvicorn
+imports an app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from asgi_router.config.errors import ConfigError
+from asgi_router.config.inbound_auth import NO_INBOUND_AUTH
+from asgi_router.config.settings import RouterSettings
+
+__all__ = ["load_config", "main"]
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def load_config(path: Path, *, serving: bool) -> RouterSettings:
+    """The settings in ``path`` (and the environment); ``serving=False`` does without inbound auth."""
+    try:
+        return RouterSettings.from_toml(path)
+    except ConfigError as refusal:
+        if serving or NO_INBOUND_AUTH not in str(refusal):
+            raise
+        return RouterSettings.from_toml(path, allow_unauthenticated=True)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from asgi_router.cli.check import describe
+
+    settings = load_config(args.config, serving=True)
+    print(describe(settings, args.config))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from asgi_router.cli.serve import serve
+
+    settings = load_config(args.config, serving=True)  # refused here, before any worker starts
+    return serve(settings, args.config, args.host, args.port, args.workers, args.log_level)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from asgi_router.cli.explain import explain
+
+    settings = load_config(args.config, serving=False)
+    return explain(settings, args.model, args.header, args.body, sys.stdout)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from asgi_router.cli.replay import replay
+
+    settings = load_config(args.config, serving=False)
+    return replay(settings, args.config, args.records, args.show, args.progress, args.fail_on_change)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asgi-router", description="Check, serve, explain and replay an asgi_router configuration."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Command, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument("config", type=Path, help="the router's TOML configuration")
+        sub.set_defaults(run=run)
+        return sub
+
+    command("check", _check, "validate a configuration and print each group's plan and rules")
+    serve = command("serve", _serve, "run the router as a standalone gateway on uvicorn")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    explain = command("explain", _explain, "show which rule and plan a request would get, and why")
+    explain.add_argument("model", help="the request's model: group/<id>, provider/model-id or an alias")
+    explain.add_argument(
+        "--header", action="append", default=[], metavar="NAME=VALUE", help="an inbound header (repeatable)"
+    )
+    explain.add_argument("--body", type=Path, help="a chat request body (JSON) to take the other facts from")
+    replay = command("replay", _replay, "re-resolve recorded requests with this configuration, report differences")
+    replay.add_argument("records", type=Path, help="a JSON-lines file written by JsonlSink")
+    replay.add_argument("--show", type=int, default=20, help="differences listed one by one (default 20)")
+    replay.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr (default: for files over 1 MiB when stderr is a terminal)",
+    )
+    replay.add_argument("--fail-on-change", action="store_true", help="exit 1 when any request routes differently")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status."""
+    args = _parser().parse_args(argv)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        status: int = args.run(args)
+    except ConfigError as refusal:
+        print(f"asgi-router {args.command}: {args.config}: {refusal}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # piped into `head`: the reader has what it wanted
+        sys.stderr.close()
+        return 0
+    return status

@@ -1,0 +1,173 @@
+"""``asgi-router replay``: recorded requests re-resolved with a (new) configuration, differences reported.
+
+The records are the lines a :class:`~asgi_router.observability.jsonl.JsonlSink` wrote: each
+request's ``model``, the facts its rules read, and the rule and plan it got. Each is resolved
+again, by the new configuration's own resolver, from its recorded facts; nothing is sent
+anywhere. A request *routes differently* when another rule chooses its plan, when its plan has
+other candidates, or, for plans whose order is the configuration's alone (``order`` groups and
+direct models), when their order changed; ``rotate`` and the strategies that read live numbers
+order each request anew, so for them only the set of candidates is compared. A request the new
+configuration would refuse (an unknown group, a removed provider) is reported as such.
+
+Facts are only those the recording configuration's rules read: a new rule on a header or
+``metadata`` key that no record carries is evaluated as if it were absent, and the report says
+so. Long files get a progress bar on stderr (by bytes read; only on a terminal unless asked).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Final, TextIO
+
+from asgi_router.cli.explain import plan_group
+from asgi_router.config.errors import ConfigError
+from asgi_router.config.settings import RouterSettings
+from asgi_router.routing.plan import Plan, ResolveError, Resolver
+from asgi_router.routing.recorded import recorded_facts, rule_inputs
+
+__all__ = ["LONG_FILE", "Change", "Progress", "replay"]
+
+#: Files at least this long get a progress bar on a terminal.
+LONG_FILE: Final = 1024 * 1024
+_FIXED: Final = frozenset({"order"})
+_BAR: Final = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """How one recorded request would route now."""
+
+    request_id: str
+    ref: str
+    was: str
+    now: str
+
+
+class Progress:
+    """A one-line bar on ``out`` (stderr), redrawn at most ten times a second."""
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self._total = max(1, total)
+        self._out = out
+        self._drawn = 0.0
+
+    def update(self, done: int, lines: int, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._drawn < 0.1:
+            return
+        self._drawn = now
+        share = min(1.0, done / self._total)
+        filled = round(share * _BAR)
+        self._out.write(f"\r[{'#' * filled}{'.' * (_BAR - filled)}] {share:4.0%}  {lines:,} lines")
+        if final:
+            self._out.write("\n")
+        self._out.flush()
+
+
+def _lines(handle: BinaryIO, progress: Progress | None) -> Iterator[tuple[int, bytes]]:
+    done = number = 0
+    for number, line in enumerate(handle, 1):
+        done += len(line)
+        if line.strip():
+            yield number, line
+        if progress is not None:
+            progress.update(done, number)
+    if progress is not None:
+        progress.update(done, number, final=True)
+
+
+def _plan_text(route: str, plan: list[str]) -> str:
+    return f"rule {route}: [{' '.join(plan)}]"
+
+
+def _differs(settings: RouterSettings, record: dict[str, Any], plan: Plan) -> bool:
+    if plan.route != record.get("route", "default"):
+        return True
+    was, now = [str(key) for key in record.get("plan", [])], list(plan.labels)
+    group = plan_group(settings, plan)
+    if group is None or settings.groups[group].strategy in _FIXED:
+        return was != now
+    return sorted(was) != sorted(now)
+
+
+def _unseen_inputs(settings: RouterSettings, headers: set[str], metadata: set[str]) -> list[str]:
+    wanted_headers, wanted_metadata = rule_inputs(settings.rules)
+    return [f"header {name}" for name in wanted_headers if name not in headers] + [
+        f"metadata.{key}" for key in wanted_metadata if key not in metadata
+    ]
+
+
+def replay(
+    settings: RouterSettings,
+    config: Path,
+    records: Path,
+    show: int,
+    progress: bool | None,
+    fail_on_change: bool,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Replay ``records``; print the report. 1 on ``fail_on_change`` with changes, else 0."""
+    try:
+        size = records.stat().st_size
+        handle = records.open("rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the records {records}: {exc.strerror or exc}") from None
+    if progress is None:
+        progress = size >= LONG_FILE and err.isatty()
+    resolver = Resolver(settings)
+    same = unreadable = 0
+    changes: list[Change] = []
+    summary: Counter[str] = Counter()
+    headers_seen: set[str] = set()
+    metadata_seen: set[str] = set()
+    with handle:
+        for number, line in _lines(handle, Progress(size, err) if progress else None):
+            try:
+                record = json.loads(line)
+                ref, facts = str(record["ref"]), record.get("facts") or {}
+                was = _plan_text(str(record.get("route", "default")), [str(key) for key in record.get("plan", [])])
+                if not isinstance(facts, dict):
+                    raise TypeError("facts")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                unreadable += 1
+                continue
+            headers_seen.update(facts.get("headers") or {})
+            metadata_seen.update(facts.get("metadata") or {})
+            plan = resolver.resolve_string(ref, recorded_facts(facts))
+            if isinstance(plan, ResolveError):
+                now = f"refused: {plan.status} {plan.code}"
+            elif _differs(settings, record, plan):
+                now = _plan_text(plan.route, list(plan.labels))
+            else:
+                same += 1
+                continue
+            changes.append(Change(str(record.get("request_id", f"line {number}")), ref, was, now))
+            summary[f"{ref}: {was} -> {now}"] += 1
+    total = same + len(changes)
+    refused = sum(1 for change in changes if change.now.startswith("refused"))
+    lines = [
+        f"replayed {total:,} requests from {records} with {config}: {same:,} route the same, "
+        f"{len(changes) - refused:,} differently, {refused:,} would be refused"
+        + (f"; {unreadable:,} lines were not records" if unreadable else "")
+    ]
+    unseen = _unseen_inputs(settings, headers_seen, metadata_seen)
+    if unseen and total:
+        lines.append(
+            f"note: the rules read {', '.join(unseen)}, which no record carries (the recording configuration's "
+            "rules did not name them): they replay as absent"
+        )
+    if summary:
+        lines += ["", "changes, most frequent first:"]
+        lines += [f"  {count:>7,}  {change}" for change, count in summary.most_common()]
+    if changes and show > 0:
+        lines += ["", f"the first {min(show, len(changes))}:"]
+        lines += [f"  {c.request_id}  {c.ref}: {c.was} -> {c.now}" for c in changes[:show]]
+    print("\n".join(lines), file=out)
+    return 1 if fail_on_change and changes else 0

@@ -1,0 +1,167 @@
+"""``GET status_route``: a live status page for people, and ``status_route + ".json"``, its data.
+
+The page answers "which provider is failing right now, how slow is it, what is it using": every
+provider and every model the configuration names, with its breaker (and when an open one lets a
+probe through), its time-to-first-byte average, its attempts in flight and its rpm/tpm use against
+the budget; then the most recent requests with each attempt. The data is read on demand from the
+router's state (``resilience/overview.py``) and its ring of recent requests; nothing is kept for
+the page between loads.
+
+The HTML is one self-contained file (``status.html``, package data: its style and script inline,
+no CDN, no font or image to fetch), so it works on a machine without internet access. The data
+comes embedded in it, and the script re-reads the JSON twin every few seconds, so an open tab
+stays current. Its script builds the page with ``textContent`` only (no markup is ever made from
+data) and the response's Content-Security-Policy allows exactly that script and style (by hash),
+connections to this origin, and nothing else.
+
+With shared state (several workers or hosts sharing breakers and budgets) the breakers and
+budgets are the fleet's while the recent requests are this process's own: the page says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from importlib.resources import files
+from typing import Final
+
+from asgi_router.observability.events import RequestRecord, principal_text
+from asgi_router.observability.sinks import EventBus, RecentRequests
+from asgi_router.resilience.overview import BreakerStatus, Budget, Overview
+
+__all__ = ["RECENT_SHOWN", "StatusEndpoint", "status_template"]
+
+#: The most recent requests shown (newest first).
+RECENT_SHOWN: Final = 50
+#: Where the page's data goes: a JSON element, never run as a script.
+_DATA_ELEMENT: Final = '<script id="status-data" type="application/json">{}</script>'
+_JSON_TYPE: Final = b"application/json"
+_HTML_TYPE: Final = b"text/html; charset=utf-8"
+
+
+def status_template() -> str:
+    """The page, with :data:`_DATA_ELEMENT` where its data goes."""
+    return files("asgi_router.endpoints").joinpath("status.html").read_text(encoding="utf-8")
+
+
+def _hashes(template: str, tag: str) -> str:
+    found = re.findall(rf"<{tag}>(.*?)</{tag}>", template, re.DOTALL)
+    return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in found)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000, 1) if seconds is not None else None
+
+
+def _breaker(status: BreakerStatus) -> dict[str, object]:
+    opens = status.half_opens_in
+    return {
+        "phase": status.phase,
+        "half_opens_in": round(opens, 1) if opens is not None else None,
+        "consecutive_failures": status.consecutive_failures,
+    }
+
+
+def _budget(budget: Budget | None) -> dict[str, int] | None:
+    return {"used": budget.used, "limit": budget.limit} if budget is not None else None
+
+
+def _request(record: RequestRecord) -> dict[str, object]:
+    return {
+        "request_id": record.request_id,
+        "time": round(record.started_at, 3),
+        "ref": record.ref,
+        "stream": record.stream,
+        "status": record.status,
+        "winner": record.winner,
+        "route": record.route,
+        "degraded": record.degraded,
+        "latency_ms": _ms(record.latency),
+        "principal": principal_text(record.principal),
+        "attempts": [
+            {
+                "candidate": event.candidate,
+                "outcome": event.outcome,
+                "reason": event.reason,
+                "status": event.status,
+                "latency_ms": _ms(event.latency),
+                "ttfb_ms": _ms(event.ttfb),
+            }
+            for event in record.events
+        ],
+    }
+
+
+class StatusEndpoint:
+    """Builds the page and its JSON from one router's state, on each load."""
+
+    def __init__(
+        self,
+        overview: Overview,
+        recent: RecentRequests,
+        events: EventBus,
+        json_route: str,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._overview = overview
+        self._recent = recent
+        self._events = events
+        self._wall_clock = wall_clock
+        self._template = status_template()
+        # The script reads its JSON twin by a path relative to the page: it works below a prefix.
+        self._json_path = json_route.rsplit("/", 1)[-1]
+        #: The page's Content-Security-Policy: its own script and style, requests to this origin.
+        self.policy = (
+            f"default-src 'none'; script-src {_hashes(self._template, 'script')}; "
+            f"style-src {_hashes(self._template, 'style')}; connect-src 'self'; img-src data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        ).encode()
+
+    def data(self) -> dict[str, object]:
+        """What the page shows, as JSON-able data."""
+        overview = self._overview
+        recent = self._recent.snapshot()[-RECENT_SHOWN:]
+        recent.reverse()
+        return {
+            "generated_at": round(self._wall_clock(), 3),
+            "pid": os.getpid(),
+            "state": "shared" if overview.shared else "this process",
+            "providers": [
+                {
+                    "name": provider.name,
+                    "configured": provider.configured,
+                    "breaker": _breaker(provider.breaker),
+                    "in_flight": provider.in_flight,
+                    "max_concurrent": provider.max_concurrent,
+                    "candidates": [
+                        {
+                            "key": candidate.key,
+                            "breaker": _breaker(candidate.breaker),
+                            "in_flight": candidate.in_flight,
+                            "ttfb_ms": _ms(candidate.ttfb),
+                            "rpm": _budget(candidate.rpm),
+                            "tpm": _budget(candidate.tpm),
+                        }
+                        for candidate in provider.candidates
+                    ],
+                }
+                for provider in overview.providers()
+            ],
+            "recent": [_request(record) for record in recent],
+            "events": {"dropped": self._events.dropped, "failures": self._events.failures},
+        }
+
+    def render_json(self) -> tuple[bytes, bytes]:
+        return _JSON_TYPE, json.dumps(self.data(), separators=(",", ":")).encode()
+
+    def render_html(self) -> tuple[bytes, bytes]:
+        data = {**self.data(), "json_path": self._json_path}
+        # "<" escaped: nothing in the data can close the element it sits in.
+        text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+        element = _DATA_ELEMENT.replace("{}", text)
+        return _HTML_TYPE, self._template.replace(_DATA_ELEMENT, element, 1).encode()

@@ -1,0 +1,381 @@
+"""Prometheus metrics: the ``asgi_router_*`` families, fed from each finished request.
+
+Needs ``prometheus_client`` (the ``metrics`` extra); settings with a ``metrics_route`` are
+refused without it, and nothing imports this module otherwise. The names and labels are a
+contract (dashboards and alerts are built on them)::
+
+    asgi_router_requests_total{path, status}            counter
+    asgi_router_request_duration_seconds{path}          histogram
+    asgi_router_attempts_total{candidate, outcome, reason}
+    asgi_router_time_to_first_byte_seconds{candidate}   histogram, buckets up to 60 s
+    asgi_router_breaker_state{candidate}                gauge: 0 closed, 1 half-open, 2 open
+    asgi_router_provider_breaker_state{provider}        gauge, the same values
+    asgi_router_tokens_total{candidate, kind}           kind: prompt | completion (reported usage only)
+    asgi_router_cost_usd_total{candidate}               where the catalog has prices
+    asgi_router_in_flight{provider}                     gauge
+    asgi_router_hedges_total{outcome}                   won | lost | failed | denied
+    asgi_router_events_dropped_total                    records event sinks' full queues turned away
+
+Every label value comes from configuration or from a fixed vocabulary, never from what a client
+sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
+folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
+configured routes, ``status`` an HTTP status.
+
+A finished request adds to a :class:`Tally` of plain numbers on its own task: dictionary
+increments and a bisection per histogram, a few times cheaper than ``prometheus_client``'s own
+metric objects (each update of which takes a lock and checks its labels), and the request path
+is where the cost counts. A scrape turns the tally into metric families (the router's registry
+has the router as its one collector), and reads the gauges (breaker states, attempts in flight)
+and the dropped-records count from the router's state through ``readings``: between scrapes they
+cost nothing. Each router owns its registry, so two routers in one process do not collide.
+
+Under several worker processes (``uvicorn --workers N``) each would count only its own requests,
+so when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process starts) ``prometheus_client``'s
+multiprocess mode is used: :meth:`RouterMetrics.flush` moves the tally into ``prometheus_client``
+metrics, which write to files in that directory (the worker does it every second, and before it
+answers a scrape), and a scrape of any worker reads every worker's files. Gauges then need a rule
+to combine the workers' values: breaker states report the worst worker's (``livemax``), in-flight
+counts the sum (``livesum``), both over live processes only; a worker that stops takes its gauge
+files with it (:meth:`RouterMetrics.close`).
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from asgi_router.observability.events import RequestRecord
+
+__all__ = [
+    "BREAKER_VALUES",
+    "CONTENT_TYPE",
+    "DURATION_BUCKETS",
+    "TTFB_BUCKETS",
+    "Readings",
+    "RouterMetrics",
+    "Tally",
+    "multiprocess_dir",
+]
+
+#: The Prometheus text format's media type.
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+#: Seconds; chat requests run from well under a second to minutes of streaming.
+DURATION_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+#: Seconds to the first body byte: a streamed token within a second, a whole answer within a minute.
+TTFB_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+#: A breaker's phase as the gauges report it.
+BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
+
+_REQUESTS = ("asgi_router_requests", "Chat requests answered, by route and status.")
+_DURATION = ("asgi_router_request_duration_seconds", "Seconds from a request's arrival to its last byte.")
+_ATTEMPTS = ("asgi_router_attempts", "Attempts and skips, by candidate, outcome and reason.")
+_TTFB = ("asgi_router_time_to_first_byte_seconds", "Seconds from sending an attempt to its first body byte.")
+_BREAKER = ("asgi_router_breaker_state", "A candidate's circuit breaker: 0 closed, 1 half-open, 2 open.")
+_PROVIDER_BREAKER = ("asgi_router_provider_breaker_state", "A provider's breaker: 0 closed, 1 half-open, 2 open.")
+_TOKENS = ("asgi_router_tokens", "Tokens served responses used, as their upstream reported.")
+_COST = ("asgi_router_cost_usd", "USD served responses cost, for models with catalog prices.")
+_IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
+_HEDGES = ("asgi_router_hedges", "Hedges of hedging groups: won, lost, failed, or denied by the budget.")
+_DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's full queue turned away.")
+
+
+def multiprocess_dir() -> str | None:
+    """The directory ``prometheus_client`` shares values through, when multiprocess mode is on."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """What the gauges say, read from the router's state when asked."""
+
+    #: ``(candidate, phase)`` per model the configuration names; phase as in :data:`BREAKER_VALUES`.
+    breakers: Sequence[tuple[str, str]]
+    #: ``(provider, phase, attempts in flight)`` per provider.
+    providers: Sequence[tuple[str, str, int]]
+    #: Records the event bus dropped so far.
+    dropped: int
+
+
+class _Buckets:
+    """One label set's histogram: a count and a sum per bucket (the last one ``+Inf``)."""
+
+    __slots__ = ("bounds", "counts", "sums")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sums = [0.0] * (len(bounds) + 1)
+
+    def add(self, value: float) -> None:
+        index = bisect_left(self.bounds, value)  # the first bound >= value ("le")
+        self.counts[index] += 1
+        self.sums[index] += value
+
+
+class _Route:
+    """One route's requests: a count per status, and their durations."""
+
+    __slots__ = ("duration", "statuses")
+
+    def __init__(self) -> None:
+        self.statuses: dict[int, int] = {}
+        self.duration = _Buckets(DURATION_BUCKETS)
+
+
+class _Candidate:
+    """One candidate label's attempts (by outcome and reason), first-byte times and usage."""
+
+    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "ttfb")
+
+    def __init__(self) -> None:
+        self.attempts: dict[tuple[str, str], int] = {}
+        self.ttfb = _Buckets(TTFB_BUCKETS)
+        self.prompt = self.completion = 0
+        #: Whether any usage was counted (a candidate with none reports no token series).
+        self.counted = False
+        self.cost = 0.0
+
+
+class Tally:
+    """Requests and attempts added up as plain numbers, by label values."""
+
+    __slots__ = ("candidates", "hedges", "routes")
+
+    def __init__(self) -> None:
+        self.routes: dict[str, _Route] = {}
+        self.candidates: dict[str, _Candidate] = {}
+        self.hedges: dict[str, int] = {}
+
+    def candidate(self, label: str) -> _Candidate:
+        found = self.candidates.get(label)
+        if found is None:
+            found = self.candidates[label] = _Candidate()
+        return found
+
+
+def _histogram(name: str, doc: str, label: str, table: Iterable[tuple[str, _Buckets]]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    for key, buckets in table:
+        edges = [str(float(bound)) for bound in buckets.bounds] + ["+Inf"]
+        running, cumulative = 0, []
+        for edge, count in zip(edges, buckets.counts, strict=True):
+            running += count
+            cumulative.append((edge, float(running)))
+        family.add_metric([key], cumulative, sum(buckets.sums))
+    return family
+
+
+class RouterMetrics:
+    """One router's metrics: its tally, and its registry (or multiprocess files).
+
+    ``named`` is the configuration's ``provider/model-id`` set (every other candidate is folded
+    into ``provider/*``); ``readings`` reads the gauges from the router's state.
+    """
+
+    def __init__(self, named: Iterable[str], readings: Callable[[], Readings]) -> None:
+        self.multiprocess = multiprocess_dir() is not None
+        self._named = frozenset(named)
+        self._readings = readings
+        self._labels: dict[str, str] = {}
+        #: What requests added (since the last flush, in multiprocess mode).
+        self.tally = Tally()
+        self.registry: CollectorRegistry | None = None
+        if self.multiprocess:
+            self._files = _Files()
+            self._dropped_seen = 0
+        else:
+            self.registry = CollectorRegistry(auto_describe=True)
+            self.registry.register(self)
+
+    def candidate_label(self, key: str) -> str:
+        """``key`` if the configuration names it, else ``provider/*``."""
+        label = self._labels.get(key)
+        if label is None:
+            label = key if key in self._named else key.split("/", 1)[0] + "/*"
+            if len(self._labels) < 4096:  # keys a client chose are folded again next time, not kept
+                self._labels[key] = label
+        return label
+
+    def observe(self, record: RequestRecord, path: str) -> None:
+        """Count one finished request on ``path`` and each of its attempts.
+
+        On every request's path: plain dictionary and list arithmetic, written out rather than
+        through helpers (a call costs as much as the arithmetic it would hide).
+        """
+        tally = self.tally
+        route = tally.routes.get(path)
+        if route is None:
+            route = tally.routes[path] = _Route()
+        statuses, status = route.statuses, record.status
+        statuses[status] = statuses.get(status, 0) + 1
+        buckets, value = route.duration, record.latency
+        index = bisect_left(DURATION_BUCKETS, value)  # the first bound >= value ("le")
+        buckets.counts[index] += 1
+        buckets.sums[index] += value
+        labels, candidates = self._labels, tally.candidates
+        for event in record.events:
+            label = labels.get(event.candidate) or self.candidate_label(event.candidate)
+            candidate = candidates.get(label) or tally.candidate(label)
+            attempts, outcome = candidate.attempts, (event.outcome, event.reason)
+            attempts[outcome] = attempts.get(outcome, 0) + 1
+            ttfb = event.ttfb
+            if ttfb is not None:
+                buckets = candidate.ttfb
+                index = bisect_left(TTFB_BUCKETS, ttfb)
+                buckets.counts[index] += 1
+                buckets.sums[index] += ttfb
+        winner = record.winner
+        if winner is not None and (record.tokens_measured or record.cost_usd):
+            label = labels.get(winner) or self.candidate_label(winner)
+            candidate = candidates.get(label) or tally.candidate(label)
+            if record.tokens_measured and record.prompt_tokens is not None and record.completion_tokens is not None:
+                candidate.prompt += record.prompt_tokens
+                candidate.completion += record.completion_tokens
+                candidate.counted = True
+            if record.cost_usd:
+                candidate.cost += record.cost_usd
+        if record.hedge is not None:
+            tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1
+
+    # --- one process: the router is its registry's collector ------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, from the tally and fresh readings (``prometheus_client``'s collector)."""
+        tally, readings = self.tally, self._readings()
+        routes, candidates = tally.routes.items(), tally.candidates.items()
+        requests = [((path, str(status)), count) for path, route in routes for status, count in route.statuses.items()]
+        attempts = [
+            ((label, *outcome), n) for label, candidate in candidates for outcome, n in candidate.attempts.items()
+        ]
+        tokens = [((label, kind), value) for label, c in candidates if c.counted for kind, value in _kinds(c)]
+        breakers = GaugeMetricFamily(*_BREAKER, labels=["candidate"])
+        for candidate_label, phase in readings.breakers:
+            breakers.add_metric([candidate_label], BREAKER_VALUES[phase])
+        providers = GaugeMetricFamily(*_PROVIDER_BREAKER, labels=["provider"])
+        in_flight = GaugeMetricFamily(*_IN_FLIGHT, labels=["provider"])
+        for provider, phase, count in readings.providers:
+            providers.add_metric([provider], BREAKER_VALUES[phase])
+            in_flight.add_metric([provider], count)
+        return iter(
+            [
+                self._counter(_REQUESTS, ["path", "status"], requests),
+                _histogram(*_DURATION, "path", [(path, route.duration) for path, route in routes]),
+                self._counter(_ATTEMPTS, ["candidate", "outcome", "reason"], attempts),
+                _histogram(*_TTFB, "candidate", [(label, c.ttfb) for label, c in candidates if any(c.ttfb.counts)]),
+                breakers,
+                providers,
+                self._counter(_TOKENS, ["candidate", "kind"], tokens),
+                self._counter(_COST, ["candidate"], [((label,), c.cost) for label, c in candidates if c.cost]),
+                in_flight,
+                self._counter(_HEDGES, ["outcome"], [((outcome,), n) for outcome, n in tally.hedges.items()]),
+                CounterMetricFamily(*_DROPPED, value=readings.dropped),
+            ]
+        )
+
+    @staticmethod
+    def _counter(
+        described: tuple[str, str], labels: list[str], values: Iterable[tuple[tuple[str, ...], float]]
+    ) -> Metric:
+        family = CounterMetricFamily(*described, labels=labels)
+        for key, value in values:
+            family.add_metric(list(key), value)
+        return family
+
+    # --- several processes: the tally moves into prometheus_client's files ----------------------
+
+    def flush(self) -> None:
+        """Multiprocess mode: move the tally and fresh readings into this process's files."""
+        if not self.multiprocess:
+            return
+        tally, self.tally = self.tally, Tally()
+        files, readings = self._files, self._readings()
+        for path, route in tally.routes.items():
+            for status, count in route.statuses.items():
+                files.requests.labels(path, str(status)).inc(count)
+            _replay(files.duration.labels(path), route.duration)
+        for label, candidate in tally.candidates.items():
+            for (outcome, reason), count in candidate.attempts.items():
+                files.attempts.labels(label, outcome, reason).inc(count)
+            if any(candidate.ttfb.counts):
+                _replay(files.ttfb.labels(label), candidate.ttfb)
+            if candidate.counted:
+                for kind, value in _kinds(candidate):
+                    files.tokens.labels(label, kind).inc(value)
+            if candidate.cost:
+                files.cost.labels(label).inc(candidate.cost)
+        for outcome, count in tally.hedges.items():
+            files.hedges.labels(outcome).inc(count)
+        for key, phase in readings.breakers:
+            files.breaker_state.labels(key).set(BREAKER_VALUES[phase])
+        for provider, phase, attempts in readings.providers:
+            files.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
+            files.in_flight.labels(provider).set(attempts)
+        if readings.dropped > self._dropped_seen:
+            files.events_dropped.inc(readings.dropped - self._dropped_seen)
+            self._dropped_seen = readings.dropped
+
+    def exposition(self) -> bytes:
+        """The text format of every family (in multiprocess mode: of every worker, and of every
+        other metric written to the directory, the host app's own included)."""
+        if self.registry is not None:
+            return generate_latest(self.registry)
+        self.flush()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+
+    def close(self) -> None:
+        """This process stops: in multiprocess mode its last counts are written and its gauges
+        are not counted any more."""
+        if self.multiprocess:
+            self.flush()
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+def _kinds(candidate: _Candidate) -> tuple[tuple[str, int], tuple[str, int]]:
+    return ("prompt", candidate.prompt), ("completion", candidate.completion)
+
+
+def _replay(histogram: Histogram, buckets: _Buckets) -> None:
+    """Add a histogram's tally to ``prometheus_client``'s: each bucket's observations as as many
+    observations of their mean, which lies in that bucket, so that counts and sum stay exact."""
+    for index, count in enumerate(buckets.counts):
+        if count:
+            mean = buckets.sums[index] / count
+            if index < len(buckets.bounds):
+                mean = min(mean, buckets.bounds[index])  # rounding must not carry it into the next bucket
+            for _ in range(count):
+                histogram.observe(mean)
+
+
+class _Files:
+    """``prometheus_client``'s own metrics, for multiprocess mode (their values live in files)."""
+
+    def __init__(self) -> None:
+        self.requests = Counter(*_REQUESTS, ["path", "status"], registry=None)
+        self.duration = Histogram(*_DURATION, ["path"], buckets=DURATION_BUCKETS, registry=None)
+        self.attempts = Counter(*_ATTEMPTS, ["candidate", "outcome", "reason"], registry=None)
+        self.ttfb = Histogram(*_TTFB, ["candidate"], buckets=TTFB_BUCKETS, registry=None)
+        self.breaker_state = Gauge(*_BREAKER, ["candidate"], registry=None, multiprocess_mode="livemax")
+        self.provider_breaker_state = Gauge(
+            *_PROVIDER_BREAKER, ["provider"], registry=None, multiprocess_mode="livemax"
+        )
+        self.tokens = Counter(*_TOKENS, ["candidate", "kind"], registry=None)
+        self.cost = Counter(*_COST, ["candidate"], registry=None)
+        self.in_flight = Gauge(*_IN_FLIGHT, ["provider"], registry=None, multiprocess_mode="livesum")
+        self.hedges = Counter(*_HEDGES, ["outcome"], registry=None)
+        self.events_dropped = Counter(*_DROPPED, registry=None)

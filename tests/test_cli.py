@@ -1,0 +1,200 @@
+"""The ``asgi-router`` command, run as an operator runs it: the installed console script, in a process.
+
+``check`` and ``explain`` read a configuration and print; ``replay`` reads what a
+:class:`~asgi_router.JsonlSink` recorded through a real router; ``serve`` runs the router as a
+standalone gateway on uvicorn and is talked to over loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from asgi_router import JsonlSink
+
+from .commands import COMMAND, free_port, serving
+from .conftest import API_KEY, CLIENT_KEY
+from .mock_upstream import MockUpstream
+from .routing_helpers import chat_body, router_client
+
+_RULES = """
+[[rules]]
+name = "long"
+min_prompt_tokens = {long}
+route = "group/big"
+
+[[rules]]
+name = "gold"
+headers = {{x-tier = "gold"}}
+route = "mock2/ok"
+"""
+
+
+def _config(
+    tmp_path: Path, upstream: MockUpstream, *, long: int = 50, extra: str = "", name: str = "router.toml"
+) -> Path:
+    path = tmp_path / name
+    url = upstream.url  # type: ignore[attr-defined]
+    path.write_text(
+        f"""
+api_keys = ["{CLIENT_KEY}"]
+{extra}
+
+[providers.mock]
+base_url = "{url}/v1"
+api_key = "{API_KEY}"
+
+[providers.mock2]
+base_url = "{url}/v1"
+
+[groups.small]
+members = ["mock/ok", {{ref = "mock2/ok", rpm = 60}}]
+
+[groups.big]
+strategy = "rotate"
+members = ["mock2/ok", "mock/ok"]
+
+[groups.auto]
+rules = true
+members = ["group/small"]
+"""
+        + _RULES.format(long=long)
+    )
+    return path
+
+
+def _run(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COMMAND, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_check_prints_each_groups_plan_and_rules(tmp_path: Path, upstream: MockUpstream) -> None:
+    result = _run("check", _config(tmp_path, upstream))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"{tmp_path / 'router.toml'}: valid")
+    assert "  group/small  (order: tried in the order listed)\n    1. mock/ok\n    2. mock2/ok  (rpm 60)\n" in out
+    assert "  group/big  (rotate: the same order, each request starting one member further)" in out
+    assert (
+        "    rules, the first that matches wins (else the members above):\n"
+        "      - long: prompt tokens >= 50 -> group/big\n"
+        "      - gold: headers.x-tier = 'gold' -> mock2/ok\n"
+    ) in out
+    assert "inbound auth: api_keys (1 key)" in out
+    assert API_KEY not in out and CLIENT_KEY not in out
+
+
+def test_check_refuses_a_bad_config_naming_the_key_and_the_file(tmp_path: Path, upstream: MockUpstream) -> None:
+    bad_member = _config(tmp_path, upstream, extra="", name="bad.toml")
+    bad_member.write_text(bad_member.read_text().replace('members = ["mock/ok", {', 'members = ["nope/ok", {'))
+    bad_value = tmp_path / "value.toml"
+    bad_value.write_text('allow_unauthenticated = true\nmax_body_bytes = "lots"\n')
+    no_auth = tmp_path / "open.toml"
+    no_auth.write_text("[providers.p]\nbase_url = 'http://127.0.0.1:9/v1'\n")
+    for path, said in (
+        (bad_member, "groups.small.members[0]: 'nope/ok' names unknown provider 'nope'"),
+        (bad_value, f"max_body_bytes (in {bad_value})"),
+        (no_auth, "inbound auth is required"),
+    ):
+        result = _run("check", path)
+        assert result.returncode == 1, result.stdout
+        assert result.stderr.startswith(f"asgi-router check: {path}: invalid router configuration")
+        assert said in result.stderr
+    missing = _run("check", tmp_path / "missing.toml")
+    assert missing.returncode == 1 and "config file not found" in missing.stderr
+
+
+def test_explain_names_the_rule_its_conditions_and_the_plan(tmp_path: Path, upstream: MockUpstream) -> None:
+    config = _config(tmp_path, upstream)
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(chat_body("ignored", "x" * 400)))  # ~100 tokens: over 'long'
+    long = _run("explain", config, "group/auto", "--body", body)
+    gold = _run("explain", config, "group/auto", "--header", "X-Tier=gold")
+    plain = _run("explain", config, "group/auto")
+    assert (long.returncode, gold.returncode, plain.returncode) == (0, 0, 0), long.stderr + gold.stderr
+    assert "  long: MATCHES -> group/big\n      min_prompt_tokens = 50: prompt_tokens = 10" in long.stdout
+    assert "  gold: not tried (a rule above matched)" in long.stdout
+    assert "plan (route 'long', group/big, rotate" in long.stdout
+    assert "  long: no\n" in gold.stdout and "  gold: MATCHES -> mock2/ok" in gold.stdout
+    assert "headers.x-tier = 'gold': x-tier = 'gold'  -> holds" in gold.stdout
+    assert "plan (route 'gold', a direct model):\n  1. mock2/ok" in gold.stdout
+    assert "none matched: the members of group/auto are the plan" in plain.stdout
+    assert "plan (route 'default', group/auto, order: tried in the order listed):\n  1. mock/ok\n  2. mock2/ok" in (
+        plain.stdout
+    )
+    unknown = _run("explain", config, "group/nope")
+    assert unknown.returncode == 1 and "refused: 404 model_not_found: unknown group 'group/nope'" in unknown.stdout
+
+
+@pytest.mark.anyio
+async def test_replay_reports_what_a_new_config_would_route_differently(tmp_path: Path, upstream: MockUpstream) -> None:
+    records = tmp_path / "records.jsonl"
+    settings = {
+        "groups": {
+            "small": {"members": ["mock/ok", "mock2/ok"]},
+            "big": {"strategy": "rotate", "members": ["mock2/ok", "mock/ok"]},
+            "auto": {"rules": True, "members": ["group/small"]},
+        },
+        "rules": [
+            {"name": "long", "min_prompt_tokens": 50, "route": "group/big"},
+            {"name": "gold", "headers": {"x-tier": "gold"}, "route": "mock2/ok"},
+        ],
+    }
+    async with router_client(upstream, router={"sinks": [JsonlSink(records)]}, **settings) as (client, _):
+        for text, tier in (("x" * 400, "-"), ("x" * 300, "-"), ("hi", "gold"), ("hi", "-"), ("hi", "-")):
+            await client.post("/v1/chat/completions", json=chat_body("group/auto", text), headers={"x-tier": tier})
+        await client.post("/v1/chat/completions", json=chat_body("mock/ok"))
+    lines = records.read_text().splitlines()
+    assert len(lines) == 6
+    # The new config needs 100 prompt tokens for 'long': the ~80-token request routes to the default.
+    new = _config(tmp_path, upstream, long=100, name="new.toml")
+    result = _run("replay", new, records)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"replayed 6 requests from {records} with {new}: 5 route the same, 1 differently, 0 would")
+    # (the second request to the rotate group started one member further)
+    assert "      1  group/auto: rule long: [mock/ok mock2/ok] -> rule default: [mock/ok mock2/ok]" in out
+    changed = _run("replay", new, records, "--fail-on-change")
+    assert changed.returncode == 1
+    same = _run("replay", _config(tmp_path, upstream, name="same.toml"), records, "--fail-on-change")
+    assert same.returncode == 0 and ": 6 route the same, 0 differently" in same.stdout
+
+
+def test_replay_shows_a_progress_bar_and_skips_lines_that_are_not_records(
+    tmp_path: Path, upstream: MockUpstream
+) -> None:
+    record = {"request_id": "r", "ref": "group/small", "facts": {}, "route": "default", "plan": ["mock/ok", "mock2/ok"]}
+    records = tmp_path / "records.jsonl"
+    records.write_text((json.dumps(record) + "\n") * 3000 + "not json\n")
+    result = subprocess.run(
+        [COMMAND, "replay", str(_config(tmp_path, upstream)), str(records), "--progress"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"3,000 route the same" in result.stdout and b"1 lines were not records" in result.stdout
+    assert result.stderr.startswith(b"\r[") and result.stderr.endswith(b"\r[" + b"#" * 30 + b"] 100%  3,001 lines\n")
+
+
+def test_serve_runs_the_router_as_a_standalone_gateway(tmp_path: Path, upstream: MockUpstream) -> None:
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    with serving(_config(tmp_path, upstream)) as (url, process):
+        answer = httpx2.post(f"{url}/v1/chat/completions", json=chat_body("group/small"), headers=auth)
+        models = httpx2.get(f"{url}/v1/models", headers=auth)
+        elsewhere = httpx2.get(f"{url}/anything/else", headers=auth)
+    assert answer.status_code == 200 and answer.headers["x-router-model"] == "mock/ok"
+    assert "group/auto" in {model["id"] for model in models.json()["data"]}
+    assert elsewhere.status_code == 404 and elsewhere.json()["error"]["code"] == "not_found"
+    assert process.returncode == 0
+
+
+def test_serve_refuses_a_bad_config_before_starting_a_server(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("allow_unauthenticated = true\n[groups.g]\nmembers = []\n")
+    result = _run("serve", config, "--port", str(free_port()), timeout=30)
+    assert result.returncode == 1
+    assert f"{config}" in result.stderr and "groups.g.members" in result.stderr

@@ -1,0 +1,96 @@
+"""The status page in a real headless Chromium: the browser asks for credentials, the page draws a
+tripped breaker as open, and an open tab follows what happens next.
+
+The router is served by uvicorn on loopback with ``api_keys``; the tab answers the server's Basic
+challenge with an API key as the password, as a person would in the browser's dialog. The
+screenshot it takes is the one in the docs (``ASGI_ROUTER_SCREENSHOT=docs/img/status-page.png``
+writes it there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from asgi_router import ModelRouter
+
+from .browser import Browser, need_chromium
+from .conftest import CLIENT_KEY, host_app, make_settings
+from .mock_upstream import MockUpstream
+from .routing_helpers import chat_body
+from .servers import ServerThread
+
+_AUTH = {"authorization": f"Bearer {CLIENT_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def served(upstream: MockUpstream, refused_url: str) -> Iterator[ServerThread]:
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        refused_url,
+        api_keys=[CLIENT_KEY],
+        status_route="/router/status",
+        groups={
+            "coder": {"members": ["down/gpt-4o-mini", {"ref": "mock/ok", "rpm": 600, "tpm": 200000}, "mock2/ok"]},
+        },
+        breaker={"consecutive_failures": 2, "open_for": 60},
+    )
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+        with httpx2.Client(base_url=server.url, headers=_AUTH) as client:
+            for _ in range(3):  # two failures trip down's breakers; the third skips it
+                assert client.post("/v1/chat/completions", json=chat_body("group/coder")).status_code == 200
+            assert client.post("/v1/chat/completions", json=chat_body("mock2/ok", stream=True)).status_code == 200
+        yield server
+
+
+def _phase(candidate: str) -> str:
+    return f"document.querySelector('tr[data-candidate=\"{candidate}\"] .badge')?.dataset.phase"
+
+
+def test_the_page_asks_for_credentials_and_shows_a_tripped_breaker_as_open(
+    served: ServerThread, tmp_path: Path
+) -> None:
+    with Browser(need_chromium(), credentials=("ops", CLIENT_KEY)) as browser:
+        browser.open(f"{served.url}/router/status?refresh=1")
+        assert browser.challenges >= 1  # the browser was asked, and answered with the key
+        assert browser.wait_for(_phase("down/gpt-4o-mini")) == "open"
+        assert browser.evaluate(_phase("mock/ok")) == "closed"
+        provider = "document.querySelector('tr[data-provider=\"down\"] .badge').dataset.phase"
+        assert browser.evaluate(provider) == "open"
+        half_opens = browser.evaluate(
+            "document.querySelector('tr[data-candidate=\"down/gpt-4o-mini\"] .breaker').textContent"
+        )
+        assert "half-opens in" in half_opens
+        budget = browser.evaluate("document.querySelector('tr[data-candidate=\"mock/ok\"]').textContent")
+        assert "3 / 600" in budget
+        rows = browser.evaluate("document.querySelectorAll('#recent tr[data-request]').length")
+        assert rows == 4
+        screenshot = browser.screenshot(tmp_path / "status-page.png")
+    assert screenshot.startswith(b"\x89PNG\r\n\x1a\n") and len(screenshot) > 20_000
+    wanted = os.environ.get("ASGI_ROUTER_SCREENSHOT")
+    if wanted:  # the docs' picture, taken from this very page
+        shutil.copyfile(tmp_path / "status-page.png", wanted)
+
+
+def test_an_open_page_follows_new_requests_through_its_json(served: ServerThread) -> None:
+    with Browser(need_chromium(), credentials=("ops", CLIENT_KEY)) as browser:
+        browser.open(f"{served.url}/router/status?refresh=1")
+        before = browser.evaluate("document.getElementById('updated').textContent")
+        request_id = uuid.uuid4().hex
+        with httpx2.Client(base_url=served.url, headers={**_AUTH, "x-request-id": request_id}) as client:
+            assert client.post("/v1/chat/completions", json=chat_body("mock/ok")).status_code == 200
+        # The tab re-reads the JSON twin with the credentials it was given once: no new dialog.
+        challenges = browser.challenges
+        row = f"document.querySelector('tr[data-request=\"{request_id}\"]')?.textContent"
+        assert "mock/ok" in browser.wait_for(row, timeout=10)
+        assert browser.evaluate("document.getElementById('stale').hidden") is True
+        assert browser.challenges == challenges
+        data = json.loads(browser.evaluate("document.getElementById('status-data').textContent"))
+        assert data["generated_at"] > 0 and before
