@@ -18,6 +18,7 @@ from asgi_router import AttemptEvent, JsonlSink, ModelRouter, RequestRecord
 from asgi_router.observability.metrics import Readings, RouterMetrics
 
 from .conftest import CLIENT_KEY, host_app, make_settings
+from .fake_anthropic import USAGE, FakeAnthropic
 from .metrics_helpers import Scrape
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, router_client
@@ -197,3 +198,26 @@ def test_metric_names_and_labels_are_the_documented_ones() -> None:
     assert scrape.value("asgi_router_time_to_first_byte_seconds_sum", candidate="p/m") == 0.1
     assert scrape.value("asgi_router_in_flight", provider="p") == 2
     assert scrape.value("asgi_router_events_dropped_total") == 1
+
+
+async def test_a_translated_anthropic_member_counts_the_tokens_its_upstream_reported(
+    upstream: MockUpstream, refused_url: str, anthropic: FakeAnthropic
+) -> None:
+    """Usage as Anthropic states it (input and output tokens, a stream's in two events) is what
+    the counters add, whether the answer was whole or translated chunk by chunk."""
+    settings = _metered(providers={"claude": anthropic.provider()}, groups={"c": {"members": ["claude/ok"]}})
+    async with router_client(upstream, refused_url, **settings) as (client, _):
+        whole = await client.post("/v1/chat/completions", json=chat_body("group/c"), headers=_AUTH)
+        assert whole.status_code == 200, whole.text
+        streamed = await client.post(
+            "/v1/chat/completions",
+            json=chat_body("group/c", stream=True, stream_options={"include_usage": True}),
+            headers=_AUTH,
+        )
+        assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
+        scrape = await _scrape(client)
+    assert scrape.value("asgi_router_tokens_total", candidate="claude/ok", kind="prompt") == 2 * USAGE["input_tokens"]
+    assert (
+        scrape.value("asgi_router_tokens_total", candidate="claude/ok", kind="completion") == 2 * USAGE["output_tokens"]
+    )
+    assert scrape.value("asgi_router_attempts_total", candidate="claude/ok", outcome="served", reason="served") == 2
