@@ -4,7 +4,7 @@ Scopes it does not handle (other paths and methods, websockets) go straight to t
 the first lines of ``__call__``; ``lifespan`` goes to the host app with the router's own start-up
 and shut-down around it (``runtime/lifespan.py``). A chat request flows: inbound auth → screen
 headers → read body → parse → resolve plan (strategy, rules) → attempt loop (with hedging for
-groups that hedge) → respond or relay → count tokens and cost. Auth and the header screen run
+groups that hedge) → respond or relay, then count tokens and cost (``responses/answer.py``). Auth and the header screen run
 before a byte of the body is read, so a refused client cannot make the router buffer anything.
 When every candidate failed, a group with a canned reply answers with it
 (``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
@@ -38,17 +38,14 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
+from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import LastChunks, Tail, response_model
-from asgi_router.config.degraded import DegradedSettings
 from asgi_router.config.errors import ConfigError
 from asgi_router.config.inbound_auth import Authorize
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.errors import RouterError, stream_error_event
-from asgi_router.core.reasons import Reason
+from asgi_router.core.errors import RouterError
 from asgi_router.endpoints.pages import build_pages
 from asgi_router.fleet.factory import make_state
 from asgi_router.inbound.auth import Admitted, build_guard
@@ -56,21 +53,18 @@ from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, 
 from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
-from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord, logger
+from asgi_router.observability.events import AttemptEvent, RequestRecord, logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
 from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.state import RouterState
 from asgi_router.resilience.stats import RoutingStats
-from asgi_router.responses.degraded import degraded_reply, should_degrade
+from asgi_router.responses.answer import Answer
 from asgi_router.responses.exchange import Exchange
-from asgi_router.responses.headers import response_headers_for_client, router_headers
-from asgi_router.responses.relay import relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.recorded import FactRecorder
@@ -145,6 +139,8 @@ class ModelRouter:
             self._routes = {route: is_anthropic(route_kind(route)) for route in self.settings.routes}
             self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
             self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
+            #: Sends what the attempts came to and counts what it used (``responses/answer.py``).
+            self._answer = Answer(self._book, clock)
             self._providers = {
                 name: ProviderRuntime.build(name, provider, self.settings.routes)
                 for name, provider in self.settings.providers.items()
@@ -251,11 +247,11 @@ class ModelRouter:
                     exchange.record.plan = plan.labels
                 # From here upstreams are involved: a client that leaves cancels the work. The
                 # listener starts only if the request is still going after WATCH_AFTER
-                # (disconnect.py). The attempts are awaited from this frame, _respond only once
+                # (disconnect.py). The attempts are awaited from this frame, the answer only once
                 # they are decided: one coroutine frame fewer held while an upstream is awaited.
                 with ListeningScope(exchange):
                     result = await self._attempts(exchange, plan, request, facts)
-                    await self._respond(exchange, plan, request, facts, result)
+                    await self._answer(exchange, plan, request, facts, result)
                 if exchange.disconnected:
                     exchange.record.status = 499
                     self._note_abort(exchange.record)
@@ -339,130 +335,3 @@ class ModelRouter:
         return self._loop.run(
             plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts, exchange.trace
         )
-
-    async def _respond(
-        self,
-        exchange: Exchange,
-        plan: Plan,
-        request: InboundRequest,
-        facts: RequestFacts,
-        result: Committed | Refused | RouterError,
-    ) -> None:
-        """Answer the client with what the attempts came to: the winner's response (whole or
-        relayed), a refusal passed through, the group's canned reply, or the error."""
-        record = exchange.record
-        stream = request.stream
-        request_id = record.request_id
-        if isinstance(result, Committed):
-            exchange.lease = result.lease  # held until the relay ends; __call__ finishes it if it never does
-        if isinstance(result, RouterError):
-            attempts = sum(1 for e in record.events if e.outcome != "skipped")
-            degraded = plan.policy.degraded if plan.policy is not None else None
-            if degraded is not None and should_degrade(result.status):
-                await self._send_degraded(exchange, degraded, stream, attempts)
-                return
-            await exchange.send_error(result, attempts)
-            return
-        winner = result.candidate.key
-        upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
-        headers = response_headers_for_client(upstream_headers)
-        headers += router_headers(request_id, winner, result.attempts, plan.route)
-        if isinstance(result, Refused):
-            record.status = result.status
-            await send_whole(exchange.send_tracked, result.status, headers, result.body)
-            return
-        record.status = result.response.status
-        record.winner = winner
-        wants_tokens = self._book.wants_tokens(winner)
-        if exchange.trace is not None:  # the winner's span reports its model and usage
-            exchange.trace.response_model = response_model(result.body)
-            wants_tokens = True
-        # Budgets and prices count every response (estimated when it reports no usage): the whole
-        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
-        # chunks do.
-        estimate = self._book.needs_estimate(winner)
-        tail: Tail | None = None
-        if stream and wants_tokens:
-            tail = Tail() if estimate else LastChunks()
-        spend: Spend | None = None
-        try:
-            if not stream:
-                exchange.response_started = True  # as for the relay: sent through the server's send
-                await send_whole(exchange.send, result.response.status, headers, result.body)
-                record.bytes_relayed = len(result.body)
-                spend = self._finish(record, winner, facts, result.body if wants_tokens else None, None)
-                self._note_served(record, result, "served", spend)
-                return
-            # Committed: nothing reads the request again but the token estimate; free the rest
-            # for the relay's whole life (RSS per open stream).
-            facts.release(keep_estimate=estimate)
-            request.release()
-            exchange.response_started = True
-            record.in_flight = (winner, result.started)
-            error_event = anthropic_stream_error_event if exchange.anthropic else stream_error_event
-            relay = relay_stream(
-                exchange.send, result, headers, self._clock, tail, record, exchange.complete, error_event
-            )
-            del headers, upstream_headers  # the relay drops them once the start is sent
-            outcome = await relay
-            record.in_flight = None
-            if outcome.reason == "client_disconnected":
-                exchange.disconnected = True
-            spend = self._finish(record, winner, facts, *_streamed_usage(result, tail))
-            self._note_served(record, result, outcome.reason, spend)
-        finally:
-            if spend is None:  # cancelled (the client left): still release and count it
-                self._finish(record, winner, facts, *_streamed_usage(result, tail))
-
-    def _finish(
-        self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
-    ) -> Spend:
-        """Release the winner's statistics and record what its response used."""
-        spend = self._book.finished(winner, facts, data, chunks)
-        if spend.tokens is not None:
-            record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
-            record.tokens_measured = spend.tokens.measured
-        record.cost_usd = spend.cost_usd
-        return spend
-
-    async def _send_degraded(self, exchange: Exchange, degraded: DegradedSettings, stream: bool, attempts: int) -> None:
-        """Every candidate failed and the group has a canned reply: send it, marked as such."""
-        record = exchange.record
-        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, exchange.anthropic)
-        headers += router_headers(record.request_id, None, attempts, exchange.route)
-        record.status = 200
-        record.degraded = True
-        await send_whole(exchange.send_tracked, 200, headers, body)
-
-    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
-        if committed.lease is not None:
-            committed.lease.finish(reason)  # a late failure counts against the candidate
-        outcome: Outcome = (
-            "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
-        )
-        record.events.append(
-            AttemptEvent(
-                record.request_id,
-                len(record.events),
-                committed.candidate.key,
-                outcome,
-                reason,
-                committed.response.status,
-                self._clock() - committed.started,
-                committed.ttfb,
-                spend.cost_usd,
-                principal=record.principal,
-            )
-        )
-
-
-def _streamed_usage(committed: Committed, tail: Tail | None) -> tuple[bytes | None, int | None]:
-    """What a relayed stream used, for the bookkeeper: the tail of the bytes sent, or a whole
-    translated stream's usage as its upstream counted it (in OpenAI's words)."""
-    if tail is None:
-        return None, None
-    translation = committed.translation
-    if translation is not None and translation.finished:
-        prompt, completion = translation.usage
-        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), tail.chunks
-    return tail.bytes(), tail.chunks

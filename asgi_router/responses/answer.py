@@ -1,0 +1,171 @@
+"""Answering the client with what a request's attempts came to.
+
+The attempt loop decides (``attempts/``); this module sends: the winner's response, whole or
+relayed chunk by chunk (``relay.py``), a refusal passed through, a group's canned reply
+(``degraded.py``), or the router's error (``exchange.py``). Then what the response used is
+counted: tokens and cost for budgets, prices, metrics and traces (``attempts/bookkeeping.py``),
+and the winner's attempt event.
+
+Token counting keeps as little as it needs: budgets and prices count every response (estimated
+when it reports no usage), so they keep a stream's whole tail and the prompt's estimate; metrics
+and traces report only usage an upstream stated, which sits in a stream's last chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
+from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.attempts.usage import LastChunks, Tail, response_model
+from asgi_router.config.degraded import DegradedSettings
+from asgi_router.core.errors import RouterError, stream_error_event
+from asgi_router.core.reasons import Reason
+from asgi_router.inbound.body import InboundRequest
+from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
+from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.responses.degraded import degraded_reply, should_degrade
+from asgi_router.responses.exchange import Exchange
+from asgi_router.responses.headers import response_headers_for_client, router_headers
+from asgi_router.responses.relay import relay_stream, send_whole
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan
+
+__all__ = ["Answer"]
+
+
+class Answer:
+    """Sends a request's answer and accounts for it: one per router, called once per request."""
+
+    __slots__ = ("_book", "_clock")
+
+    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
+        self._book = book
+        self._clock = clock
+
+    async def __call__(
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        request: InboundRequest,
+        facts: RequestFacts,
+        result: Committed | Refused | RouterError,
+    ) -> None:
+        """Answer the client with what the attempts came to: the winner's response (whole or
+        relayed), a refusal passed through, the group's canned reply, or the error."""
+        record = exchange.record
+        stream = request.stream
+        request_id = record.request_id
+        if isinstance(result, Committed):
+            exchange.lease = result.lease  # held until the relay ends; the router finishes it if it never does
+        if isinstance(result, RouterError):
+            attempts = sum(1 for e in record.events if e.outcome != "skipped")
+            degraded = plan.policy.degraded if plan.policy is not None else None
+            if degraded is not None and should_degrade(result.status):
+                await self._send_degraded(exchange, degraded, stream, attempts)
+                return
+            await exchange.send_error(result, attempts)
+            return
+        winner = result.candidate.key
+        upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
+        headers = response_headers_for_client(upstream_headers)
+        headers += router_headers(request_id, winner, result.attempts, plan.route)
+        if isinstance(result, Refused):
+            record.status = result.status
+            await send_whole(exchange.send_tracked, result.status, headers, result.body)
+            return
+        record.status = result.response.status
+        record.winner = winner
+        wants_tokens = self._book.wants_tokens(winner)
+        if exchange.trace is not None:  # the winner's span reports its model and usage
+            exchange.trace.response_model = response_model(result.body)
+            wants_tokens = True
+        # Budgets and prices count every response (estimated when it reports no usage): the whole
+        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
+        # chunks do.
+        estimate = self._book.needs_estimate(winner)
+        tail: Tail | None = None
+        if stream and wants_tokens:
+            tail = Tail() if estimate else LastChunks()
+        spend: Spend | None = None
+        try:
+            if not stream:
+                exchange.response_started = True  # as for the relay: sent through the server's send
+                await send_whole(exchange.send, result.response.status, headers, result.body)
+                record.bytes_relayed = len(result.body)
+                spend = self._finish(record, winner, facts, result.body if wants_tokens else None, None)
+                self._note_served(record, result, "served", spend)
+                return
+            # Committed: nothing reads the request again but the token estimate; free the rest
+            # for the relay's whole life (RSS per open stream).
+            facts.release(keep_estimate=estimate)
+            request.release()
+            exchange.response_started = True
+            record.in_flight = (winner, result.started)
+            error_event = anthropic_stream_error_event if exchange.anthropic else stream_error_event
+            relay = relay_stream(
+                exchange.send, result, headers, self._clock, tail, record, exchange.complete, error_event
+            )
+            del headers, upstream_headers  # the relay drops them once the start is sent
+            outcome = await relay
+            record.in_flight = None
+            if outcome.reason == "client_disconnected":
+                exchange.disconnected = True
+            spend = self._finish(record, winner, facts, *_streamed_usage(result, tail))
+            self._note_served(record, result, outcome.reason, spend)
+        finally:
+            if spend is None:  # cancelled (the client left): still release and count it
+                self._finish(record, winner, facts, *_streamed_usage(result, tail))
+
+    def _finish(
+        self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
+    ) -> Spend:
+        """Release the winner's statistics and record what its response used."""
+        spend = self._book.finished(winner, facts, data, chunks)
+        if spend.tokens is not None:
+            record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
+            record.tokens_measured = spend.tokens.measured
+        record.cost_usd = spend.cost_usd
+        return spend
+
+    async def _send_degraded(self, exchange: Exchange, degraded: DegradedSettings, stream: bool, attempts: int) -> None:
+        """Every candidate failed and the group has a canned reply: send it, marked as such."""
+        record = exchange.record
+        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, exchange.anthropic)
+        headers += router_headers(record.request_id, None, attempts, exchange.route)
+        record.status = 200
+        record.degraded = True
+        await send_whole(exchange.send_tracked, 200, headers, body)
+
+    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
+        if committed.lease is not None:
+            committed.lease.finish(reason)  # a late failure counts against the candidate
+        outcome: Outcome = (
+            "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
+        )
+        record.events.append(
+            AttemptEvent(
+                record.request_id,
+                len(record.events),
+                committed.candidate.key,
+                outcome,
+                reason,
+                committed.response.status,
+                self._clock() - committed.started,
+                committed.ttfb,
+                spend.cost_usd,
+                principal=record.principal,
+            )
+        )
+
+
+def _streamed_usage(committed: Committed, tail: Tail | None) -> tuple[bytes | None, int | None]:
+    """What a relayed stream used, for the bookkeeper: the tail of the bytes sent, or a whole
+    translated stream's usage as its upstream counted it (in OpenAI's words)."""
+    if tail is None:
+        return None, None
+    translation = committed.translation
+    if translation is not None and translation.finished:
+        prompt, completion = translation.usage
+        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), tail.chunks
+    return tail.bytes(), tail.chunks
