@@ -149,11 +149,12 @@ class Link:
     async def _close(self, connection: _Connection) -> None:
         connection.closed = True
         if connection.listener is not None:
+            # Cancelled, and told by ``closed``: a cancellation that lands as redis-py's own read
+            # times out can be absorbed there (``asyncio.timeout`` on Python 3.11), and the
+            # listener then stops at its next look up from the channel instead. Waited for with
+            # a bound either way: closing never hangs on it.
             connection.listener.cancel()
-            try:
-                await connection.listener
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait([connection.listener], timeout=BACKGROUND_TIMEOUT)
         await connection.client.aclose()
         if connection.sentinel is not None:
             for sentinel in connection.sentinel.sentinels:
@@ -217,9 +218,9 @@ class Link:
     # --- the listener: pub/sub, health, reconnection --------------------------------------------
 
     async def _listen(self, connection: _Connection) -> None:
-        while True:
+        while not connection.closed:
             try:
-                await self._subscribed(connection.client)
+                await self._subscribed(connection)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -228,8 +229,10 @@ class Link:
                 await asyncio.sleep(self._backoff * (0.5 + random.random() / 2))
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF)
 
-    async def _subscribed(self, client: Redis) -> None:
-        """Subscribe, resynchronise, then pass messages on until a failure (anyone's) or cancel."""
+    async def _subscribed(self, connection: _Connection) -> None:
+        """Subscribe, resynchronise, then pass messages on until a failure (anyone's), the
+        connection's close, or cancel."""
+        client = connection.client
         pubsub = client.pubsub()
         try:
             async with asyncio.timeout(BACKGROUND_TIMEOUT):
@@ -242,7 +245,7 @@ class Link:
             if self._said_down:
                 self._said_down = False
                 logger.warning("asgi_router: shared state at %s is reachable again; sharing resumes", self.shown)
-            while self.up:
+            while self.up and not connection.closed:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
                 if message is not None and message.get("type") == "message":
                     self._on_message(message["data"])
