@@ -4,8 +4,9 @@ Scopes it does not handle (other paths and methods, websockets) go straight to t
 the first lines of ``__call__``; ``lifespan`` goes to the host app with the router's own start-up
 and shut-down around it (``runtime/lifespan.py``). A chat request flows: inbound auth → screen
 headers → read body → parse → resolve plan (strategy, rules) → attempt loop (with hedging for
-groups that hedge) → respond or relay, then count tokens and cost (``responses/answer.py``). Auth and the header screen run
-before a byte of the body is read, so a refused client cannot make the router buffer anything.
+groups that hedge) → respond or relay, then count tokens and cost (``responses/answer.py``).
+Auth and the header screen run before a byte of the body is read, so a refused client cannot make
+the router buffer anything.
 When every candidate failed, a group with a canned reply answers with it
 (``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
 ``metrics_route``, the ``status_route`` page) are answered behind its inbound auth

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-__all__ = ["TAIL_BYTES", "LastChunks", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
+__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
 #: Most bytes of a stream kept for the usage read after it ends.
 TAIL_BYTES: Final = 64 * 1024
@@ -75,29 +75,6 @@ class Tail:
     def bytes(self) -> bytes:
         """At most the last ``limit`` bytes, joined."""
         return b"".join(self._chunks)[-self._limit :]
-
-
-class LastChunks(Tail):
-    """A stream's last two chunks only, and how many it had: where the final event's ``usage`` is.
-
-    For counts that are only reported (metrics, traces count the upstream's own ``usage``, never
-    an estimate): a third of :class:`Tail`'s cost per chunk, and no buffer to trim. A ``usage``
-    object spread over more than two chunks is not found, and the response counts as unmeasured.
-    """
-
-    __slots__ = ("_before", "_last")
-
-    def __init__(self) -> None:  # no buffer: the parent's is never used
-        self.chunks = 0
-        self._before = self._last = b""
-
-    def add(self, chunk: bytes) -> None:
-        self.chunks += 1
-        self._before = self._last
-        self._last = chunk
-
-    def bytes(self) -> bytes:
-        return self._before + self._last
 
 
 def _counts(usage: object) -> tuple[int | None, int | None]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import LastChunks, Tail, response_model
+from asgi_router.attempts.usage import Tail, response_model
 from asgi_router.config.degraded import DegradedSettings
 from asgi_router.core.errors import RouterError, stream_error_event
 from asgi_router.core.reasons import Reason
@@ -27,7 +27,7 @@ from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
 from asgi_router.responses.degraded import degraded_reply, should_degrade
 from asgi_router.responses.exchange import Exchange
 from asgi_router.responses.headers import response_headers_for_client, router_headers
-from asgi_router.responses.relay import relay_stream, send_whole
+from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 
@@ -82,11 +82,9 @@ class Answer:
             wants_tokens = True
         # Budgets and prices count every response (estimated when it reports no usage): the whole
         # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
-        # chunks do.
+        # two chunks, which the relay names anyway, do.
         estimate = self._book.needs_estimate(winner)
-        tail: Tail | None = None
-        if stream and wants_tokens:
-            tail = Tail() if estimate else LastChunks()
+        tail = Tail() if stream and estimate else None
         spend: Spend | None = None
         try:
             if not stream:
@@ -111,11 +109,13 @@ class Answer:
             record.in_flight = None
             if outcome.reason == "client_disconnected":
                 exchange.disconnected = True
-            spend = self._finish(record, winner, facts, *_streamed_usage(result, tail))
+            spend = self._finish(
+                record, winner, facts, *_streamed_usage(result, tail, outcome if wants_tokens else None)
+            )
             self._note_served(record, result, outcome.reason, spend)
         finally:
             if spend is None:  # cancelled (the client left): still release and count it
-                self._finish(record, winner, facts, *_streamed_usage(result, tail))
+                self._finish(record, winner, facts, *_streamed_usage(result, tail, None))
 
     def _finish(
         self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
@@ -159,13 +159,20 @@ class Answer:
         )
 
 
-def _streamed_usage(committed: Committed, tail: Tail | None) -> tuple[bytes | None, int | None]:
-    """What a relayed stream used, for the bookkeeper: the tail of the bytes sent, or a whole
-    translated stream's usage as its upstream counted it (in OpenAI's words)."""
-    if tail is None:
+def _streamed_usage(
+    committed: Committed, tail: Tail | None, relayed: RelayResult | None
+) -> tuple[bytes | None, int | None]:
+    """What a relayed stream used, for the bookkeeper: a translated stream's usage as its upstream
+    counted it (in OpenAI's words), else the tail of the bytes sent (``tail`` where an estimate
+    may be needed, else the relay's last two chunks), or nothing when not counted."""
+    if tail is None and relayed is None:
         return None, None
+    chunks = tail.chunks if tail is not None else relayed.chunks if relayed is not None else 0
     translation = committed.translation
     if translation is not None and translation.finished:
         prompt, completion = translation.usage
-        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), tail.chunks
-    return tail.bytes(), tail.chunks
+        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), chunks
+    if tail is not None:
+        return tail.bytes(), chunks
+    assert relayed is not None
+    return relayed.before_last + relayed.last, chunks

@@ -22,9 +22,11 @@ On an Anthropic client's route the in-band error is Anthropic's ``event: error``
 says which shape to write), so the ``anthropic`` SDK raises too.
 
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
-event needs a blank line first to start on an event boundary. A
-:class:`~asgi_router.attempts.usage.Tail`, when given, keeps references to the last chunks sent so that
-token usage can be read *after* the stream has ended.
+event needs a blank line first to start on an event boundary. The result names
+the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
+:class:`~asgi_router.attempts.usage.Tail`, when given, keeps references to more of the last chunks
+sent (for an estimate when no usage comes), so that token usage can be read *after* the stream
+has ended.
 """
 
 from __future__ import annotations
@@ -48,10 +50,14 @@ __all__ = ["RelayResult", "relay_stream", "send_whole"]
 
 @dataclass(frozen=True, slots=True)
 class RelayResult:
-    """How a relay ended: ``served``, or the late failure / disconnect that ended it."""
+    """How a relay ended: ``served``, or the late failure / disconnect that ended it; and the
+    chunks it sent (how many, and the last two: where a stream's final ``usage`` is)."""
 
     bytes_relayed: int
     reason: Reason
+    chunks: int = 0
+    before_last: bytes = b""
+    last: bytes = b""
 
 
 def _event_boundary(last: bytes) -> bytes:
@@ -104,13 +110,14 @@ async def relay_stream(
     idle = committed.provider.timeouts.idle
     deadline = committed.deadline
     last = committed.body
-    sent = 0
+    before_last = b""
+    sent = count = 0
     try:
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
             await send({"type": "http.response.body", "body": last, "more_body": True})
-            sent = len(last)
+            sent, count = len(last), 1
             if tail is not None:
                 tail.add(last)
             failure: Exception | None = None
@@ -133,7 +140,8 @@ async def relay_stream(
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                         sent += len(chunk)
-                        last = chunk
+                        count += 1
+                        before_last, last = last, chunk
                         if tail is not None:
                             tail.add(chunk)
                     if failure is not None:
@@ -162,13 +170,13 @@ async def relay_stream(
                 )
                 if complete is not None:
                     complete()
-                return RelayResult(sent, reason)
+                return RelayResult(sent, reason, count, before_last, last)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             if complete is not None:
                 complete()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return RelayResult(sent, "client_disconnected")
-        return RelayResult(sent, "served")
+            return RelayResult(sent, "client_disconnected", count, before_last, last)
+        return RelayResult(sent, "served", count, before_last, last)
     finally:
         if record is not None:
             record.bytes_relayed = sent
