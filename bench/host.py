@@ -73,30 +73,24 @@ def settings_for(
     )
 
 
-def build(
-    upstream: str,
-    refused: str,
-    transport: str,
-    gc_freeze: bool = True,
-    state_url: str | None = None,
-    metrics: bool = False,
-) -> Starlette:
+def build(host_settings: RouterSettings) -> Starlette:
     """A host app with its own route and the router mounted in front of it."""
 
     async def health(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
     host = Starlette(routes=[Route("/health", health)])
-    settings = settings_for(upstream, refused, transport, gc_freeze, state_url, metrics)
-    host.add_middleware(ModelRouter, settings=settings)
+    host.add_middleware(ModelRouter, settings=host_settings)
     return host
 
 
 app = build(
-    os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:8001"),
-    os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
-    os.environ.get("BENCH_TRANSPORT", "aiohttp"),
-    os.environ.get("BENCH_GC_FREEZE", "1") != "0",
-    os.environ.get("BENCH_STATE_URL") or None,
-    os.environ.get("BENCH_METRICS", "0") == "1",
+    settings_for(
+        os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:8001"),
+        os.environ.get("BENCH_REFUSED", "http://127.0.0.1:9"),
+        os.environ.get("BENCH_TRANSPORT", "aiohttp"),
+        os.environ.get("BENCH_GC_FREEZE", "1") != "0",
+        os.environ.get("BENCH_STATE_URL") or None,
+        os.environ.get("BENCH_METRICS", "0") == "1",
+    )
 )

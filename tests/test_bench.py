@@ -13,7 +13,7 @@ import pytest
 from bench import fleet as bench_fleet
 from bench import report, wrk
 from bench.floor import Floor
-from bench.host import build
+from bench.host import build, settings_for
 from bench.micro import micro, router_in_process
 from bench.streams import hold_streams
 from bench.upstream import COMPLETION, app, sse_events
@@ -57,7 +57,7 @@ def test_floor_relays_the_upstream_byte_for_byte(bench_upstream: str) -> None:
 @pytest.mark.both_transports
 def test_host_app_routes_the_bench_group_through_the_router(bench_upstream: str, transport_kind: str) -> None:
     # Without gc_freeze: frozen objects are never collected, which would skew later leak checks.
-    host = build(bench_upstream, "http://127.0.0.1:9", transport_kind, gc_freeze=False)
+    host = build(settings_for(bench_upstream, "http://127.0.0.1:9", transport_kind, gc_freeze=False))
     with ServerThread(host) as server:
         plain = _chat(server.url, "group/bench")
         streamed = _chat(server.url, "group/bench", stream=True)
@@ -70,7 +70,7 @@ def test_host_app_routes_the_bench_group_through_the_router(bench_upstream: str,
 
 
 def test_host_app_translates_the_anthropic_route_for_the_translated_group(bench_upstream: str) -> None:
-    host = build(bench_upstream, "http://127.0.0.1:9", "aiohttp", gc_freeze=False)
+    host = build(settings_for(bench_upstream, "http://127.0.0.1:9", "aiohttp", gc_freeze=False))
     with ServerThread(host) as server:
         plain = _chat(server.url, "group/translated")
         streamed = _chat(server.url, "group/translated", stream=True)

@@ -82,7 +82,7 @@ class LoopClients(Generic[C]):
         if held is not None:
             if held.keeper is not None:
                 held.keeper.cancel()  # it finds its client gone and does nothing
-            await self._release(held)
+            await self._forget_and_close(held)
 
     def _add(self, loop: asyncio.AbstractEventLoop) -> _Held[C]:
         # Forget clients of loops that were closed without ending their tasks (nothing to await
@@ -106,9 +106,9 @@ class LoopClients(Generic[C]):
             await asyncio.get_running_loop().create_future()  # never done: only cancelled
         finally:
             if self._clients.get(held.loop) is held:  # not closed by aclose() meanwhile
-                await self._release(held)
+                await self._forget_and_close(held)
 
-    async def _release(self, held: _Held[C]) -> None:
+    async def _forget_and_close(self, held: _Held[C]) -> None:
         if self._clients.get(held.loop) is held:
             del self._clients[held.loop]
         if self._last is held:
