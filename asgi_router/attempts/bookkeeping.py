@@ -66,9 +66,9 @@ class Bookkeeper:
     ) -> None:
         self.stats = stats
         self._catalog = catalog
-        #: Count every served response's tokens (the metrics report them), not only where a
-        #: budget or a price needs them.
-        self._count_all = count_all
+        #: Count every served response's reported tokens (the metrics report them), not only
+        #: where a budget or a price needs them (:meth:`needs_estimate`).
+        self.counts_all = count_all
         #: Keys whose in-flight count and TTFB are kept.
         self._tracked = frozenset(tracked) | catalog.keys()
         #: Keys with an rpm/tpm budget somewhere: their usage is counted.
@@ -120,10 +120,6 @@ class Bookkeeper:
         if key in self._metered and reason != "client_disconnected":
             self.stats.add_usage(key, 0, -facts.prompt_tokens)  # no completion was generated
 
-    def wants_tokens(self, key: str) -> bool:
-        """Whether a served response of ``key`` must be counted (budget or price known, or metrics)."""
-        return self._count_all or self.needs_estimate(key)
-
     def needs_estimate(self, key: str) -> bool:
         """Whether a response of ``key`` that reports no ``usage`` must still be counted (estimated):
         budgets and prices need a number; metrics and traces report only what upstreams said."""
@@ -133,9 +129,9 @@ class Bookkeeper:
         """A committed response was sent (or broke off): release it and count what it used.
 
         ``data`` is the whole body (non-streaming) or the stream's tail; ``chunks`` the number of
-        chunks a stream had. ``None`` data (not kept: the caller kept it where
-        :meth:`wants_tokens` says, or a trace wants the usage) counts nothing. Where no estimate
-        is needed (:meth:`needs_estimate`), only the upstream's own ``usage`` counts.
+        chunks a stream had. ``None`` data (not kept: the caller keeps it where :attr:`counts_all`
+        or :meth:`needs_estimate` say, or a trace wants the usage) counts nothing. Where no
+        estimate is needed, only the upstream's own ``usage`` counts.
         """
         if key in self._tracked:
             self.stats.release(key)

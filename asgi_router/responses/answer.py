@@ -76,14 +76,13 @@ class Answer:
             return
         record.status = result.response.status
         record.winner = winner
-        wants_tokens = self._book.wants_tokens(winner)
         if exchange.trace is not None:  # the winner's span reports its model and usage
             exchange.trace.response_model = response_model(result.body)
-            wants_tokens = True
         # Budgets and prices count every response (estimated when it reports no usage): the whole
         # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
         # two chunks, which the relay names anyway, do.
         estimate = self._book.needs_estimate(winner)
+        wants_tokens = estimate or self._book.counts_all or exchange.trace is not None
         tail = Tail() if stream and estimate else None
         spend: Spend | None = None
         try:
