@@ -6,32 +6,32 @@ middleware, its settings models, its errors, its events and sinks, the state it 
 transport seam. Everything else lives in the sub-packages by concern (``docs/layout.md``).
 """
 
-from asgi_router.config.catalog import ModelInfo
-from asgi_router.config.degraded import DegradedSettings
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.groups import GroupSettings, MemberSettings
-from asgi_router.config.inbound_auth import Authorize
-from asgi_router.config.providers import PoolSettings, ProviderSettings, Timeouts
-from asgi_router.config.resilience import (
+from asgi_router.config.auth_settings import Authorize
+from asgi_router.config.catalog_settings import ModelInfo
+from asgi_router.config.config_error import ConfigError
+from asgi_router.config.degraded_settings import DegradedSettings
+from asgi_router.config.group_settings import GroupSettings, MemberSettings
+from asgi_router.config.provider_settings import PoolSettings, ProviderSettings, Timeouts
+from asgi_router.config.resilience_settings import (
     BackoffSettings,
     BreakerSettings,
     EventSettings,
     HealthSettings,
     RetryBudgetSettings,
 )
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.errors import AttemptSummary, RouterError
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary, RouterError
 from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from asgi_router.inbound.auth import Forbidden
 from asgi_router.middleware import ModelRouter
 from asgi_router.observability.events import AttemptEvent, RequestRecord
 from asgi_router.observability.jsonl import JsonlSink
 from asgi_router.observability.sinks import RecentRequests, Sink
-from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.router_state import InMemoryState, RouterState
 from asgi_router.resilience.stats import InMemoryStats, RoutingStats
-from asgi_router.transports.base import Transport, UpstreamResponse
+from asgi_router.transports.transport import Transport, UpstreamResponse
 
 __all__ = [
     "AttemptEvent",

@@ -10,7 +10,7 @@ the router buffer anything.
 When every candidate failed, a group with a canned reply answers with it
 (``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
 ``metrics_route``, the ``status_route`` page) are answered behind its inbound auth
-(``endpoints/pages.py``). Per-request state lives in an
+(``endpoints/router_pages.py``). Per-request state lives in an
 :class:`~asgi_router.responses.exchange.Exchange`, never on the middleware.
 
 From the moment upstreams are involved, the request runs in a
@@ -43,12 +43,12 @@ from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.inbound_auth import Authorize
+from asgi_router.config.auth_settings import Authorize
+from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.errors import RouterError
-from asgi_router.endpoints.pages import build_pages
-from asgi_router.fleet.factory import make_state
+from asgi_router.core.router_errors import RouterError
+from asgi_router.endpoints.router_pages import build_pages
+from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Admitted, build_guard
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
@@ -62,7 +62,7 @@ from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
-from asgi_router.resilience.state import RouterState
+from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.answer import Answer
 from asgi_router.responses.exchange import Exchange
@@ -71,9 +71,9 @@ from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.recorded import FactRecorder
 from asgi_router.runtime.health import HealthProber
 from asgi_router.runtime.lifespan import Connected, Lifespan
-from asgi_router.transports.base import Transport
-from asgi_router.transports.factory import make_transport
 from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.transport import Transport
+from asgi_router.transports.transport_factory import make_transport
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -89,7 +89,7 @@ class ModelRouter:
     ``authorize=`` here is that setting, for the settings the router builds itself (from
     ``config=`` or the environment). A constructor that fails logs why on the ``asgi_router``
     logger at ERROR before raising (:class:`ConfigError` for configuration).
-    ``transport`` injects the upstream :class:`~asgi_router.transports.base.Transport` itself (a
+    ``transport`` injects the upstream :class:`~asgi_router.transports.transport.Transport` itself (a
     test's in-memory one, say); it is the caller's, started and closed by the router's lifespan
     like its own. ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
     selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to

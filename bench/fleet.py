@@ -111,10 +111,10 @@ async def _until(check: Callable[[], bool], within: float = 10.0) -> None:
 async def _budget_costs(url: str, calls: int) -> dict[str, float]:
     import redis.asyncio as aioredis
 
-    from asgi_router.config.resilience import BreakerSettings
+    from asgi_router.config.resilience_settings import BreakerSettings
     from asgi_router.fleet.budgets import SLICE
     from asgi_router.fleet.scripts import LEASE
-    from asgi_router.fleet.state import SharedState
+    from asgi_router.fleet.shared_state import SharedState
     from asgi_router.resilience.stats import Limits
 
     client = aioredis.Redis.from_url(url)
@@ -162,8 +162,8 @@ async def _budget_costs(url: str, calls: int) -> dict[str, float]:
 
 
 async def _propagation(url: str, trials: int) -> dict[str, float]:
-    from asgi_router.config.resilience import BreakerSettings
-    from asgi_router.fleet.state import SharedState
+    from asgi_router.config.resilience_settings import BreakerSettings
+    from asgi_router.fleet.shared_state import SharedState
     from asgi_router.resilience.breaker import Phase
 
     policy = BreakerSettings(consecutive_failures=3, open_for=60)

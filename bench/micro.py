@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 from asgi_router import ModelRouter
-from asgi_router.attempts.wire import SplicedBody, WireBody
+from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.classify import classify_exception, classify_status
 from asgi_router.inbound.body import InboundRequest, parse_request
 from asgi_router.routing.plan import Resolver
@@ -127,7 +127,7 @@ class _Canned:
 
 
 class _MemoryTransport:
-    """A :class:`~asgi_router.transports.base.Transport` that answers from memory at once.
+    """A :class:`~asgi_router.transports.transport.Transport` that answers from memory at once.
 
     Like the aiohttp transport (the default), it is asyncio-native and closes responses without
     awaiting, so the router runs it under the same cancel scopes.

@@ -7,8 +7,8 @@ these instead of a real HTTP client: no socket, no pool, nothing to open or clos
 
 from __future__ import annotations
 
-from asgi_router.transports.base import UpstreamResponse
 from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.transport import UpstreamResponse
 
 __all__ = ["FakeTransport"]
 

@@ -12,10 +12,10 @@ import httpx2
 from asgi_lifespan import LifespanManager
 
 from asgi_router import ModelRouter
-from asgi_router.config.resilience import RetryBudgetSettings
+from asgi_router.config.resilience_settings import RetryBudgetSettings
 from asgi_router.observability.events import RequestRecord
 from asgi_router.observability.sinks import Sink
-from asgi_router.resilience.state import RouterState
+from asgi_router.resilience.router_state import RouterState
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream

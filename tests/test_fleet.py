@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from asgi_router import ModelRouter
-from asgi_router.fleet.state import SharedState
+from asgi_router.fleet.shared_state import SharedState
 
 from .conftest import API_KEY, host_app, make_settings
 from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess

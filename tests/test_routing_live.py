@@ -10,7 +10,7 @@ import anyio
 import httpx2
 import pytest
 
-from asgi_router.core.errors import OVERFLOW_SENTENCE
+from asgi_router.core.router_errors import OVERFLOW_SENTENCE
 from asgi_router.resilience.stats import InMemoryStats
 
 from .mock_upstream import MockUpstream

@@ -47,7 +47,7 @@ from asgi_router.core.reasons import Reason
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
-from asgi_router.transports.base import UpstreamResponse, close_response
+from asgi_router.transports.transport import UpstreamResponse, close_response
 
 __all__ = ["call", "read_to_end"]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.retry import RetryPolicy
-from asgi_router.transports.base import Transport
 from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.transport import Transport
 
 __all__ = ["AttemptContext"]
 

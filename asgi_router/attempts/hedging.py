@@ -40,8 +40,8 @@ from collections.abc import Callable
 
 from asgi_router.attempts.outcomes import Attempted, Committed, Ready, Refused
 from asgi_router.attempts.steps import RequestAttempts
-from asgi_router.core.errors import RouterError
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import RouterError
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.policy import GroupPolicy
 

@@ -28,8 +28,8 @@ from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
-from asgi_router.core.errors import RouterError
 from asgi_router.core.header_names import client_retries
+from asgi_router.core.router_errors import RouterError
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import RequestRecord

@@ -15,8 +15,8 @@ from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.resilience.gate import Lease
-from asgi_router.transports.base import UpstreamResponse
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
+from asgi_router.transports.transport import UpstreamResponse
 
 __all__ = ["Attempted", "Committed", "Failed", "Ready", "Refused"]
 
@@ -67,7 +67,7 @@ class Failed:
     #: Not contacted (no key, context too small, over budget, breaker open, saturated, ...).
     skipped: bool = False
     #: The provider's own error message, one printable line (a context-window 400 keeps it:
-    #: see :func:`~asgi_router.core.errors.exhausted_error`).
+    #: see :func:`~asgi_router.core.router_errors.exhausted_error`).
     words: str | None = None
 
 

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
-from asgi_router.attempts.wire import SplicedBody, WireBody
+from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
-from asgi_router.core.errors import AttemptSummary, RouterError, exhausted_error
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary, RouterError, exhausted_error
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
@@ -45,9 +45,9 @@ from asgi_router.resilience.gate import Lease
 from asgi_router.resilience.retry import retry_wait
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
-from asgi_router.transports.base import close_response
 from asgi_router.transports.provider import RouteTarget
 from asgi_router.transports.request_headers import request_headers_for_upstream
+from asgi_router.transports.transport import close_response
 
 if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
     from asgi_router.observability.tracing import RequestTrace

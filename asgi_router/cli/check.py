@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from asgi_router.config.groups import GroupSettings, MemberSettings
-from asgi_router.config.providers import ProviderSettings
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.group_settings import GroupSettings, MemberSettings
+from asgi_router.config.provider_settings import ProviderSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from asgi_router.cli.check import STRATEGY_NOTES, describe_reasons
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.rules import DEFAULT_ROUTE
+from asgi_router.config.config_error import ConfigError
+from asgi_router.config.rules_settings import DEFAULT_ROUTE
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.routing.catalog import Catalog

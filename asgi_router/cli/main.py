@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.inbound_auth import NO_INBOUND_AUTH
+from asgi_router.config.auth_settings import NO_INBOUND_AUTH
+from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings
 
 __all__ = ["load_config", "main"]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, TextIO
 
 from asgi_router.cli.explain import plan_group
-from asgi_router.config.errors import ConfigError
+from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.recorded import recorded_facts, rule_inputs

@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.config import LOGGING_CONFIG
 
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.errors import error_body
+from asgi_router.core.router_errors import error_body
 from asgi_router.middleware import ModelRouter
 
 __all__ = ["CONFIG_VARIABLE", "not_found", "serve", "standalone_app"]

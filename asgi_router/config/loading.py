@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError, TomlConfigSettingsSource
 
-from asgi_router.config.errors import ConfigError, describe_refusal, describe_undecodable
+from asgi_router.config.config_error import ConfigError, describe_refusal, describe_undecodable
 
 __all__ = ["build", "from_toml", "sources"]
 

@@ -39,21 +39,21 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from asgi_router.config import loading
-from asgi_router.config.catalog import ModelInfo
-from asgi_router.config.errors import ENV_DELIMITER, ENV_PREFIX, ConfigError
-from asgi_router.config.groups import GroupSettings, MemberSettings, flatten_groups
-from asgi_router.config.inbound_auth import Authorize, check_api_keys, check_inbound_auth, split_api_keys
-from asgi_router.config.pages import check_page_route, check_pages
-from asgi_router.config.providers import PoolSettings, ProviderSettings
-from asgi_router.config.resilience import (
+from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.catalog_settings import ModelInfo
+from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
+from asgi_router.config.group_settings import GroupSettings, MemberSettings, flatten_groups
+from asgi_router.config.pages_settings import check_page_route, check_pages
+from asgi_router.config.provider_settings import PoolSettings, ProviderSettings
+from asgi_router.config.resilience_settings import (
     DEFAULT_RETRY_ON,
     BackoffSettings,
     BreakerSettings,
     EventSettings,
     RetryBudgetSettings,
 )
-from asgi_router.config.rules import RuleSettings
-from asgi_router.config.state import check_key_prefix, check_state_url
+from asgi_router.config.rules_settings import RuleSettings
+from asgi_router.config.state_settings import check_key_prefix, check_state_url
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
 
@@ -184,7 +184,7 @@ class RouterSettings(BaseSettings):
         "must not hold a request open for ever.",
     )
 
-    # Shared state (``config/state.py``): breakers, rotation and budgets across a fleet.
+    # Shared state (``config/state_settings.py``): breakers, rotation and budgets across a fleet.
     state_url: SecretStr | None = Field(
         default=None,
         description="Where breakers, `rotate` counters and rpm/tpm budgets live: absent or `memory://` keeps them "

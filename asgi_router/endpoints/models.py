@@ -20,8 +20,8 @@ from starlette.types import Receive, Scope, Send
 
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.errors import error_body
 from asgi_router.core.refs import GROUP_NAMESPACE
+from asgi_router.core.router_errors import error_body
 from asgi_router.inbound.mounting import route_path
 
 __all__ = ["ModelsEndpoint", "ROUTER_OWNER", "listed_models"]

@@ -3,7 +3,7 @@
 A middleware runs *before* the host app's routing, so the app's own auth (FastAPI dependencies,
 route decorators) never sees the requests the router answers. Anyone who reaches an unguarded
 router spends the operator's provider keys. So the settings insist on exactly one of (checked
-when they are built, see :mod:`asgi_router.config.inbound_auth`; :func:`build_guard` checks again):
+when they are built, see :mod:`asgi_router.config.auth_settings`; :func:`build_guard` checks again):
 
 ``authorize``
     a callable ``(scope, headers) -> bool | principal`` from the host app, sync or async (or its
@@ -42,10 +42,10 @@ from pydantic import SecretStr
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.inbound_auth import NO_INBOUND_AUTH, Authorize
+from asgi_router.config.auth_settings import NO_INBOUND_AUTH, Authorize
+from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 
 __all__ = ["Admitted", "Forbidden", "Guard", "Verdict", "build_guard", "presented_key"]
 

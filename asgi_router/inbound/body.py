@@ -20,8 +20,8 @@ from typing import Any, Final
 from starlette.types import Receive, Scope
 
 from asgi_router.core.deadlines import Deadline
-from asgi_router.core.errors import RouterError
 from asgi_router.core.header_names import is_sane_request_id
+from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.safejson import JsonRefused, Span, loads_with_span
 from asgi_router.inbound.screen import forbidden_field
 

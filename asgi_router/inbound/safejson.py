@@ -7,7 +7,7 @@
   as UTF-8 and would be spliced on unchanged, so only strict UTF-8 is accepted (RFC 8259 §8.1),
   a leading byte order mark tolerated. A ``\\ud800`` *escape* is another matter: it is valid
   JSON in valid UTF-8 and parses to a lone surrogate; it stays an escape on the wire (the splice
-  leaves the client's bytes alone, :mod:`asgi_router.attempts.wire` re-serialises it escaped), and the
+  leaves the client's bytes alone, :mod:`asgi_router.attempts.wire_body` re-serialises it escaped), and the
   upstream decides what it makes of it.
 
 * **huge integers**: parsing and re-serialising a number is quadratic in its digits. Python's
@@ -25,7 +25,7 @@ Every refusal is a :class:`JsonRefused` carrying a client-safe message; nothing 
 
 :func:`loads_with_span` is the same parse that also says where one top-level member's value
 sits in the bytes, so that the router can splice each candidate's model id into the client's
-body instead of re-serialising it (:mod:`asgi_router.attempts.wire`). It walks the top-level object
+body instead of re-serialising it (:mod:`asgi_router.attempts.wire_body`). It walks the top-level object
 member by member with the standard library's C scanner, bound to the same bounded decoder:
 the same work as ``json.loads``, the same refusals.
 """

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from starlette.types import Scope
 
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 
 __all__ = ["FORBIDDEN_FIELDS", "forbidden_field", "screen_headers"]
 

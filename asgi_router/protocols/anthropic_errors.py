@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from asgi_router.core.classify import provider_words
-from asgi_router.core.errors import AttemptSummary
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary
 
 __all__ = [
     "ANTHROPIC_ERROR_TYPES",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from asgi_router.config.resilience import BreakerSettings
+from asgi_router.config.resilience_settings import BreakerSettings
 
 __all__ = ["ADMITTED", "Admission", "BreakerView", "CircuitBreaker", "Phase", "Verdict"]
 

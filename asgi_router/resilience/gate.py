@@ -29,7 +29,7 @@ from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.skip import Skip
 from asgi_router.resilience.breaker import ADMITTED, Admission, Verdict
-from asgi_router.resilience.state import RouterState
+from asgi_router.resilience.router_state import RouterState
 
 __all__ = ["Gate", "Lease"]
 

@@ -3,7 +3,7 @@
 For every configured provider and every ``provider/model-id`` the configuration names: its
 breaker's phase and, while open, how long until it lets a probe through; attempts in flight; the
 time-to-first-byte average; and rpm/tpm use against the budget the groups give it. Everything is
-read through :class:`~asgi_router.resilience.state.RouterState` and
+read through :class:`~asgi_router.resilience.router_state.RouterState` and
 :class:`~asgi_router.resilience.stats.RoutingStats`, whose reads are synchronous and cheap, so a
 view is taken on demand (a page load, a scrape) and never kept.
 
@@ -21,7 +21,7 @@ from typing import Literal
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.resilience.breaker import BreakerView, Phase
-from asgi_router.resilience.state import RouterState
+from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
 
 __all__ = ["BreakerStatus", "Budget", "CandidateStatus", "Overview", "ProviderStatus", "breaker_status"]

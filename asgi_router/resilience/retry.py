@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from asgi_router.config.resilience import BackoffSettings
+from asgi_router.config.resilience_settings import BackoffSettings
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
 

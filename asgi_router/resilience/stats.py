@@ -2,8 +2,8 @@
 
 Strategies read these numbers to order candidates; the attempt loop and the relay feed them
 (see ``bookkeeping.py``). They sit behind :class:`RoutingStats`, which the router's shared state
-interface (:class:`~asgi_router.resilience.state.RouterState`, also holding breaker, rotation and budget
-state) extends: the router's :class:`~asgi_router.resilience.state.InMemoryState` *is* an
+interface (:class:`~asgi_router.resilience.router_state.RouterState`, also holding breaker, rotation and budget
+state) extends: the router's :class:`~asgi_router.resilience.router_state.InMemoryState` *is* an
 :class:`InMemoryStats`, and a shared store for a multi-process deployment can replace both
 without touching a strategy. Every method is synchronous and cheap: a strategy calls
 them while ordering a plan, and no lock may be held across an ``await``.

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import Tail, response_model
-from asgi_router.config.degraded import DegradedSettings
-from asgi_router.core.errors import RouterError, stream_error_event
+from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import RouterError, stream_error_event
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event

@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any, Final
 
-from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.degraded_settings import DegradedSettings
 
 __all__ = ["DEGRADED_HEADER", "degraded_reply", "should_degrade"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router.core.deadlines import Deadline
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 from asgi_router.observability.events import RequestRecord, logger
 from asgi_router.protocols.anthropic_errors import anthropic_error_body
 from asgi_router.resilience.gate import Lease

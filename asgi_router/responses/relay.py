@@ -40,10 +40,10 @@ from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import Tail
 from asgi_router.core.classify import UnrecognisedFailure, classify_exception
 from asgi_router.core.deadlines import Deadline
-from asgi_router.core.errors import stream_error_event
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import stream_error_event
 from asgi_router.observability.events import RequestRecord, logger
-from asgi_router.transports.base import close_response
+from asgi_router.transports.transport import close_response
 
 __all__ = ["RelayResult", "relay_stream", "send_whole"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from asgi_router.config.catalog import ModelInfo
+from asgi_router.config.catalog_settings import ModelInfo
 
 __all__ = ["Catalog", "DEFAULT_EXPECTED_OUTPUT_TOKENS"]
 

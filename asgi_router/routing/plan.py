@@ -3,9 +3,9 @@
 Resolution sits on every request's path, so it does no I/O, takes no locks and, for ``order``
 groups, allocates nothing: plans are built once from the settings and handed out as they are.
 ``rotate`` precomputes every rotation and picks one with a counter advanced once per request;
-the counter lives in the router's :class:`~asgi_router.resilience.state.RouterState` (synchronous, never
+the counter lives in the router's :class:`~asgi_router.resilience.router_state.RouterState` (synchronous, never
 awaits). A fleet's shared state offers a counter to await instead
-(:meth:`~asgi_router.resilience.state.RouterState.fleet_rotation`): then a rotate group resolves to
+(:meth:`~asgi_router.resilience.router_state.RouterState.fleet_rotation`): then a rotate group resolves to
 a plan whose :attr:`Plan.rotation` is still to be settled, and the router awaits
 :meth:`Plan.settle` once, before the attempts. Resolution itself stays synchronous, and every
 other strategy never waits.
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Final
 
-from asgi_router.config.groups import GroupSettings
-from asgi_router.config.rules import DEFAULT_ROUTE
+from asgi_router.config.group_settings import GroupSettings
+from asgi_router.config.rules_settings import DEFAULT_ROUTE
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import InvalidRef, ModelRef, RefKind, parse_model_ref
-from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.resilience.router_state import InMemoryState, RouterState
 from asgi_router.resilience.stats import Limits, RoutingStats
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
@@ -160,7 +160,7 @@ class Resolver:
 
     ``state`` holds the rotation counters (:meth:`RouterState.next_rotation`); ``stats`` and
     ``rng`` are what the stateful strategies read (injected in tests). By default one fresh
-    :class:`~asgi_router.resilience.state.InMemoryState` serves as both, and ``rng`` is an unseeded
+    :class:`~asgi_router.resilience.router_state.InMemoryState` serves as both, and ``rng`` is an unseeded
     ``random.Random``.
     """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.resilience.stats import Limits
 
 __all__ = ["GroupPolicy"]

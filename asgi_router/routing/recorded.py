@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.core.header_names import never_forwarded
 from asgi_router.routing.facts import RequestFacts
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.routing.facts import RequestFacts
 
 __all__ = ["Condition", "RuleTable", "conditions", "matches"]

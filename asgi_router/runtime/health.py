@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import httpx2
 
-from asgi_router.config.resilience import HealthSettings
+from asgi_router.config.resilience_settings import HealthSettings
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import classify_status
 from asgi_router.observability.events import logger

@@ -28,7 +28,7 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import EventBus
 from asgi_router.runtime.health import HealthProber
-from asgi_router.transports.base import Transport
+from asgi_router.transports.transport import Transport
 
 __all__ = ["Connected", "Lifespan"]
 

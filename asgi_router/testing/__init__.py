@@ -24,7 +24,7 @@ package.
 """
 
 from asgi_router.testing import reply
-from asgi_router.testing.events import CapturedEvents
+from asgi_router.testing.captured import CapturedEvents
 from asgi_router.testing.fake_upstream import TEST_KEY, FakeUpstream
 from asgi_router.testing.hits import Hit
 from asgi_router.testing.server import AppServer

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from asgi_router.testing.hits import Hit
-from asgi_router.testing.wire import Answer, JSONWire, content_words
+from asgi_router.testing.wire_format import JSONWire, ScriptedAnswer, content_words
 
 __all__ = ["ERROR_TYPES", "MESSAGE_ID", "REQUEST_ID", "TOOL_USE_ID", "AnthropicWire"]
 
@@ -107,7 +107,7 @@ class AnthropicWire(JSONWire):
             prompt = content_words(body.get("messages")) + content_words([{"content": body.get("system")}])
         return {"input_tokens": prompt, "output_tokens": completion_tokens}
 
-    def completion(self, answer: Answer) -> bytes:
+    def completion(self, answer: ScriptedAnswer) -> bytes:
         content: list[dict[str, Any]] = []
         if answer.text or answer.tool is None:
             content.append({"type": "text", "text": answer.text})
@@ -117,7 +117,7 @@ class AnthropicWire(JSONWire):
             content.append({"type": "tool_use", "id": tool.id or TOOL_USE_ID, "name": tool.name, "input": arguments})
         return _dumps(self._message(answer, content, "end_turn" if answer.tool is None else "tool_use"))
 
-    def _message(self, answer: Answer, content: list[dict[str, Any]], stop: str | None) -> dict[str, Any]:
+    def _message(self, answer: ScriptedAnswer, content: list[dict[str, Any]], stop: str | None) -> dict[str, Any]:
         return {
             "id": MESSAGE_ID,
             "type": "message",
@@ -129,7 +129,7 @@ class AnthropicWire(JSONWire):
             "usage": dict(answer.usage),
         }
 
-    def stream(self, body: Any, answer: Answer) -> list[bytes]:
+    def stream(self, body: Any, answer: ScriptedAnswer) -> list[bytes]:
         started = self._message(answer, [], None)
         started["usage"] = {**answer.usage, "output_tokens": min(answer.usage.get("output_tokens", 1), 1)}
         events = [_event({"type": "message_start", "message": started})]

@@ -24,10 +24,10 @@ from starlette.types import Receive, Scope, Send
 from asgi_router.testing.anthropic_wire import AnthropicWire
 from asgi_router.testing.hits import Hit
 from asgi_router.testing.openai_wire import OpenAIWire
-from asgi_router.testing.playback import Exchange, play
+from asgi_router.testing.playback import PlayedCall, play
 from asgi_router.testing.reply import Reply, ok, status
 from asgi_router.testing.server import AppServer, Served
-from asgi_router.testing.wire import Wire
+from asgi_router.testing.wire_format import Wire
 
 __all__ = ["TEST_KEY", "WIRES", "FakeUpstream"]
 
@@ -157,7 +157,7 @@ class FakeUpstream(Served):
                 break
         hit = self._arrived(scope, raw)
         try:
-            async with Exchange(receive, send, hit, self._wire.response_headers) as call:
+            async with PlayedCall(receive, send, hit, self._wire.response_headers) as call:
                 await play(self.reply_for(hit), call, self._wire)
         finally:
             with self._lock:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from asgi_router.testing.hits import Hit
-from asgi_router.testing.wire import Answer, JSONWire, content_words
+from asgi_router.testing.wire_format import JSONWire, ScriptedAnswer, content_words
 
 __all__ = ["COMPLETION_ID", "CREATED", "TOOL_CALL_ID", "OpenAIWire"]
 
@@ -68,7 +68,7 @@ class OpenAIWire(JSONWire):
             "total_tokens": prompt + completion_tokens,
         }
 
-    def completion(self, answer: Answer) -> bytes:
+    def completion(self, answer: ScriptedAnswer) -> bytes:
         message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
         if answer.tool is not None:
             message["content"] = answer.text or None
@@ -93,7 +93,7 @@ class OpenAIWire(JSONWire):
             }
         )
 
-    def stream(self, body: Any, answer: Answer) -> list[bytes]:
+    def stream(self, body: Any, answer: ScriptedAnswer) -> list[bytes]:
         options = body.get("stream_options") if isinstance(body, dict) else None
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
 

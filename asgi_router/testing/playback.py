@@ -7,7 +7,7 @@ end), or the client leaving first. A watcher on ``receive`` notices the client l
 so a stall or a slow answer ends when its client gives up, and :class:`Hit` says it did.
 
 A reply that answers (``ok``, ``tool_call``, and the stream that a ``broken_stream``,
-``stall_after_headers`` or ``stream_error`` cuts short) is made into an :class:`Answer` here,
+``stall_after_headers`` or ``stream_error`` cuts short) is made into an :class:`ScriptedAnswer` here,
 and spelled by the wire.
 """
 
@@ -39,9 +39,9 @@ from asgi_router.testing.reply import (
     StreamError,
     ToolCall,
 )
-from asgi_router.testing.wire import Answer, ToolUse, Wire, pieces
+from asgi_router.testing.wire_format import ScriptedAnswer, ToolUse, Wire, pieces
 
-__all__ = ["DroppedConnection", "Exchange", "awkward_pieces", "play"]
+__all__ = ["DroppedConnection", "PlayedCall", "awkward_pieces", "play"]
 
 _JSON: Final = "application/json"
 _SSE: Final = "text/event-stream; charset=utf-8"
@@ -61,7 +61,7 @@ class _HideDeliberateDrops(logging.Filter):
 logging.getLogger("uvicorn.error").addFilter(_HideDeliberateDrops())
 
 
-class Exchange:
+class PlayedCall:
     """One request being answered: sends, pauses that end when the client leaves, and the
     request's :class:`Hit` kept up to date. ``headers`` go on the answer whatever it is (a
     reply's own win); each write is cut in :func:`awkward_pieces`, ``split`` seconds apart,
@@ -76,7 +76,7 @@ class Exchange:
         self._gone = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> Exchange:
+    async def __aenter__(self) -> PlayedCall:
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return self
 
@@ -146,8 +146,8 @@ class Exchange:
         raise DroppedConnection("the fake upstream drops the connection mid-response, as scripted")
 
 
-async def play(reply: Reply, call: Exchange, wire: Wire) -> None:
-    """Answer the request of ``call`` as ``reply`` says, in ``wire``'s protocol."""
+async def play(reply: Reply, call: PlayedCall, wire: Wire) -> None:
+    """ScriptedAnswer the request of ``call`` as ``reply`` says, in ``wire``'s protocol."""
     hit = call.hit
     if isinstance(reply, Slow):
         if await call.pause(reply.seconds):
@@ -180,29 +180,29 @@ async def play(reply: Reply, call: Exchange, wire: Wire) -> None:
         raise TypeError(f"not a reply: {reply!r}")
 
 
-def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> Answer:
+def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> ScriptedAnswer:
     """What ``reply`` says to ``hit``, for the wire to spell."""
     if isinstance(reply, Ok):
         text = reply.text if reply.text is not None else _greeting(hit.model)
         parts = pieces(text, reply.chunks)
         usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
-        return Answer(hit.model, text, parts, usage)
+        return ScriptedAnswer(hit.model, text, parts, usage)
     text = reply.text or ""
     parts = pieces(text, None)
     tool = ToolUse(reply.name, reply.arguments, pieces(reply.arguments, reply.chunks), reply.id)
     usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts) + len(tool.pieces))
-    return Answer(hit.model, text, parts, usage, tool)
+    return ScriptedAnswer(hit.model, text, parts, usage, tool)
 
 
-def _cut_short(hit: Hit, wire: Wire, sent: int) -> Answer:
+def _cut_short(hit: Hit, wire: Wire, sent: int) -> ScriptedAnswer:
     """The answer ``ok()`` gives, its words repeated so that more is to come after ``sent``
     chunks, for a reply that cuts a stream short."""
     words = pieces(_greeting(hit.model), None)
     words = words * (sent // len(words) + 2)
-    return Answer(hit.model, "".join(words), words, wire.usage(hit.body, len(words)))
+    return ScriptedAnswer(hit.model, "".join(words), words, wire.usage(hit.body, len(words)))
 
 
-async def _break(reply: StallAfterHeaders | BrokenStream, call: Exchange, wire: Wire) -> None:
+async def _break(reply: StallAfterHeaders | BrokenStream, call: PlayedCall, wire: Wire) -> None:
     """Start the answer ``ok()`` would give, send part of it, then (after a stall) drop it."""
     hit = call.hit
     answer = _cut_short(hit, wire, reply.after_chunks)
@@ -221,7 +221,7 @@ async def _break(reply: StallAfterHeaders | BrokenStream, call: Exchange, wire: 
     call.drop()
 
 
-async def _stream_error(reply: StreamError, call: Exchange, wire: Wire) -> None:
+async def _stream_error(reply: StreamError, call: PlayedCall, wire: Wire) -> None:
     """Part of the stream ``ok()`` would send, then the protocol's error event, then the end."""
     hit = call.hit
     message = reply.message if reply.message is not None else f"{_phrase(reply.code)}: a scripted stream error"
@@ -233,7 +233,7 @@ async def _stream_error(reply: StreamError, call: Exchange, wire: Wire) -> None:
     await call.events([*frames, wire.stream_error(reply.code, message)], reply.interval, end=True)
 
 
-async def _status(call: Exchange, wire: Wire, reply: Status, message: str) -> None:
+async def _status(call: PlayedCall, wire: Wire, reply: Status, message: str) -> None:
     headers = dict(reply.headers)
     if reply.retry_after is not None:
         after = reply.retry_after

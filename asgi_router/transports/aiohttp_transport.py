@@ -1,4 +1,4 @@
-"""The aiohttp implementation of the upstream :class:`~asgi_router.transports.base.Transport` seam.
+"""The aiohttp implementation of the upstream :class:`~asgi_router.transports.transport.Transport` seam.
 
 Why a second transport: on loopback, one uvicorn worker proxying through a shared
 ``aiohttp.ClientSession`` serves several times the requests per second of the same proxy on
@@ -9,7 +9,7 @@ connections and polling every pooled socket for expiry on each request). See
 What is tuned, and why, all through aiohttp's public API:
 
 * one ``ClientSession`` and one ``TCPConnector`` per router and event loop, opened on lifespan
-  startup or a loop's first request, sized by :class:`~asgi_router.config.providers.PoolSettings`:
+  startup or a loop's first request, sized by :class:`~asgi_router.config.provider_settings.PoolSettings`:
   ``max_connections`` is the connector's ``limit``, ``keepalive_expiry`` its
   ``keepalive_timeout``. aiohttp keeps every released connection until it expires and has no
   public way to cap the idle ones, so the settings refuse ``max_keepalive_connections`` for
@@ -36,7 +36,7 @@ from typing import cast
 import aiohttp
 from yarl import URL
 
-from asgi_router.config.providers import PoolSettings
+from asgi_router.config.provider_settings import PoolSettings
 from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
@@ -92,7 +92,7 @@ class _Chunks:
 
 
 class AiohttpResponse(aiohttp.ClientResponse):
-    """aiohttp's response, as the router's :class:`~asgi_router.transports.base.UpstreamResponse`.
+    """aiohttp's response, as the router's :class:`~asgi_router.transports.transport.UpstreamResponse`.
 
     The session is built with ``response_class=AiohttpResponse``, so the response aiohttp
     returns is the router's own: no wrapper object per request (each held for as long as the
@@ -130,7 +130,7 @@ class AiohttpResponse(aiohttp.ClientResponse):
 
 
 class AiohttpTransport:
-    """:class:`~asgi_router.transports.base.Transport` over one shared ``aiohttp.ClientSession``
+    """:class:`~asgi_router.transports.transport.Transport` over one shared ``aiohttp.ClientSession``
     per running event loop (:class:`~asgi_router.transports.loop_clients.LoopClients`: aiohttp
     binds a session to its loop). A session is made on lifespan startup or on a loop's first
     request, so a host app without lifespan support still works; :meth:`aclose` closes the

@@ -1,4 +1,4 @@
-"""The httpx implementation of the upstream :class:`~asgi_router.transports.base.Transport` seam.
+"""The httpx implementation of the upstream :class:`~asgi_router.transports.transport.Transport` seam.
 
 Over ``httpx2`` (the maintained httpx fork the official ``openai`` SDK depends on): what a user
 injects with ``ModelRouter(http_client=...)``, and the transport of ``transport = "httpx"``.
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from asgi_router.config.providers import PoolSettings
+from asgi_router.config.provider_settings import PoolSettings
 from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
@@ -49,7 +49,7 @@ async def _already_read(content: bytes) -> AsyncIterator[bytes]:
 
 
 class HttpxResponse:
-    """:class:`~asgi_router.transports.base.UpstreamResponse` over an ``httpx2.Response`` opened with
+    """:class:`~asgi_router.transports.transport.UpstreamResponse` over an ``httpx2.Response`` opened with
     ``stream=True``."""
 
     __slots__ = ("_owner", "_response", "chunks", "raw_headers", "status")
@@ -76,7 +76,8 @@ class HttpxResponse:
 
 
 class HttpxTransport:
-    """:class:`~asgi_router.transports.base.Transport` over one shared ``httpx2.AsyncClient`` per running event loop.
+    """:class:`~asgi_router.transports.transport.Transport` over one shared ``httpx2.AsyncClient``
+    per running event loop.
 
     httpcore's pool belongs to the loop it first ran on, so each loop gets a client of its own
     (:class:`~asgi_router.transports.loop_clients.LoopClients`), made on lifespan startup or on the loop's

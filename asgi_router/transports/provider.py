@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import httpx2
 
-from asgi_router.config.providers import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
+from asgi_router.config.provider_settings import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
 from asgi_router.protocols.routes import route_kind
 

@@ -30,7 +30,7 @@ from pydantic_core import PydanticUndefined
 from pydantic_settings import NoDecode
 
 from asgi_router import RouterSettings
-from asgi_router.config.errors import ENV_DELIMITER, ENV_PREFIX
+from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
 from asgi_router.core.reasons import Reason
 
 __all__ = ["MARKER", "PAGE", "Key", "Table", "on_page_markdown", "render", "tables"]

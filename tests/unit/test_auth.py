@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from starlette.datastructures import Headers
 
 from asgi_router import ConfigError, Forbidden, RouterSettings
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.auth import Admitted, build_guard, presented_key
 
 pytestmark = pytest.mark.anyio

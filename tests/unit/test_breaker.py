@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from asgi_router.config.resilience import BreakerSettings
+from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.resilience.breaker import CircuitBreaker, Phase
 
 C, O, H = Phase.CLOSED, Phase.OPEN, Phase.HALF_OPEN  # noqa: E741 - a table reads best in letters

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from asgi_router.attempts.wire import WireBody, wire_targets
-from asgi_router.core.errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
+from asgi_router.attempts.wire_body import WireBody, wire_targets
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS, client_retries
+from asgi_router.core.router_errors import AttemptSummary, RouterError, error_body, exhausted_error, stream_error_event
 from asgi_router.inbound.body import InboundRequest, fresh_request_id, parse_request, request_id_for
 from asgi_router.responses.headers import response_headers_for_client
 from asgi_router.transports.request_headers import request_headers_for_upstream

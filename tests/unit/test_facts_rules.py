@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.routing.facts import IMAGE_TOKENS, MESSAGE_OVERHEAD_TOKENS, RequestFacts
 from asgi_router.routing.rules import RuleTable, matches
 

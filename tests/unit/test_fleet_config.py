@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from asgi_router import RouterSettings
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.resilience import BreakerSettings
-from asgi_router.fleet.factory import budgets_of, make_state
+from asgi_router.config.config_error import ConfigError
+from asgi_router.config.resilience_settings import BreakerSettings
+from asgi_router.fleet.state_factory import budgets_of, make_state
 from asgi_router.observability.redaction import secrets_of
 from asgi_router.resilience.breaker import CircuitBreaker, Phase
-from asgi_router.resilience.state import InMemoryState
+from asgi_router.resilience.router_state import InMemoryState
 from asgi_router.resilience.stats import Limits
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asgi_router.core.errors import AttemptSummary
+from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.protocols.anthropic_errors import (
     anthropic_error_body,
     anthropic_error_type,

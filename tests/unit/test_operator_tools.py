@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from asgi_router import RouterSettings
-from asgi_router.config.resilience import BreakerSettings
-from asgi_router.config.rules import RuleSettings
+from asgi_router.config.resilience_settings import BreakerSettings
+from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.inbound.auth import presented_key
 from asgi_router.resilience.breaker import CircuitBreaker
 from asgi_router.resilience.overview import BreakerStatus, breaker_status

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import ClientGone, read_body
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asgi_router.config.resilience import BackoffSettings
+from asgi_router.config.resilience_settings import BackoffSettings
 from asgi_router.resilience.retry import full_jitter, retry_wait
 
 BACKOFF = BackoffSettings(base=0.25, cap=4.0)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from asgi_router.config.errors import ConfigError
-from asgi_router.config.groups import MAX_GROUP_DEPTH
-from asgi_router.config.providers import ProviderSettings
+from asgi_router.config.config_error import ConfigError
+from asgi_router.config.group_settings import MAX_GROUP_DEPTH
+from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.settings import RouterSettings, load_settings
 
 SECRET = "sk-TEST-SECRET-0123456789abcdef"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from asgi_router.config.groups import MemberSettings
+from asgi_router.config.group_settings import MemberSettings
 from asgi_router.config.settings import RouterSettings
 
 _PROVIDERS: dict[str, Any] = {

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from asgi_router.config.resilience import BreakerSettings, RetryBudgetSettings
+from asgi_router.config.resilience_settings import BreakerSettings, RetryBudgetSettings
 from asgi_router.config.settings import RouterSettings
 from asgi_router.resilience.breaker import Phase
-from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState, RouterState
+from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState, RouterState
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.plan import Plan, Resolver
 

@@ -9,9 +9,9 @@ import pytest
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
-from asgi_router.config.catalog import ModelInfo
+from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
-from asgi_router.core.errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
+from asgi_router.core.router_errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
 from asgi_router.core.skip import Skip
 from asgi_router.resilience.stats import InMemoryStats, Limits
 from asgi_router.routing.catalog import Catalog

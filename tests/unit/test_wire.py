@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from asgi_router.attempts.wire import SplicedBody, WireBody
+from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.inbound.safejson import MAX_JSON_DEPTH, JsonRefused, loads, loads_with_span
 
 VALID = [

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from starlette.types import Receive, Scope, Send
 
 from asgi_router.config.named import named_models
-from asgi_router.config.pages import status_json_route
+from asgi_router.config.pages_settings import status_json_route
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.errors import RouterError
+from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.models import ModelsEndpoint
 from asgi_router.endpoints.status import StatusEndpoint
 from asgi_router.inbound.auth import Guard
@@ -39,7 +39,7 @@ from asgi_router.resilience.overview import Overview
 from asgi_router.responses.exchange import Exchange
 
 if TYPE_CHECKING:  # prometheus_client is optional: imported only when metrics_route is set
-    from asgi_router.endpoints.metrics import MetricsEndpoint
+    from asgi_router.endpoints.metrics_page import MetricsEndpoint
     from asgi_router.observability.metrics import RouterMetrics
 
 __all__ = ["Page", "Pages", "build_pages"]
@@ -126,7 +126,7 @@ def build_pages(
     metrics_page: tuple[str, MetricsEndpoint, bool] | None = None
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.metrics_route is not None:
-        from asgi_router.endpoints.metrics import MetricsEndpoint, readings_of
+        from asgi_router.endpoints.metrics_page import MetricsEndpoint, readings_of
 
         metrics = metrics_for(named_models(settings), readings_of(overview, events))
         endpoint = MetricsEndpoint(metrics)

@@ -3,7 +3,7 @@
 :class:`~asgi_router.testing.FakeUpstream` plays replies (``reply.py``); a :class:`Wire` spells
 them in one protocol: which requests are chat requests, what the model and the ``stream`` flag
 are, what the real API would refuse, and the bytes of an answer, a stream and an error. A reply
-that answers is first made into an :class:`Answer` (its text, its tool call, its token counts),
+that answers is first made into an :class:`ScriptedAnswer` (its text, its tool call, its token counts),
 which says what the model said without saying how: each wire spells the same answer its own way.
 ``FakeUpstream(kind=...)`` picks the wire from :data:`~asgi_router.testing.fake_upstream.WIRES`:
 a new protocol is one more module and one more entry, and every reply, script and hit works
@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 from asgi_router.testing.hits import Hit
 
-__all__ = ["Answer", "JSONWire", "ToolUse", "Wire", "content_words", "pieces"]
+__all__ = ["ScriptedAnswer", "JSONWire", "ToolUse", "Wire", "content_words", "pieces"]
 
 _WORD: Final = re.compile(r"\s*\S+")
 
@@ -36,7 +36,7 @@ class ToolUse:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class ScriptedAnswer:
     """What a successful answer says: ``text`` (streamed as ``pieces``), maybe a tool call, and
     the token counts (in the protocol's own names)."""
 
@@ -80,11 +80,11 @@ class Wire(Protocol):
         """The token counts an answer reports when its reply sets none."""
         ...
 
-    def completion(self, answer: Answer) -> bytes:
+    def completion(self, answer: ScriptedAnswer) -> bytes:
         """A whole (non-streamed) answer's JSON body."""
         ...
 
-    def stream(self, body: Any, answer: Answer) -> list[bytes]:
+    def stream(self, body: Any, answer: ScriptedAnswer) -> list[bytes]:
         """Every event of a streamed answer, in order, the end-of-stream marker included."""
         ...
 

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-from asgi_router.config.resilience import BreakerSettings, RetryBudgetSettings
+from asgi_router.config.resilience_settings import BreakerSettings, RetryBudgetSettings
 from asgi_router.resilience.breaker import ADMITTED, Admission, BreakerView, CircuitBreaker, Verdict
 from asgi_router.resilience.stats import InMemoryStats, RoutingStats
 

@@ -18,8 +18,8 @@ from typing import Any, Final, Literal, Self
 import httpx2
 from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, field_validator, model_validator
 
-from asgi_router.config.base import StrictSettings
-from asgi_router.config.resilience import HealthSettings
+from asgi_router.config.resilience_settings import HealthSettings
+from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.header_names import never_forwarded, never_sent
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "PoolSettings", "ProviderKind", "ProviderSettings", "Timeouts"]

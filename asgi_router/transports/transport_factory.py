@@ -10,10 +10,10 @@ from typing import Literal
 
 import httpx2
 
-from asgi_router.config.providers import PoolSettings
+from asgi_router.config.provider_settings import PoolSettings
 from asgi_router.transports.aiohttp_transport import AiohttpTransport
-from asgi_router.transports.base import Transport
 from asgi_router.transports.httpx_transport import HttpxTransport
+from asgi_router.transports.transport import Transport
 
 __all__ = ["make_transport"]
 

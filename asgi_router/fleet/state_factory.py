@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 
 from asgi_router.config.settings import RouterSettings
-from asgi_router.config.state import shared_store_url
-from asgi_router.resilience.state import InMemoryState, RouterState
+from asgi_router.config.state_settings import shared_store_url
+from asgi_router.resilience.router_state import InMemoryState, RouterState
 from asgi_router.resilience.stats import Limits
 
 __all__ = ["budgets_of", "make_state"]
@@ -38,7 +38,7 @@ def make_state(settings: RouterSettings, clock: Callable[[], float] = time.monot
     url = shared_store_url(settings.state_url)
     if url is None:
         return InMemoryState(clock, settings.latency_half_life)
-    from asgi_router.fleet.state import SharedState  # needs redis-py: imported only when asked for
+    from asgi_router.fleet.shared_state import SharedState  # needs redis-py: imported only when asked for
 
     return SharedState(
         url, settings.state_key_prefix, settings.breaker, budgets_of(settings), clock, settings.latency_half_life

@@ -1,6 +1,6 @@
 """``SharedState``: the router's state shared by every process that names the same Redis.
 
-It *is* an :class:`~asgi_router.resilience.state.InMemoryState`: every question a request asks
+It *is* an :class:`~asgi_router.resilience.router_state.InMemoryState`: every question a request asks
 is answered from this process's own view, synchronously, exactly as in one process. What is
 shared is kept fresh in the background:
 
@@ -40,12 +40,12 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from asgi_router.config.resilience import BreakerSettings
+from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.fleet.budgets import Leases
 from asgi_router.fleet.link import Link
 from asgi_router.fleet.scripts import BREAKER
 from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
-from asgi_router.resilience.state import MAX_BREAKERS, InMemoryState
+from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
 
 __all__ = ["CLAIM_PAUSE", "ROTATION_TTL", "SharedState"]
@@ -57,7 +57,7 @@ CLAIM_PAUSE: Final = 0.1
 
 
 class SharedState(InMemoryState):
-    """:class:`~asgi_router.resilience.state.RouterState` shared through Redis at ``url``.
+    """:class:`~asgi_router.resilience.router_state.RouterState` shared through Redis at ``url``.
 
     ``prefix`` starts every key (two gateways on one Redis keep apart by it); ``policy`` is the
     breaker policy (the keys' time to live follows it); ``budgets`` are the members with an

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from asgi_router.config.base import StrictSettings
+from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.reasons import Reason
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Final, Literal, Self
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from asgi_router.config.base import StrictSettings
-from asgi_router.config.degraded import DegradedSettings
+from asgi_router.config.degraded_settings import DegradedSettings
+from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
 from asgi_router.core.refs import GROUP_NAMESPACE, InvalidRef, RefKind, parse_model_ref
