@@ -1,9 +1,13 @@
 """Trying a plan's candidates until one commits: the failover loop.
 
-``loop.py`` decides the order and the retries in place; ``steps.py`` does and records each
-step of one attempt; ``hedging.py`` races a second candidate against a slow first one;
+``decisions.py`` is the one decision point of the attempt policy: whether a candidate may be
+tried now (and why not), and after each call what next (commit, pass through, retry after a
+wait, fail over, stop); its docstring is the whole policy as a table. ``loop.py`` drives the
+plain walk over a plan and ``hedging.py`` races a second candidate against a slow first one;
+``steps.py`` does and records each step of one attempt; ``call.py`` is the one upstream call
+(I/O only: it reports what came back); ``context.py`` holds the router's parts they share;
 ``outcomes.py`` is what an attempt can end in; ``bookkeeping.py`` and ``usage.py`` keep the
-numbers strategies read; ``hints.py`` reads how long an upstream asked to wait; ``wire.py``
-builds each candidate's request body. What a status or failure *means* is decided in
-``asgi_router.core.classify``.
+numbers strategies read; ``hints.py`` reads how long an upstream asked to wait;
+``wire_body.py`` builds each candidate's request body. What a status or failure *means* is
+classified in ``asgi_router.core.classify``.
 """

@@ -1,10 +1,11 @@
 """What happens around each attempt so that strategies have numbers to read.
 
-Before an attempt, :meth:`Bookkeeper.admit` may skip the candidate: its catalog context window
-cannot hold the estimated prompt plus ``max_tokens`` (``context_window``), or its rpm/tpm budget
-in this plan's group is spent (``over_budget``, with the seconds until usage frees up as a
-Retry-After). These are checked when the loop *reaches* the candidate, not when the plan was
-ordered, so a budget that freed up in between is used.
+Before an attempt, the decision point (``decisions.py``) asks two of its questions here: does
+the candidate's catalog context window hold the estimated prompt plus ``max_tokens``
+(:meth:`Bookkeeper.fits`; if not, it skips it as ``context_window``), and is its rpm/tpm budget
+in this plan's group spent (:meth:`Bookkeeper.over_budget`: the seconds until usage frees up,
+the ``over_budget`` skip's Retry-After). These are asked when the loop *reaches* the candidate,
+not when the plan was ordered, so a budget that freed up in between is used.
 
 Around the attempt it keeps :class:`~asgi_router.resilience.stats.RoutingStats` current: in-flight counts
 (acquired at send, released exactly once however the attempt ends), time to first byte on
@@ -25,19 +26,14 @@ from typing import Final, NamedTuple
 from asgi_router.attempts.usage import TokenCount, count_tokens, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
+from asgi_router.core.classify import NOT_PENALISED
 from asgi_router.core.reasons import Reason
-from asgi_router.core.skip import Skip
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
 
 __all__ = ["Bookkeeper", "Spend"]
-
-# Failures that say nothing about the member's speed: the request's fault, the router's own, a skip.
-_NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
-    {"client_error", "context_window", "client_disconnected", "router_error"}
-)
 
 
 class Spend(NamedTuple):
@@ -53,7 +49,7 @@ _NOTHING_COUNTED: Final = Spend(None, None)
 
 
 class Bookkeeper:
-    """Admission checks and statistics upkeep around attempts; one per router."""
+    """Admission queries and statistics upkeep around attempts; one per router."""
 
     def __init__(
         self,
@@ -87,15 +83,18 @@ class Bookkeeper:
         counted = settings.metrics_route is not None
         return cls(stats, Catalog(settings.catalog), named_models(settings), metered, count_all=counted)
 
-    def admit(self, key: str, policy: GroupPolicy | None, facts: RequestFacts) -> Skip | None:
-        """``None`` to go ahead, or why ``key`` is skipped for this request."""
-        if key in self._catalog and not self._catalog.fits(key, facts.prompt_tokens, facts.max_tokens):
-            return Skip("context_window")
+    def fits(self, key: str, facts: RequestFacts) -> bool:
+        """Whether ``key``'s catalog context window holds this request (an unlisted key does)."""
+        return key not in self._catalog or self._catalog.fits(key, facts.prompt_tokens, facts.max_tokens)
+
+    def over_budget(self, key: str, policy: GroupPolicy | None, facts: RequestFacts) -> float | None:
+        """``None`` while ``key`` is within its rpm/tpm budget in ``policy``'s group, else the
+        seconds until its usage frees up."""
         limits = policy.limits.get(key) if policy is not None else None
         if limits is not None:
             tokens = facts.prompt_tokens if limits.tpm is not None else 0
             if not self.stats.within_budget(key, limits, tokens):
-                return Skip("over_budget", self.stats.usage_frees_in(key))
+                return self.stats.usage_frees_in(key)
         return None
 
     def started(self, key: str, facts: RequestFacts) -> None:
@@ -115,7 +114,7 @@ class Bookkeeper:
             self.stats.release(key)
             if reason == "hedge_lost":
                 self.stats.observe_latency(key, elapsed)  # a lower bound on its TTFB: still news
-            elif reason not in _NOT_PENALISED:
+            elif reason not in NOT_PENALISED:
                 self.stats.observe_latency(key, max(elapsed, penalty))
         if key in self._metered and reason != "client_disconnected":
             self.stats.add_usage(key, 0, -facts.prompt_tokens)  # no completion was generated

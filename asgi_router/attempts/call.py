@@ -1,4 +1,8 @@
-"""One upstream call: send a candidate's request and say what came back, before any client byte.
+"""One upstream call: send a candidate's request and report what came back, before any client byte.
+
+This module does I/O and reports; it decides nothing about what comes next (``decisions.py``
+does). The one question it asks the decision point is how to read a non-2xx answer: whole, to
+pass it through, or bounded, to refine its reason and find its retry hint.
 
 Commit rules:
 
@@ -10,9 +14,9 @@ Commit rules:
 A non-2xx answer's body is read (bounded, by the first-byte time) so that its connection can be
 reused and its words refine the reason (``asgi_router.core.classify``): a 429 that says
 ``insufficient_quota`` is ``billing``, a 400 that says the prompt exceeded *this* model's
-context window is ``context_window`` (the next model's window may be larger). A reason the plan
-does not fail over on (by default only ``client_error``) becomes :class:`Refused`, passed
-through to the client untouched.
+context window is ``context_window`` (the next model's window may be larger). An answer the
+decision point passes through (by default only ``client_error``) is reported as
+:class:`Refused`, kept whole for the client.
 
 A translated attempt (a chat completion sent to an Anthropic provider) commits by the same
 rules, on the *translated* answer: a stream commits once its events have translated to
@@ -36,6 +40,7 @@ from asgi_router.attempts.hints import retry_hint
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import (
+    HINTED,
     UnrecognisedFailure,
     classify_exception,
     classify_status,
@@ -53,8 +58,6 @@ __all__ = ["call", "read_to_end"]
 
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
-# Failures whose response may say how long to wait (Retry-After on a 503 is standard too).
-_HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
 
 
 async def read_to_end(
@@ -203,9 +206,11 @@ async def _unserved(
     first_byte_by: float,
     scope: Deadline,
 ) -> Failed | Refused:
-    """A non-2xx answer: read its body (bounded, by the first-byte time) and fail over or refuse."""
+    """A non-2xx answer: read its body (bounded, by the first-byte time), as the decision point
+    says it is to be used: refined and failed over, or kept to be passed through."""
     clock, status = context.clock, response.status
-    if reason in failover_on:
+    passes_through = context.decisions.passes_through
+    if not passes_through(reason, failover_on):
         failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, scope)
         reason, retry_after = _read_failure(reason, response.raw_headers, failure)
         return Failed(reason, status, retry_after)
@@ -214,7 +219,7 @@ async def _unserved(
         return Failed("upstream_5xx", status)
     if reason == "client_error":
         reason, words = _read_refusal(status, refusal)
-        if reason in failover_on:
+        if not passes_through(reason, failover_on):
             return Failed(reason, status, words=words)
     return Refused(candidate, status, response.raw_headers, refusal, attempts, reason)
 
@@ -232,7 +237,7 @@ def _read_failure(
     try:
         if reason == "rate_limited":
             reason = refine_rate_limited(body)
-        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in _HINTED else None
+        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in HINTED else None
     except Exception:
         logger.exception("asgi_router: could not read a %s answer's body or headers; its status decides", reason)
         return reason, None

@@ -3,14 +3,17 @@
 The attempt loop (``loop.py``), one request's steps (``steps.py``) and a single upstream call
 (``call.py``) all read these. They are one public, frozen record, so that each of those modules
 reads the router's parts by name instead of reaching into another class's private attributes.
+The record builds the router's decision point (``decisions.py``) from its parts, so whoever
+wires a router passes the parts only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.decisions import Decisions
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.transports.provider import ProviderRuntime
@@ -39,3 +42,9 @@ class AttemptContext:
     policy: RetryPolicy
     #: Uniform in [0, 1), for the backoff jitter.
     random: Callable[[], float]
+    #: Every admission and every "what next" of the attempt policy, made from the parts above.
+    decisions: Decisions = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        decisions = Decisions(self.book, self.gate, self.policy, self.clock, self.random)
+        object.__setattr__(self, "decisions", decisions)  # frozen: set once, here

@@ -28,7 +28,8 @@ Rules, all chosen for predictable cost:
   open breaker, :meth:`AttemptLoop.run` tries the oldest one after the race, as for any plan.
 
 The steps themselves (admit, call, event, account) are :class:`RequestAttempts`' own, shared with
-the plain loop; this module only decides *when* to start them and which result wins. Each racer
+the plain loop, and what each result means is the decision point's (``decisions.py``); this
+module only decides *when* to start them and which result wins. Each racer
 is an asyncio task of its own, so that a loser can be cancelled alone; every racer is waited for
 before the race returns (or re-raises, when the client left), so none outlives its request.
 """
@@ -98,7 +99,7 @@ async def race(
                 if decided is not None:  # finished in the same turn as the winner: it lost
                     await attempts.discard(ready, result, "hedge_lost")
                     continue
-                decided = attempts.settle(ready, result)
+                decided = attempts.outcome(attempts.settle(ready, result), result)
                 if ready is hedge:
                     record.hedge = "won" if decided is not None else "failed"
             if decided is not None:

@@ -1,20 +1,19 @@
-"""The attempt loop: try a plan's candidates in order until one commits.
+"""The attempt loop: drive a plan's candidates in order until one commits.
 
-For each candidate: splice its model id into the wire body and check it there (target guard),
-send, classify, and either move on or stop (``steps.py`` does each step, ``call.py`` the call
-itself). Nothing has been sent to the client while this runs, which is what makes failover
-safe. What a status or failure means, and which reasons fail over by default, is decided in
-:mod:`asgi_router.core.classify`.
+For each candidate: admit it or skip it, call it, and do what the decision point
+(``decisions.py``) answers: commit, pass through, retry in place after a wait, fail over, or
+stop. ``steps.py`` does and records each step, ``call.py`` the call itself; this module only
+drives. Nothing has been sent to the client while this runs, which is what makes failover
+safe.
 
-Resilience, in :meth:`AttemptLoop.run`: a candidate may be retried in place ``plan.retries``
-times when the reason is in ``retry_on`` (never for a client that says it retries on its own,
-as the official SDKs do with ``x-stainless-retry-count``: its tries would multiply ours), after
-the upstream's hint (``hints.py``) or a full-jitter backoff, within the provider's retry budget;
-``max_attempts`` and the request ``deadline`` bound the whole walk, backoff included. If every
-candidate was skipped for an open breaker, the one that opened longest ago is tried anyway: a
-plan is never failed without a try because of breakers alone. A hedged group races instead of
-retrying in place (``hedging.py``: the race is its second chance); the budgets and the all-open
-rule apply to it too.
+Driving, in :meth:`AttemptLoop.run`: a plan whose candidates may be retried in place (the
+decision point says how often: never for a client that retries on its own) runs each candidate
+through :meth:`AttemptLoop._candidate`, which holds the retry-budget token of a retry until it
+has ended and sleeps the answered wait; other plans run each candidate once. When the walk ends
+with nothing decided, the decision point may name a candidate to try anyway (every candidate
+skipped for an open breaker: the one that opened longest ago, as its probe). A hedged group
+races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
+and the all-open rule apply to it too.
 """
 
 from __future__ import annotations
@@ -24,13 +23,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
-from asgi_router.core.header_names import client_retries
 from asgi_router.core.router_errors import RouterError
-from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import RequestRecord
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
@@ -68,19 +66,18 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, context.book.stats, context.clock)
-        elif plan.retries == 0 or client_retries(inbound):
-            # No retries in place (every multi-member group by default, and every request from a
-            # client that retries on its own: its tries times ours would multiply the load on a
-            # failing upstream): each candidate is one prepare, call, settle.
+        elif (retries := context.decisions.retries_in_place(plan, inbound)) == 0:
+            # Each candidate is one prepare, call, settle (every multi-member group by default).
             for candidate in plan.candidates:
                 ready = attempts.prepare(candidate)
                 if ready is not None:
-                    decided = attempts.settle(ready, await attempts.attempt(ready))
+                    result = await attempts.attempt(ready)
+                    decided = attempts.outcome(attempts.settle(ready, result), result)
                 if decided is not None or attempts.stopped:
                     break
         else:
             for candidate in plan.candidates:
-                decided = await self._candidate(attempts, candidate, plan.retries)
+                decided = await self._candidate(attempts, candidate, retries)
                 if decided is not None or attempts.stopped:
                     break
         if decided is None:
@@ -104,18 +101,12 @@ class AttemptLoop:
                 if token:
                     token = False
                     self.context.gate.end_retry(candidate.provider)
-                decided = attempts.settle(ready, result)
-                if decided is not None or retry >= retries:
-                    return decided
-                wait = attempts.retry_wait(result, retry)
-                if wait is None:
-                    return None
-                if not self.context.gate.begin_retry(candidate.provider):
-                    attempts.skip(ready.key, Skip("budget_exhausted"))
-                    return None
-                token = True
+                answer = attempts.settle(ready, result, retry, retries)
+                if not isinstance(answer, Retry):
+                    return attempts.outcome(answer, result)
+                token = True  # the decision point took it with its answer
                 retry += 1
-                await asyncio.sleep(wait)  # cancelled at once if the client disconnects
+                await asyncio.sleep(answer.wait)  # cancelled at once if the client disconnects
                 ready = attempts.prepare(candidate, retry=True)
             return None
         finally:

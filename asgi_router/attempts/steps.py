@@ -1,26 +1,24 @@
-"""One request's pass over its plan: the steps of trying one candidate, and what came of them.
+"""One request's pass over its plan: the steps of trying one candidate, and the record of them.
 
 :class:`RequestAttempts` holds what the pass has done so far (wire body, summaries, attempt
 count, what is left of its budgets) and does each step the same way whoever drives it: the
 plain loop in :meth:`~asgi_router.attempts.loop.AttemptLoop.run`, or the hedging race
-(``hedging.py``) for groups that hedge. The steps:
+(``hedging.py``) for groups that hedge. It decides nothing itself: every admission and every
+"what next" is the decision point's (``decisions.py``), asked with the pass's numbers. The
+steps:
 
-* :meth:`~RequestAttempts.prepare` admits a candidate or skips it (a ``skipped`` event):
-  ``provider_not_configured``; ``protocol_mismatch`` when the provider does not serve the
-  route's protocol or the request has no translation for it (``asgi_router.protocols``: the
-  request is translated once per request, when the first Anthropic candidate is reached);
-  ``budget_exhausted`` once ``max_attempts`` or the request
-  ``deadline`` is reached; the :class:`~asgi_router.attempts.bookkeeping.Bookkeeper`'s
-  ``context_window`` and ``over_budget``; then the :class:`~asgi_router.resilience.gate.Gate`'s
-  ``circuit_open`` and ``saturated``. An admitted candidate holds a gate lease.
+* :meth:`~RequestAttempts.prepare` looks up the candidate's provider and body builder (the
+  request is translated once per request, when the first Anthropic candidate is reached:
+  ``asgi_router.protocols``), asks the decision point to admit it, and events a skip. An
+  admitted candidate holds a gate lease.
 * :meth:`~RequestAttempts.attempt` calls it (``call.py``; the lease learns when the upstream
   answered), and accounts for a call that was cancelled (the client left, a lost hedge race).
 * :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
   stream's lease is finished by the relay's end, so late failures count), events and accounts
-  for the result, and says whether the pass is decided.
+  for the result, and returns the decision point's answer; :meth:`~RequestAttempts.outcome`
+  turns that into the pass's outcome, if it is decided.
 
-It lives apart from the loop so that each reads as one job: the loop decides the order and the
-retries; this class does and records each step. Both read the router's parts from one public
+Both the loop and this class read the router's parts from one public
 :class:`~asgi_router.attempts.context.AttemptContext`.
 """
 
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.decisions import Commit, FailOver, Next, PassThrough, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -41,8 +40,6 @@ from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
-from asgi_router.resilience.gate import Lease
-from asgi_router.resilience.retry import retry_wait
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.provider import RouteTarget
@@ -59,8 +56,8 @@ class RequestAttempts:
     """One request's pass over its plan: each step of trying one candidate, and what came of it.
 
     Steps: :meth:`prepare` (skip or get :class:`Ready`), :meth:`attempt` (call it),
-    :meth:`settle` (finish its lease, event it; say whether the pass is decided), then for the
-    plain loop :meth:`retry_wait` (ask the same candidate again?). The hedging race adds
+    :meth:`settle` (finish its lease, event it; the decision point's answer: commit, pass
+    through, retry, fail over, stop) and :meth:`outcome`. The hedging race adds
     :meth:`discard` for attempts it gives up on.
     """
 
@@ -128,7 +125,7 @@ class RequestAttempts:
         self._open_skips: list[tuple[float, Candidate]] | None = None
 
     def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
-        """The candidate ready to call, or ``None`` when it is skipped (the skip is evented).
+        """The candidate ready to call, or ``None`` when the decision point skips it (evented).
 
         ``force`` admits it through an open breaker (the all-open fallback); ``retry`` says it
         is asked again in place.
@@ -136,35 +133,29 @@ class RequestAttempts:
         if self.stopped:
             return None
         context = self._context
-        key = candidate.key
         provider = context.providers.get(candidate.provider)
-        if provider is None or not provider.configured:
-            unset = provider.missing_key_env if provider is not None else None
-            self.skip(key, Skip("provider_not_configured", detail=f"{unset} is not set" if unset else None))
-            return None
-        target = provider.targets.get(self._route)
-        wire = self._wire_for(target, provider.default_max_tokens)
-        if isinstance(wire, str):
-            self.skip(key, Skip("protocol_mismatch", detail=wire))
-            return None
-        assert isinstance(target, RouteTarget)
-        if self.attempts >= context.policy.max_attempts or context.clock() >= self.deadline:
-            self.skip(key, Skip("budget_exhausted"))
-            self.stopped = True
-            return None
-        body = wire.for_model(candidate.model_id)
-        if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
-            raise AssertionError(f"target guard: wire body does not name {candidate}")
-        admitted: Skip | Lease | None = context.book.admit(key, self.plan.policy, self.facts)
-        if admitted is None:
-            admitted = context.gate.enter(candidate, force=force)
+        target = wire = None
+        if provider is not None and provider.configured:
+            target = provider.targets.get(self._route)
+            wire = self._wire_for(target, provider.default_max_tokens)
+        admitted = context.decisions.admit(
+            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force=force
+        )
+        key = candidate.key
         if isinstance(admitted, Skip):
             self.skip(key, admitted)
-            if admitted.opened_at is not None and not retry:
+            if admitted.stops:
+                self.stopped = True
+            elif admitted.opened_at is not None and not retry:
                 if self._open_skips is None:
                     self._open_skips = []
                 self._open_skips.append((admitted.opened_at, candidate))
             return None
+        assert provider is not None and isinstance(target, RouteTarget) and isinstance(wire, SplicedBody | WireBody)
+        body = wire.for_model(candidate.model_id)
+        if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
+            admitted.finish("router_error")
+            raise AssertionError(f"target guard: wire body does not name {candidate}")
         return Ready(candidate, key, provider, target, body, admitted)
 
     def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> SplicedBody | WireBody | str:
@@ -226,21 +217,26 @@ class RequestAttempts:
         ready.lease.finish(ready.cancel_reason)
         self._context.book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
 
-    def settle(self, ready: Ready, result: Attempted) -> Committed | Refused | RouterError | None:
-        """Finish, event and account for ``result``; the pass's outcome, or ``None`` to go on."""
-        book = self._context.book
+    def settle(self, ready: Ready, result: Attempted, retry: int = 0, retries: int = 0) -> Next:
+        """Finish, event and account for ``result``, then ask the decision point what next.
+
+        ``retry`` is how many retries of this candidate were made and ``retries`` how many are
+        allowed (the plain loop's; ``0``: no retry in place). A refused retry is evented here
+        as the decision point says; :meth:`outcome` turns the answer into the pass's outcome.
+        """
+        context = self._context
+        book = context.book
         self._landed(ready)
-        elapsed = self._context.clock() - ready.started
+        elapsed = context.clock() - ready.started
         if isinstance(result, Committed):
             result.attempts = self.attempts
             book.committed(ready.key, result.ttfb)
             if self._stream:
-                result.lease = ready.lease  # finished by the relay's end (ModelRouter._note_served)
+                result.lease = ready.lease  # finished by the relay's end (responses/answer.py)
             else:
                 ready.lease.finish("served")
-            return result
-        ready.lease.finish(result.reason)
-        if isinstance(result, Refused):
+        elif isinstance(result, Refused):
+            ready.lease.finish(result.reason)
             result.attempts = self.attempts
             book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
             self.record.events.append(
@@ -255,36 +251,29 @@ class RequestAttempts:
                     principal=self.record.principal,
                 )
             )
+        else:
+            ready.lease.finish(result.reason)
+            book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
+            self._note(ready.key, "failed", result, elapsed)
+        answer = context.decisions.after(
+            result, self.failover_on, self.deadline, ready.candidate.provider, retry, retries
+        )
+        if isinstance(answer, FailOver) and answer.skip is not None:
+            self.skip(ready.key, answer.skip)
+        return answer
+
+    def outcome(self, answer: Next, result: Attempted) -> Committed | Refused | RouterError | None:
+        """The pass's outcome for the decision point's ``answer`` on ``result``; ``None``: go on."""
+        if isinstance(answer, Commit | PassThrough):
+            assert isinstance(result, Committed | Refused)
             return result
-        book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
-        self._note(ready.key, "failed", result, elapsed)
-        if result.fatal:
-            summaries = self._summaries or []
-            lines = "\n".join(summary.line() for summary in summaries)
-            return RouterError(500, "router_error", lines, tuple(summaries))
-        if result.reason not in self.failover_on:
-            # A group that does not fail over on this reason (say, timeouts) stops here; with
-            # no response to pass through, the client gets the plan's error so far.
+        if isinstance(answer, Stop):
+            if answer.fatal:
+                summaries = self._summaries or []
+                lines = "\n".join(summary.line() for summary in summaries)
+                return RouterError(500, "router_error", lines, tuple(summaries))
             return self.exhausted()
         return None
-
-    def retry_wait(self, result: Attempted, retry: int) -> float | None:
-        """Seconds to wait before retry ``retry`` (0-based) of a failed attempt; ``None``: don't.
-
-        Only reasons in ``retry_on`` are retried; the upstream's hint replaces the backoff, a
-        hint over ``max_retry_wait`` is not waited, and no wait may outrun the deadline.
-        """
-        policy = self._context.policy
-        if not isinstance(result, Failed) or result.fatal or result.reason not in policy.retry_on:
-            return None
-        return retry_wait(
-            result.retry_after,
-            retry,
-            backoff=policy.backoff,
-            max_retry_wait=policy.max_retry_wait,
-            remaining=self.deadline - self._context.clock(),
-            random=self._context.random,
-        )
 
     async def discard(self, ready: Ready, result: Attempted | None, reason: Reason) -> None:
         """Event an attempt the hedging race gave up on: it lost (``hedge_lost``) or the client left.
@@ -325,10 +314,8 @@ class RequestAttempts:
         self._note(key, "aborted", Failed("client_disconnected", ttfb=decided.ttfb), elapsed, summary=False)
 
     def oldest_open(self) -> Candidate | None:
-        """When nothing was tried and breakers were why: the candidate whose breaker opened first."""
-        if self.attempts or self.stopped or not self._open_skips:
-            return None
-        return min(self._open_skips, key=lambda skipped: skipped[0])[1]
+        """The candidate the all-open rule tries anyway, if the decision point says so."""
+        return self._context.decisions.all_open(self.attempts, self.stopped, self._open_skips)
 
     def exhausted(self) -> RouterError:
         return exhausted_error(self._summaries or [])

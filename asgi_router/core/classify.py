@@ -53,8 +53,13 @@ from asgi_router.core.reasons import Reason
 from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamTimeout
 
 __all__ = [
+    "BREAKER_SUCCESSES",
     "DEFAULT_FAILOVER",
+    "HINTED",
+    "NOT_PENALISED",
     "PROVIDER_WORDS_CAP",
+    "ROUTERS_OWN",
+    "UNREACHABLE",
     "UnrecognisedFailure",
     "classify_exception",
     "classify_status",
@@ -79,6 +84,31 @@ DEFAULT_FAILOVER: Final[frozenset[Reason]] = frozenset(
         "stream_interrupted",
         "context_window",
     }
+)
+
+# The other reason sets: what a reason means to a breaker, a retry hint and the latency
+# statistics. Each is defined here once; ``asgi_router.attempts.decisions`` (the one decision
+# point, whose docstring draws the whole policy as a table) and the gate read them.
+
+#: The router's own failure (``router_error``): never retried, and counted against no upstream,
+#: whatever ``breaker.failure_reasons`` lists.
+ROUTERS_OWN: Final[frozenset[Reason]] = frozenset({"router_error"})
+
+#: What a candidate breaker counts as a success: the upstream answered properly (a
+#: ``client_error`` is the request's fault, not the upstream's).
+BREAKER_SUCCESSES: Final[frozenset[Reason]] = frozenset({"served", "client_error"})
+
+#: What a provider breaker counts as a failure when no response came at all: the host is not
+#: reachable (any response, even a 5xx, is a success for it).
+UNREACHABLE: Final[frozenset[Reason]] = frozenset({"connect_error", "timeout"})
+
+#: Failures whose answer may say how long to wait (a ``Retry-After`` on a 503 is standard too).
+HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
+
+#: Failures that say nothing about a member's speed (the request's fault, the router's own, a
+#: client that left): its latency statistics are not penalised for them.
+NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
+    {"client_error", "context_window", "client_disconnected", "router_error"}
 )
 
 # Statuses whose meaning is specific; everything else falls to its class (2xx/4xx/5xx).

@@ -1,9 +1,9 @@
 """Why a candidate is skipped without being called: one type for every admission check.
 
-The attempt loop asks two checks before each attempt: the bookkeeper (``context_window``,
-``over_budget``; see ``bookkeeping.py``) and the gate (``circuit_open``, ``saturated``; see
-``gate.py``). Either answers ``None`` to go ahead or a :class:`Skip`, which becomes the
-``skipped`` event and the line in an exhausted plan's error.
+Before each attempt the decision point (``asgi_router.attempts.decisions``) answers admit or
+:class:`Skip`, with the reason (``provider_not_configured``, ``protocol_mismatch``,
+``budget_exhausted``, ``context_window``, ``over_budget``, ``circuit_open``, ``saturated``). A
+skip becomes the ``skipped`` event and the line in an exhausted plan's error.
 """
 
 from __future__ import annotations
@@ -27,3 +27,5 @@ class Skip:
     #: What the operator can fix, for the client's error line (``provider_not_configured``:
     #: which variable is unset).
     detail: str | None = None
+    #: Nothing after this candidate is tried either (``max_attempts`` or the deadline reached).
+    stops: bool = False

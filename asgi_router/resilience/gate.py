@@ -1,42 +1,38 @@
 """Admission to a candidate, and the bookkeeping of what became of it.
 
-Before each attempt the attempt loop asks :meth:`Gate.enter`: is the provider's breaker open
-(connect errors and timeouts pile up there), is the candidate's breaker open, is the provider
-at ``max_concurrent``? A refusal is a :class:`Skip` with the reason the event will carry
-(``circuit_open`` or ``saturated``) and no connection is made. An admission is a
-:class:`Lease`, and every lease is finished exactly once with the attempt's reason: that
-records the outcome on both breakers and frees the provider's in-flight slot. A streamed
-attempt's lease is finished when the relay ends, so a stream that breaks or goes idle after
-commit counts against its candidate (a *late failure*).
+Before each attempt the decision point (``asgi_router.attempts.decisions``) asks
+:meth:`Gate.enter` for the candidate's breaker admissions and its provider's in-flight slot. The
+gate answers with what it found, not with a verdict: a :class:`Lease` (both breakers admit it and
+a slot was free), the refused breaker :class:`~asgi_router.resilience.breaker.Admission` (with
+when that breaker opened), or ``None`` (the provider is at ``max_concurrent``); the decision
+point turns the last two into the ``circuit_open`` and ``saturated`` skips. Every lease is
+finished exactly once with the attempt's reason: that records the outcome on both breakers and
+frees the provider's in-flight slot. A streamed attempt's lease is finished when the relay ends,
+so a stream that breaks or goes idle after commit counts against its candidate (a *late
+failure*).
 
-How a reason counts:
+How a reason counts (the sets are ``asgi_router.core.classify``'s, the table is the decision
+point's docstring; the gate only applies them, because a lease is finished below the attempts
+layer too, at a stream's end):
 
-* candidate breaker: a reason in ``breaker.failure_reasons`` is a failure; ``served`` and
-  ``client_error`` (the upstream answered properly; the request was wrong) are successes;
-  anything else (429, auth, a client that left, the router's own ``router_error``) does not
-  count either way.
-* provider breaker: ``connect_error`` or ``timeout`` before any response is a failure; any
-  response at all is a success, recorded as soon as the status line arrives.
+* candidate breaker: a reason in ``breaker.failure_reasons`` is a failure (never
+  ``ROUTERS_OWN``); ``BREAKER_SUCCESSES`` are successes; anything else does not count.
+* provider breaker: an ``UNREACHABLE`` reason before any response is a failure; any response
+  at all is a success, recorded as soon as the status line arrives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.candidate import Candidate
+from asgi_router.core.classify import BREAKER_SUCCESSES, ROUTERS_OWN, UNREACHABLE
 from asgi_router.core.reasons import Reason
-from asgi_router.core.skip import Skip
 from asgi_router.resilience.breaker import ADMITTED, Admission, Verdict
 from asgi_router.resilience.router_state import RouterState
 
 __all__ = ["Gate", "Lease"]
-
-_PROVIDER_FAILURES: Final[frozenset[Reason]] = frozenset({"connect_error", "timeout"})
-# The router's own failure is never the upstream's, whatever ``failure_reasons`` lists.
-_NEVER_FAILURES: Final[frozenset[Reason]] = frozenset({"router_error"})
-_SUCCESSES: Final[frozenset[Reason]] = frozenset({"served", "client_error"})
 
 
 class Lease:
@@ -68,7 +64,7 @@ class Lease:
         self._finished = True
         gate = self._gate
         if not self._responded:
-            verdict: Verdict = "failure" if reason in _PROVIDER_FAILURES else "neutral"
+            verdict: Verdict = "failure" if reason in UNREACHABLE else "neutral"
             gate._record(self._provider, verdict, self._provider_probe)
         gate._record(self._candidate, gate.verdict(reason), self._candidate_probe)
         gate.state.end_attempt(self._provider)
@@ -82,7 +78,7 @@ class Gate:
         self._clock = clock
         self._policy = settings.breaker
         self._breakers = settings.breaker.enabled
-        self._failures = settings.breaker.failure_reasons - _NEVER_FAILURES
+        self._failures = settings.breaker.failure_reasons - ROUTERS_OWN
         self._budget = settings.retry_budget
         self._limits = {name: provider.max_concurrent for name, provider in settings.providers.items()}
 
@@ -90,25 +86,26 @@ class Gate:
         """How an attempt that ended with ``reason`` counts on its candidate's breaker."""
         if reason in self._failures:
             return "failure"
-        return "success" if reason in _SUCCESSES else "neutral"
+        return "success" if reason in BREAKER_SUCCESSES else "neutral"
 
-    def enter(self, candidate: Candidate, *, force: bool = False) -> Lease | Skip:
-        """Admit an attempt on ``candidate``, or say why not. ``force`` ignores open breakers."""
+    def enter(self, candidate: Candidate, *, force: bool = False) -> Lease | Admission | None:
+        """A lease on ``candidate``; else the breaker admission that refused it, or ``None`` when
+        its provider has no free slot. ``force`` ignores open breakers."""
         provider, key = candidate.provider, candidate.key
         provider_admission = admission = ADMITTED
         if self._breakers:
             now = self._clock()
             provider_admission = self.state.admit(provider, self._policy, now, force=force)
             if not provider_admission.allowed:
-                return Skip("circuit_open", opened_at=provider_admission.opened_at)
+                return provider_admission
             admission = self.state.admit(key, self._policy, now, force=force)
             if not admission.allowed:
                 self._record(provider, "neutral", provider_admission.probe)
-                return Skip("circuit_open", opened_at=admission.opened_at)
+                return admission
         if not self.state.begin_attempt(provider, self._limits.get(provider)):
             self._record(provider, "neutral", provider_admission.probe)
             self._record(key, "neutral", admission.probe)
-            return Skip("saturated")
+            return None
         return Lease(self, provider, key, provider_admission, admission)
 
     def begin_retry(self, provider: str) -> bool:

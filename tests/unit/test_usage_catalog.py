@@ -12,7 +12,6 @@ from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usag
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
 from asgi_router.core.router_errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
-from asgi_router.core.skip import Skip
 from asgi_router.resilience.stats import InMemoryStats, Limits
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
@@ -130,29 +129,28 @@ def test_catalog_cost_is_per_million_tokens_and_none_when_unpriced() -> None:
     assert _CATALOG.is_priced("a/small") and not _CATALOG.is_priced("a/window")
 
 
-# --- admission (bookkeeping) --------------------------------------------------------------------
+# --- admission queries (bookkeeping) --------------------------------------------------------------------
 
 
 def _book(stats: InMemoryStats | None = None) -> Bookkeeper:
     return Bookkeeper(stats or InMemoryStats(), _CATALOG, ["a/small", "a/other"], ["a/other"])
 
 
-def test_admit_skips_a_candidate_whose_window_cannot_hold_the_request() -> None:
+def test_a_candidate_whose_window_cannot_hold_the_request_does_not_fit() -> None:
     facts = RequestFacts({"messages": [{"role": "user", "content": "x" * 4000}]})  # ~1004 tokens
-    assert _book().admit("a/small", None, facts) == Skip("context_window")
-    assert _book().admit("a/unlisted", None, facts) is None
+    assert not _book().fits("a/small", facts)
+    assert _book().fits("a/unlisted", facts)
 
 
-def test_admit_skips_an_over_budget_member_with_a_retry_after() -> None:
+def test_an_over_budget_member_says_when_its_usage_frees_up() -> None:
     stats = InMemoryStats()
     policy = GroupPolicy("g", limits={"a/other": Limits(rpm=1)})
     book = _book(stats)
-    assert book.admit("a/other", policy, RequestFacts({})) is None
+    assert book.over_budget("a/other", policy, RequestFacts({})) is None
     book.started("a/other", RequestFacts({}))
-    skip = book.admit("a/other", policy, RequestFacts({}))
-    assert skip is not None and skip.reason == "over_budget"
-    assert skip.retry_after is not None and 0 < skip.retry_after <= 60
-    assert book.admit("a/other", None, RequestFacts({})) is None  # limits belong to a group's plan
+    frees_in = book.over_budget("a/other", policy, RequestFacts({}))
+    assert frees_in is not None and 0 < frees_in <= 60
+    assert book.over_budget("a/other", None, RequestFacts({})) is None  # limits belong to a group's plan
 
 
 def test_failed_attempt_counts_the_request_but_gives_back_its_token_estimate() -> None:

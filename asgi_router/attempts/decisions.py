@@ -1,0 +1,325 @@
+"""The one decision point of the attempt policy: admit a candidate or not, and what next after a call.
+
+Like Envoy's ``RetryState``, one object (:class:`Decisions`, one per router) answers both
+questions a request asks of its policy; the modules around it only do I/O (``call.py``),
+record (``steps.py``) or drive (``loop.py``, ``hedging.py``). What a status or an exception
+*means* (its :data:`~asgi_router.core.reasons.Reason`) and the fixed reason sets are tables in
+:mod:`asgi_router.core.classify`; the per-group and router-wide sets are settings
+(``failover_on``, ``retry_on``, ``breaker.failure_reasons``). This module decides with them.
+
+**Admission** (:meth:`Decisions.admit`), asked in this order before every attempt:
+
+=============================================  ======================================
+the candidate                                  answer
+=============================================  ======================================
+provider's ``api_key_env`` is unset            Skip ``provider_not_configured``
+provider does not serve the route's protocol,  Skip ``protocol_mismatch``
+or the request has no translation for it
+``max_attempts`` attempts made, or the         Skip ``budget_exhausted``, and stop:
+request ``deadline`` passed                    nothing after it is tried either
+catalog context window too small               Skip ``context_window``
+its rpm/tpm budget in the group is spent       Skip ``over_budget`` (Retry-After: when
+                                               usage frees up)
+its provider's or its own breaker is open      Skip ``circuit_open`` (when it opened)
+(unless forced: the all-open rule below)
+its provider is at ``max_concurrent``          Skip ``saturated``
+otherwise                                      Admit: a gate lease (breaker admissions
+                                               and the in-flight slot, held until the
+                                               attempt is finished)
+=============================================  ======================================
+
+**After a call** (:meth:`Decisions.after`), in this order:
+
+==========================================================  ==================================
+what the call observed                                      answer
+==========================================================  ==================================
+a 2xx committed (first chunk, or the whole body)            Commit
+an answer whose reason is not in ``failover_on`` (by        PassThrough: the upstream's
+default ``client_error``); ``call.py`` asks                 status and body go to the client
+:meth:`Decisions.passes_through` before reading its body
+the router's own failure (``router_error``)                 Stop, fatal: 500 ``router_error``
+a failure whose reason is not in ``failover_on``            Stop: the plan's error so far
+a failure in ``retry_on``, with retries left (``retries``;  Retry after the wait
+0 for a client that sends ``x-stainless-retry-count`` and
+for a hedged group), a wait (the upstream's hint, else
+full-jitter backoff) within ``max_retry_wait`` and
+shorter than what is left of the ``deadline``, and a
+token from the provider's ``retry_budget``
+the same, but the retry budget refuses                      FailOver, the candidate recorded
+                                                            as skipped ``budget_exhausted``
+any other failure                                           FailOver: the next candidate
+==========================================================  ==================================
+
+When the walk ends with nothing attempted and every candidate skipped ``circuit_open`` (and
+``max_attempts``/the deadline did not stop it), the one whose breaker opened longest ago is
+tried anyway, forced, with no retries (:meth:`Decisions.all_open`): breakers alone never fail
+a plan untried. Nothing is decided after commit: a committed stream's breaking is only counted.
+
+**Per reason, with the default settings** (``asgi_router.core.classify`` has the sets):
+
+======================  ===========  ==========  =================  =================
+reason                  fails over   retried in  candidate breaker  provider breaker
+                        by default   place       counts             (no response)
+======================  ===========  ==========  =================  =================
+``connect_error``       yes          yes         failure            failure
+``timeout``             yes          yes         failure            failure
+``rate_limited`` (429)  yes          yes [1]_    neutral            success [2]_
+``upstream_5xx``        yes          yes [1]_    failure            success [2]_
+``stream_interrupted``  yes          yes         failure            success [2]_
+``auth_error``          yes          no          neutral            success [2]_
+``billing``             yes          no          neutral            success [2]_
+``model_not_found``     yes          no          neutral            success [2]_
+``context_window``      yes          no          neutral            success [2]_
+``client_error``        no: pass     no          success            success [2]_
+``served``              commit       --          success            success
+``router_error``        no: 500      never       never counts       neutral
+``client_disconnected``  --          --          neutral            neutral
+``hedge_lost``           --          --          neutral            neutral
+skip reasons             next        --          not counted        not counted
+======================  ===========  ==========  =================  =================
+
+.. [1] after the upstream's hint (``Retry-After`` and the like, read on a 429 or 5xx:
+   ``classify.HINTED``) when it is within ``max_retry_wait``; a longer hint is not waited and
+   the candidate is failed over at once.
+.. [2] any response at all is a success for its provider, recorded when the status arrives.
+
+So a 429 (``rate_limited``) decides here: with ``retries`` left (a plan of one candidate, or a
+group that sets ``retries``) and ``rate_limited`` in ``retry_on``, the same candidate is asked
+again after its ``Retry-After`` (if within ``max_retry_wait``); otherwise the next candidate,
+as long as ``rate_limited`` is in the group's ``failover_on``; a group that leaves it out
+passes the 429 through. It counts on no breaker unless ``breaker.failure_reasons`` lists it.
+
+The breaker counts themselves are applied by the gate (``asgi_router.resilience.gate``) when a
+lease is finished, because a streamed attempt's lease is finished by the relay, below this
+layer. Answers added later (resume a broken stream; wait for capacity, serve from a
+downgrade, stick to a member, a recovering member) are new answer classes here, joining
+:data:`Next` or the admission answer, with their rule in the method that gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.outcomes import Attempted, Committed, Refused
+from asgi_router.attempts.wire_body import SplicedBody, WireBody
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.header_names import client_retries
+from asgi_router.core.reasons import Reason
+from asgi_router.core.skip import Skip
+from asgi_router.resilience.gate import Gate, Lease
+from asgi_router.resilience.retry import RetryPolicy, retry_wait
+from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan
+from asgi_router.routing.policy import GroupPolicy
+from asgi_router.transports.provider import ProviderRuntime
+
+__all__ = [
+    "COMMIT",
+    "EXHAUSTED",
+    "FAIL_OVER",
+    "FATAL",
+    "PASS_THROUGH",
+    "Admit",
+    "Commit",
+    "Decisions",
+    "FailOver",
+    "Next",
+    "PassThrough",
+    "Retry",
+    "Stop",
+]
+
+#: Admission's "yes": the gate's lease on the candidate (its breaker admissions and its
+#: provider's in-flight slot), finished exactly once with how the attempt ended.
+Admit: TypeAlias = Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The candidate committed: its answer goes to the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassThrough:
+    """The upstream refused the request (a reason not in ``failover_on``): relay its answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Ask the same candidate again after ``wait`` seconds (a retry-budget token is held)."""
+
+    wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailOver:
+    """Move on to the next candidate; ``skip`` is to be recorded first (a refused retry)."""
+
+    skip: Skip | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Try nothing more: the router's own failure (``fatal``: a 500), else the plan's error so far."""
+
+    fatal: bool
+
+
+#: What the decision point answers after a call.
+Next: TypeAlias = Commit | PassThrough | Retry | FailOver | Stop
+
+# The answers with nothing of their own are made once.
+COMMIT: Final = Commit()
+PASS_THROUGH: Final = PassThrough()
+FAIL_OVER: Final = FailOver()
+FATAL: Final = Stop(fatal=True)
+EXHAUSTED: Final = Stop(fatal=False)
+_RETRY_REFUSED: Final = FailOver(Skip("budget_exhausted"))
+_OUT_OF_BUDGET: Final = Skip("budget_exhausted", stops=True)
+_TOO_LONG: Final = Skip("context_window")
+_SATURATED: Final = Skip("saturated")
+
+
+class Decisions:
+    """A router's attempt policy: every admission and every "what next"; no per-request state.
+
+    What a request has done so far (attempts, retries, its deadline) is passed in by its
+    :class:`~asgi_router.attempts.steps.RequestAttempts`, which records the answers.
+    """
+
+    __slots__ = ("_book", "_clock", "_gate", "_max_attempts", "_policy", "_random", "_retry_on")
+
+    def __init__(
+        self,
+        book: Bookkeeper,
+        gate: Gate,
+        policy: RetryPolicy,
+        clock: Callable[[], float],
+        random: Callable[[], float],
+    ) -> None:
+        self._book = book
+        self._gate = gate
+        self._policy = policy
+        self._retry_on = policy.retry_on
+        self._max_attempts = policy.max_attempts
+        self._clock = clock
+        self._random = random
+
+    # -- admission -----------------------------------------------------------------------------
+
+    def admit(
+        self,
+        candidate: Candidate,
+        provider: ProviderRuntime | None,
+        wire: SplicedBody | WireBody | str | None,
+        attempts: int,
+        deadline: float,
+        policy: GroupPolicy | None,
+        facts: RequestFacts,
+        *,
+        force: bool = False,
+    ) -> Admit | Skip:
+        """Admit ``candidate`` (a lease) or skip it, and why (the module's first table).
+
+        ``wire`` is its body builder for the route, or why it has none; ``attempts`` how many
+        the request has made; ``force`` admits it through open breakers (the all-open rule).
+        """
+        if provider is None or not provider.configured:
+            unset = provider.missing_key_env if provider is not None else None
+            return Skip("provider_not_configured", detail=f"{unset} is not set" if unset else None)
+        if wire is None or isinstance(wire, str):
+            return Skip("protocol_mismatch", detail=wire)
+        if attempts >= self._max_attempts or self._clock() >= deadline:
+            return _OUT_OF_BUDGET
+        key = candidate.key
+        book = self._book
+        if not book.fits(key, facts):
+            return _TOO_LONG
+        frees_in = book.over_budget(key, policy, facts)
+        if frees_in is not None:
+            return Skip("over_budget", frees_in)
+        entered = self._gate.enter(candidate, force=force)
+        if isinstance(entered, Lease):
+            return entered
+        if entered is None:
+            return _SATURATED
+        return Skip("circuit_open", opened_at=entered.opened_at)
+
+    def all_open(
+        self, attempts: int, stopped: bool, open_skips: Sequence[tuple[float, Candidate]] | None
+    ) -> Candidate | None:
+        """The candidate to try anyway when nothing was tried and open breakers were why: the
+        one whose breaker opened first (``open_skips``: each with when it opened)."""
+        if attempts or stopped or not open_skips:
+            return None
+        return min(open_skips, key=lambda skipped: skipped[0])[1]
+
+    # -- after a call --------------------------------------------------------------------------
+
+    def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
+        """How often each candidate of ``plan`` may be retried in place for this request.
+
+        None for a client that retries on its own (the official SDKs send
+        ``x-stainless-retry-count``): its tries times ours would multiply the load on a failing
+        upstream. A hedged plan races instead (its driver does not ask).
+        """
+        retries = plan.retries
+        if retries == 0 or client_retries(inbound):
+            return 0
+        return retries
+
+    @staticmethod
+    def passes_through(reason: Reason, failover_on: frozenset[Reason]) -> bool:
+        """Whether an answer with ``reason`` is passed through to the client (else failed over).
+
+        ``call.py`` asks before reading a non-2xx body (one passed through is read whole and
+        kept; one failed over is read bounded, to refine its reason and find its retry hint)
+        and again once a ``client_error`` is refined (a context-window 400 may fail over).
+        """
+        return reason not in failover_on
+
+    def after(
+        self,
+        result: Attempted,
+        failover_on: frozenset[Reason],
+        deadline: float,
+        provider: str,
+        retry: int = 0,
+        retries: int = 0,
+    ) -> Next:
+        """What next after a call that ended in ``result`` (the module's second table).
+
+        ``retry`` is how many retries of this candidate were made, ``retries`` how many are
+        allowed; a :class:`Retry` answer holds a token of ``provider``'s retry budget, which the
+        driver gives back when the retry has ended.
+        """
+        if isinstance(result, Committed):
+            return COMMIT
+        if isinstance(result, Refused):
+            return PASS_THROUGH
+        if result.fatal:
+            return FATAL
+        reason = result.reason
+        if reason not in failover_on:
+            # A group that does not fail over on this reason (say, timeouts) stops here; with
+            # no response to pass through, the client gets the plan's error so far.
+            return EXHAUSTED
+        if retry >= retries or reason not in self._retry_on:
+            return FAIL_OVER
+        policy = self._policy
+        wait = retry_wait(
+            result.retry_after,
+            retry,
+            backoff=policy.backoff,
+            max_retry_wait=policy.max_retry_wait,
+            remaining=deadline - self._clock(),
+            random=self._random,
+        )
+        if wait is None:
+            return FAIL_OVER
+        if not self._gate.begin_retry(provider):
+            return _RETRY_REFUSED
+        return Retry(wait)
