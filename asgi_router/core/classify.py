@@ -1,10 +1,12 @@
-"""Every rule about "is this failure worth another candidate" lives here, and only here.
+"""What came back from an attempt *means*: the classification tables, and every fixed reason set.
 
 The classification is a pure function over what came back from one attempt: an HTTP status, or
 the exception that ended the attempt before a usable response. Its answer is a :data:`Reason`
-from a bounded vocabulary; whether that reason fails over is a separate, per-group policy
-(:data:`DEFAULT_FAILOVER`). The tables below are the single source of truth for what the
-errors-and-headers page of the docs promises:
+from a bounded vocabulary. What is done about that reason (retried in place, failed over,
+passed through, counted by a breaker) is decided in one place, ``asgi_router.attempts.decisions``,
+with the per-group ``failover_on`` (default :data:`DEFAULT_FAILOVER`) and the sets below. The
+tables are the single source of truth for what the errors-and-headers page of the docs
+promises:
 
 ================================  ===================  ==============================
 what came back                    reason               default action

@@ -3,7 +3,9 @@
 A reason is one of a fixed set of names, so that logs, events and error messages can be counted
 and alerted on without parsing text, and a client can never add a value of its own. What each
 status or failure *means* (which reason, and whether it fails over by default) is decided in
-:mod:`asgi_router.core.classify`; ``docs/errors-and-headers.md`` lists them all.
+:mod:`asgi_router.core.classify`, what is done about it in ``asgi_router.attempts.decisions``
+(whose unit tests fail when a reason is added here without a row); ``docs/errors-and-headers.md``
+lists them all.
 """
 
 from __future__ import annotations
