@@ -258,6 +258,9 @@ class Decisions:
         return min(open_skips, key=lambda skipped: skipped[0])[1]
 
     # -- after a call --------------------------------------------------------------------------
+    # A stream that breaks after commit is counted, never decided on, today. Continuing it from
+    # where it stopped (resume) is a question of its own, asked by the relay: its answer class
+    # joins ``Next`` and its rule gets a method beside :meth:`after`.
 
     def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
         """How often each candidate of ``plan`` may be retried in place for this request.
