@@ -265,7 +265,7 @@ class Decisions:
     def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
         """How often each candidate of ``plan`` may be retried in place for this request.
 
-        None for a client that retries on its own (the official SDKs send
+        ``0`` for a client that retries on its own (the official SDKs send
         ``x-stainless-retry-count``): its tries times ours would multiply the load on a failing
         upstream. A hedged plan races instead (its driver does not ask).
         """
