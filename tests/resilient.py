@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -19,6 +18,7 @@ from asgi_router.resilience.router_state import RouterState
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream
+from .waiting import eventually
 
 #: Fast, jitter-free-enough backoff for tests that only count retries.
 FAST_BACKOFF = {"base": 0.005, "cap": 0.01}
@@ -114,12 +114,14 @@ async def record_of(response: httpx2.Response, router: ModelRouter) -> RequestRe
 async def recorded(router: ModelRouter, request_id: str) -> RequestRecord:
     """The record of a request a served router (its own thread and loop) has finished: it lands
     in the ring of recent requests a moment after the response's last byte."""
-    for _ in range(500):
-        for record in router.recent.snapshot():
-            if record.request_id == request_id:
-                return record
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"request {request_id} was never recorded")
+
+    def found() -> RequestRecord | None:
+        return next((r for r in router.recent.snapshot() if r.request_id == request_id), None)
+
+    await eventually(found)
+    record = found()
+    assert record is not None
+    return record
 
 
 async def events_of(response: httpx2.Response, router: ModelRouter) -> list[tuple[str, str, str]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
 
 import anyio
 import pytest
@@ -19,6 +18,7 @@ from bench.asgi_calls import receive_once
 from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.anyio
 def phase(router: ModelRouter, key: str) -> Phase | None:
     view = router.state.breaker(key)
     return view.phase if view is not None else None
-
-
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not condition():
-            await anyio.sleep(0.02)
 
 
 async def test_breaker_opens_skips_probes_reopens_doubled_then_closes(upstream: MockUpstream) -> None:
@@ -236,9 +230,7 @@ async def test_a_client_leaving_mid_stream_gives_the_slot_back(upstream: MockUps
     sent = SentMessages()
 
     async def chunks_flowing() -> None:
-        with anyio.fail_after(5):
-            while len(sent) < 3:  # the response started and chunks are flowing: then leave
-                await anyio.sleep(0.01)
+        await eventually(lambda: len(sent) >= 3)  # the response started and chunks are flowing: then leave
 
     receive = receive_once(request, then=chunks_flowing)
 

@@ -17,6 +17,7 @@ from asgi_router.observability.events import AttemptEvent, RequestRecord
 from .conftest import API_KEY, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .resilient import Collect, chat, record_of, routed_router, tag
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -47,9 +48,9 @@ async def test_raising_and_blocking_sinks_never_delay_or_fail_a_request(upstream
             # Each raising sink has either been called with a record (and failed) or had it
             # dropped, its queue full while it was behind: the request never waits either way.
             raising_workers = [w for w in router.events._workers if w.sink in (raising, raising_async)]
-            with anyio.fail_after(5):
-                while len(collect.records) < 20 or any(w.failures + w.dropped < 20 for w in raising_workers):
-                    await anyio.sleep(0.01)
+            await eventually(
+                lambda: len(collect.records) >= 20 and all(w.failures + w.dropped >= 20 for w in raising_workers)
+            )
             closing = time.monotonic()
         shutdown = time.monotonic() - closing
     finally:

@@ -27,21 +27,12 @@ from asgi_router.resilience.breaker import Phase
 from asgi_router.resilience.stats import Limits
 
 from .fleet import REDIS_PASSWORD, REDIS_USER, RedisServer, free_port, redis_server_path
+from .waiting import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet]
 
 POLICY = BreakerSettings(consecutive_failures=3, open_for=0.3, half_open_probes=1, probe_timeout=5)
 KEY = "mock/flaky"
-
-
-async def eventually(check: object, within: float = 2.0) -> float:
-    """Seconds until ``check()`` holds (polled every 5 ms); fails after ``within``."""
-    started = time.monotonic()
-    while not check():  # type: ignore[operator]
-        if time.monotonic() - started > within:
-            raise AssertionError(f"not within {within} s")
-        await asyncio.sleep(0.005)
-    return time.monotonic() - started
 
 
 @asynccontextmanager
@@ -91,7 +82,7 @@ async def test_an_opening_reaches_the_other_process_within_250_ms(redis_server: 
             fail(a)
         await eventually(lambda: phase(a) is Phase.OPEN)
         # Measured from the opener's own adoption: the message is published by the same script.
-        assert await eventually(lambda: phase(b) is Phase.OPEN, within=0.25) < 0.25
+        assert await eventually(lambda: phase(b) is Phase.OPEN, within=0.25, every=0.005) < 0.25
 
 
 async def test_a_success_anywhere_resets_the_fleets_count(redis_server: RedisServer) -> None:

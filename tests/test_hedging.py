@@ -18,6 +18,7 @@ from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, request_records, router_client, seen_all
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +30,7 @@ def _hedged(members: list[str], hedge_after: float = 0.2, **group: Any) -> dict[
 
 
 async def _wait_quiet(router: ModelRouter) -> None:
-    with anyio.fail_after(3):
-        while not pool_is_quiet(router):
-            await anyio.sleep(0.02)
+    await eventually(lambda: pool_is_quiet(router), within=3)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -133,9 +132,7 @@ async def test_client_leaving_mid_race_cancels_both_upstreams_and_frees_the_pool
         first, hedge = seen_all(upstream, request_id, 2)
         assert first.disconnected and hedge.disconnected
         await _wait_quiet(router)
-        with anyio.fail_after(3):
-            while not records.all:
-                await anyio.sleep(0.02)
+        await eventually(lambda: records.all, within=3)
     record = records.of(request_id)
     assert record.status == 499
     assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
@@ -190,9 +187,7 @@ async def test_a_loser_that_commits_at_the_same_moment_is_closed_not_leaked(upst
 
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(ask)
-                with anyio.fail_after(3):
-                    while len(transport.responses) < 2:  # the hedge has started
-                        await anyio.sleep(0.01)
+                await eventually(lambda: len(transport.responses) >= 2, within=3)  # the hedge has started
                 transport.gate.set()  # both commit in the same instant
     (response,) = responses
     assert response.headers["x-router-model"] == "mock/a"

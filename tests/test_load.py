@@ -48,6 +48,7 @@ from asgi_router.transports.httpx_transport import HttpxResponse
 from .conftest import host_app, make_settings, pool_is_quiet
 from .redaction import LOUD_LOGGERS, quiet
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_transports]
 
@@ -294,9 +295,11 @@ async def test_abandoned_streams_through_a_two_connection_pool_leak_nothing(
         def logged() -> int:
             return sum(count for key, count in outcomes.items() if key.startswith("status:"))
 
-        with anyio.fail_after(15):
-            while not pool_is_quiet(router) or upstream.open or logged() < requests or router.events.pending:
-                await anyio.sleep(0.05)
+        await eventually(
+            lambda: pool_is_quiet(router) and not upstream.open and logged() >= requests and not router.events.pending,
+            within=15,
+            every=0.05,
+        )
 
     with ServerThread(router, http=HTTP) as server, quiet(*LOUD_LOGGERS), request_outcomes() as outcomes:
         async with client_session() as client:

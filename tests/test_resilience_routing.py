@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -15,14 +15,9 @@ from .conftest import SentMessages, pool_is_quiet
 from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .resilient import FakeClock, chat, events_of, routed_router, tag
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
-
-
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not condition():
-            await anyio.sleep(0.01)
 
 
 async def test_a_lost_hedge_frees_its_slot_and_leaves_the_losers_breakers_alone(upstream: MockUpstream) -> None:

@@ -19,6 +19,7 @@ from .conftest import SentMessages, chat_scope, host_app, make_settings, pool_is
 from .fakes import FakeTransport
 from .mock_upstream import UTF8_FRAMES, MockUpstream
 from .servers import ServersByTransport, ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -176,11 +177,8 @@ async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
     seen = upstream.record(request_id, timeout=3)
     assert seen.disconnected and not seen.completed
     assert time.monotonic() - started < 2  # the upstream heard it at once, not after 10 s of trickle
-    with anyio.fail_after(3):
-        while not pool_is_quiet(router):
-            await anyio.sleep(0.02)
-        while not [r for r in router.recent.snapshot() if r.request_id == request_id]:
-            await anyio.sleep(0.02)
+    await eventually(lambda: pool_is_quiet(router), within=3)
+    await eventually(lambda: [r for r in router.recent.snapshot() if r.request_id == request_id], within=3)
     (record,) = [r for r in router.recent.snapshot() if r.request_id == request_id]
     assert record.status == 499
     assert record.bytes_relayed > 0  # what the client did receive before it left
@@ -258,9 +256,7 @@ async def test_slow_client_slows_the_upstream_read_no_unbounded_buffer(settings:
     scope = chat_scope()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(router, scope, receive, send)
-        with anyio.fail_after(5):
-            while len(sent) < 5:
-                await anyio.sleep(0.01)
+        await eventually(lambda: len(sent) >= 5)
         pulled_while_blocked = transport.response.pulled
         await anyio.sleep(0.3)
         assert transport.response.pulled == pulled_while_blocked  # nothing read while send blocks

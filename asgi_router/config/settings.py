@@ -4,12 +4,13 @@
 arguments, ``ASGI_ROUTER_...`` environment variables (nested with ``__``), the TOML file.
 Everything that can be checked without I/O is checked when the settings are built, so that a
 bad config fails the app's start-up with a message naming the key rather than failing a request
-at 3 a.m. The tables it is made of check themselves (``providers.py``, ``groups.py``,
-``resilience.py``, ...); what only the whole can check is here: a provider named ``group``, a
-group member, alias, catalog key or rule route that names nothing configured, nesting cycles
-and depth (``groups.py`` flattens), a pool setting the chosen transport cannot honour, and
-inbound auth chosen not exactly once (``inbound_auth.py``). Settings are built before the app
-serves anything (typically at import, as ``settings = RouterSettings.from_toml(...)``), whereas
+at 3 a.m. The tables it is made of check themselves (``provider_settings.py``,
+``group_settings.py``, ``resilience_settings.py``, ...); what only the whole can check is here: a
+provider named ``group``, a group member, alias, catalog key or rule route that names nothing
+configured, nesting cycles and depth (``group_settings.py`` flattens), a pool setting the chosen
+transport cannot honour, and inbound auth chosen not exactly once (``auth_settings.py``).
+Settings are built before the app serves anything (typically at import, as
+``settings = RouterSettings.from_toml(...)``), whereas
 an ASGI server may only build the middleware on its first event and then answer 500 to every
 route: every refusal that can be decided from the settings alone belongs here, not in
 ``ModelRouter``.
@@ -109,8 +110,9 @@ class RouterSettings(BaseSettings):
     pool: PoolSettings = Field(default=PoolSettings(), description="The shared upstream connection pool.")
     transport: Literal["aiohttp", "httpx"] = Field(
         default="aiohttp",
-        description='The upstream HTTP client: `"aiohttp"` (the default: several times faster) or `"httpx"` '
-        "(httpx2). Passing `http_client=` to `ModelRouter` selects httpx whatever this says.",
+        description='The upstream HTTP client: `"aiohttp"` (the default; the Performance page compares the two) '
+        'or `"httpx"` (httpx2). '
+        "Passing `http_client=` to `ModelRouter` selects httpx whatever this says.",
     )
     gc_freeze: bool = Field(
         default=False,
@@ -198,7 +200,7 @@ class RouterSettings(BaseSettings):
         "Redis without sharing state.",
     )
 
-    # Inbound auth: exactly one of these three (``inbound_auth.NO_INBOUND_AUTH`` says why).
+    # Inbound auth: exactly one of these three (``auth_settings.NO_INBOUND_AUTH`` says why).
     api_keys: Annotated[list[SecretStr] | dict[str, SecretStr] | None, NoDecode] = Field(
         default=None,
         description="Inbound keys clients present as `Authorization: Bearer <key>` (or `x-api-key`): a list, or "

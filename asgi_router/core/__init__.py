@@ -1,8 +1,10 @@
 """The router's shared vocabulary, at the bottom of the package: every other layer may import it.
 
-Reasons (why an attempt ended) and the one place that classifies what came back into a reason
-(``classify.py``: statuses, transport failures, and which reasons fail over by default), the
-router's own error (``RouterError``), parsed model references, a candidate, a skip, the header
-names that never cross the router, and the deadline helpers every read is bounded with.
+Reasons (``reasons.py``: why an attempt ended) and the one place that classifies what came back
+into a reason (``classify.py``: statuses, transport failures, and which reasons fail over by
+default), the router's own error and its OpenAI shape (``router_errors.py``), the errors
+transports raise (``upstream_errors.py``), parsed model references (``refs.py``), a candidate
+(``candidate.py``), a skip (``skip.py``), the header names that never cross the router
+(``header_names.py``), and the deadline every read is bounded with (``deadlines.py``).
 Nothing here performs I/O or knows about settings.
 """

@@ -8,10 +8,11 @@ the count (time spent writing to a slow *client* is not upstream idleness), and 
 overruns cancels the block, which then ends with :attr:`Deadline.expired` set instead of raising.
 
 Why not ``asyncio.timeout()`` with ``Timeout.reschedule()`` per read: each reschedule cancels
-the loop timer and sets a new one, so a 20-chunk stream paid for 21 timers. Here the one timer
+the loop timer and sets a new one, so a stream would make a timer per chunk. Here the one timer
 of a block is only moved *earlier*; a later deadline is noted in an attribute, and the timer,
-when it fires early, finds that and sets itself again for the new time. So a stream costs a
-clock read per chunk and one timer per block, whatever its length. The cancellation itself is
+when it fires early, finds that and sets itself again for the new time. The invariant: a clock
+read per chunk and one timer per block, whatever the stream's length (``docs/performance.md``
+has the figures). The cancellation itself is
 asyncio's own, told apart from anyone else's as ``asyncio.timeout`` does (``Task.cancelling`` /
 ``Task.uncancel``): a client that leaves, or a server that cancels the request, goes through a
 :class:`Deadline` untouched, and a :class:`Deadline`'s own cancellation stops at it.

@@ -15,7 +15,7 @@ Redis is never a single point of failure, so every call to it goes through :clas
   store *up* and says so in one more line.
 * **Freshness by pub/sub.** The same task listens to the fleet's channel and hands each message
   to ``on_message``: a breaker that opens in one process holds in the others as soon as the
-  message arrives (a millisecond on a LAN), far inside the 250 ms the docs promise. A message
+  message arrives, one network hop, inside the 250 ms the docs promise. A message
   lost while the subscription was down is made good by the resynchronisation.
 * **One client per running event loop**, as for the upstream client
   (:class:`~asgi_router.transports.loop_clients.LoopClients`): made on that loop's first use

@@ -5,7 +5,7 @@ a byte is read; a chunked body is refused as soon as it crosses the cap) and a d
 still arriving after ``body_timeout`` seconds is a 408: a client trickling bytes must not hold a
 request open for ever). It is parsed once, with bounds (:mod:`.safejson`); that parse also
 locates the ``model`` value's bytes, into which the attempt loop splices each candidate's id
-(:mod:`.wire`). It must be a JSON object with a string ``model`` and none of the fields that
+(:mod:`asgi_router.attempts.wire_body`). It must be a JSON object with a string ``model`` and none of the fields that
 would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
 :class:`RouterError` with the right status; nothing here raises on bad input.
 """

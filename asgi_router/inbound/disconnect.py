@@ -2,9 +2,9 @@
 
 ASGI tells an app that its client left only through ``receive()`` returning ``http.disconnect``,
 so noticing it while the router waits on an upstream takes a second task blocked in
-``receive()``. Creating, running and cancelling that task costs about as much as the rest of a
-fast request's routing, and a request answered within a few milliseconds never needs it: there
-is nothing left to cancel by the time a disconnect could be noticed.
+``receive()``. That task is work on every request (created, scheduled, cancelled), and a request
+answered within a few milliseconds never needs it: there is nothing left to cancel by the time a
+disconnect could be noticed.
 
 So the listener starts late: the request's scope, a :class:`ListeningScope`, arms its one timer
 for :data:`WATCH_AFTER` seconds and starts listening when it fires. A request done by then never

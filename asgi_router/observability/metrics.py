@@ -22,9 +22,9 @@ folded into ``provider/*``, so no client can make the label sets grow. ``path`` 
 configured routes, ``status`` an HTTP status.
 
 A finished request adds to a :class:`Tally` of plain numbers on its own task: dictionary
-increments and a bisection per histogram, a few times cheaper than ``prometheus_client``'s own
-metric objects (each update of which takes a lock and checks its labels), and the request path
-is where the cost counts. A scrape turns the tally into metric families (the router's registry
+increments and a bisection per histogram, instead of ``prometheus_client``'s own metric objects
+(each update of which takes a lock and checks its labels), because the request path is where
+the work counts (``docs/performance.md``). A scrape turns the tally into metric families (the router's registry
 has the router as its one collector), and reads the gauges (breaker states, attempts in flight)
 and the dropped-records count from the router's state through ``readings``: between scrapes they
 cost nothing. Each router owns its registry, so two routers in one process do not collide.

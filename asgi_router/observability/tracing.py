@@ -75,8 +75,8 @@ class Tracing:
         if tracer is None:
             provider = self._provider
             if provider is None:
-                # The API's lookup reads the environment (a microsecond or two): done once a
-                # second, not per request. A provider, once set globally, stays.
+                # The API's lookup reads the environment: done once a second, not per request.
+                # A provider, once set globally, stays.
                 now = time.monotonic()
                 if now < self._look_at:
                     return None

@@ -2,7 +2,7 @@
 
 A strategy only *orders* candidates (``docs/routing.md``): it reads numbers from
 :class:`~asgi_router.resilience.stats.RoutingStats`, the catalog and the request's facts, and returns a
-tuple. It does no I/O, never awaits, and costs microseconds. Which candidates are then *skipped*
+tuple. It does no I/O and never awaits: it runs on every request of its group. Which candidates are then *skipped*
 (provider not configured, context too small, budget spent) is the attempt loop's business, so
 each strategy stays a pure function of its inputs and is tested as one.
 

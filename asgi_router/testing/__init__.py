@@ -17,8 +17,8 @@ What a user's tests need, and what the project's own tests, demo and docs use:
   test, for sync and anyio tests alike.
 
 Modules: ``reply`` (what a fake answers), ``fake_upstream`` (the server, its scripts and hits),
-``hits`` (:class:`Hit`), ``playback`` (a reply played on one request), ``wire`` (the protocol
-seam), ``openai_wire`` and ``anthropic_wire`` (the two wire formats), ``events``
+``hits`` (:class:`Hit`), ``playback`` (a reply played on one request), ``wire_format`` (the
+protocol seam), ``openai_wire`` and ``anthropic_wire`` (the two wire formats), ``captured``
 (:class:`CapturedEvents`), ``server`` (:class:`AppServer`). The library never imports this
 package.
 """

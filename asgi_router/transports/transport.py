@@ -3,8 +3,8 @@
 The rest of the router sees only :class:`UpstreamResponse` (status, raw headers, an async
 iterator of raw body chunks, ``aclose``) and :class:`Transport` (``send``, ``start``,
 ``aclose``). Two implementations sit behind it, chosen by ``RouterSettings.transport``
-(``factory.py``): ``aiohttp_transport.py``, the default because it is the faster
-(``docs/performance.md``), and ``httpx_transport.py`` over ``httpx2`` (the maintained fork the
+(``transport_factory.py``): ``aiohttp_transport.py``, the default (``docs/performance.md``
+compares the two), and ``httpx_transport.py`` over ``httpx2`` (the maintained fork the
 official ``openai`` SDK depends on, and what a user injects with ``http_client=``). Either way:
 one client per router and running event loop (``loop_clients.py``), shared by every request on
 that loop. A test or a user may bring a transport of their own (``ModelRouter(transport=...)``).
@@ -52,7 +52,7 @@ def close_response(response: UpstreamResponse) -> Awaitable[None] | None:
 
     Returns what is left to await, if anything: a response with a synchronous ``close_now``
     (aiohttp's: ``release()`` does not await) is closed by it at once, with no coroutine made
-    and nothing a cancellation could interrupt (so no shielded cancel scope, ~3.5 µs). Any
+    and nothing a cancellation could interrupt (so no shielded cancel scope is needed). Any
     other is closed by the returned awaitable, under a shield.
     """
     close_now = getattr(response, "close_now", None)

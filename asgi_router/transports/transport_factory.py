@@ -1,6 +1,6 @@
 """Which transport a router uses: the one ``RouterSettings.transport`` names.
 
-aiohttp is the default (the faster, ``docs/performance.md``); an injected ``http_client``
+aiohttp is the default (``docs/performance.md`` compares the two); an injected ``http_client``
 (an ``httpx2.AsyncClient``) always means the httpx transport.
 """
 

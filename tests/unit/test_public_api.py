@@ -1,7 +1,8 @@
-"""The public API: what ``asgi_router`` exports is pinned, and every module says what it exports.
+"""The public API: what ``asgi_router`` and its test kit export is pinned, and every module says what it exports.
 
-Users import from ``asgi_router``; a name that appears or disappears there is a change they see,
-so it must be a deliberate one (and a CHANGELOG entry), never the side effect of a refactoring.
+Users import from ``asgi_router`` (and their tests from ``asgi_router.testing``); a name that
+appears or disappears there is a change they see, so it must be a deliberate one (and a
+CHANGELOG entry), never the side effect of a refactoring.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import asgi_router
+import asgi_router.testing
 
 _PACKAGE = Path(asgi_router.__file__).parent
 
@@ -65,6 +67,16 @@ def test_the_package_exports_exactly_the_public_api() -> None:
     assert set(asgi_router.__all__) == EXPORTED
     for name in EXPORTED:
         assert getattr(asgi_router, name) is not None
+
+
+#: The test kit's public names (``docs/testing.md``): what a user's tests import.
+KIT_EXPORTED = {"AppServer", "CapturedEvents", "FakeUpstream", "Hit", "TEST_KEY", "reply"}
+
+
+def test_the_test_kit_exports_exactly_its_documented_names() -> None:
+    assert set(asgi_router.testing.__all__) == KIT_EXPORTED
+    for name in KIT_EXPORTED:
+        assert getattr(asgi_router.testing, name) is not None
 
 
 def _modules() -> list[str]:
