@@ -1,6 +1,6 @@
 """What one attempt can end in, and what an admitted candidate carries into its attempt.
 
-Plain records, shared by the attempt loop (``attempts.py``), the hedging race (``hedging.py``),
+Plain records, shared by the attempt loop (``loop.py``), the hedging race (``hedging.py``),
 the relay and the middleware: :class:`Committed` (a winner, nothing sent yet), :class:`Refused`
 (a fatal answer to pass through), :class:`Failed` (move on, maybe retry), and :class:`Ready`
 (a candidate past admission, holding its gate lease).
