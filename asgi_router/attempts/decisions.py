@@ -219,7 +219,6 @@ class Decisions:
         deadline: float,
         policy: GroupPolicy | None,
         facts: RequestFacts,
-        *,
         force: bool = False,
     ) -> Admit | Skip:
         """Admit ``candidate`` (a lease) or skip it, and why (the module's first table).

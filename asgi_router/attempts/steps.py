@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
-from asgi_router.attempts.decisions import Commit, FailOver, Next, PassThrough, Stop
+from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -139,7 +139,7 @@ class RequestAttempts:
             target = provider.targets.get(self._route)
             wire = self._wire_for(target, provider.default_max_tokens)
         admitted = context.decisions.admit(
-            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force=force
+            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force
         )
         key = candidate.key
         if isinstance(admitted, Skip):
@@ -151,7 +151,8 @@ class RequestAttempts:
                     self._open_skips = []
                 self._open_skips.append((admitted.opened_at, candidate))
             return None
-        assert provider is not None and isinstance(target, RouteTarget) and isinstance(wire, SplicedBody | WireBody)
+        assert provider is not None and isinstance(target, RouteTarget)
+        assert wire is not None and not isinstance(wire, str)
         body = wire.for_model(candidate.model_id)
         if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
             admitted.finish("router_error")
@@ -264,8 +265,8 @@ class RequestAttempts:
 
     def outcome(self, answer: Next, result: Attempted) -> Committed | Refused | RouterError | None:
         """The pass's outcome for the decision point's ``answer`` on ``result``; ``None``: go on."""
-        if isinstance(answer, Commit | PassThrough):
-            assert isinstance(result, Committed | Refused)
+        if answer is COMMIT or answer is PASS_THROUGH:
+            assert not isinstance(result, Failed)
             return result
         if isinstance(answer, Stop):
             if answer.fatal:
