@@ -2,30 +2,44 @@
 
 Scopes it does not handle (other paths and methods, websockets) go straight to the host app in
 the first lines of ``__call__``; ``lifespan`` goes to the host app with the router's own start-up
-and shut-down around it (``runtime/lifespan.py``). A chat request flows: inbound auth → screen
-headers → read body → parse → resolve plan (strategy, rules) → attempt loop (with hedging for
-groups that hedge) → respond or relay, then count tokens and cost (``responses/answer.py``).
-Auth and the header screen run before a byte of the body is read, so a refused client cannot make
-the router buffer anything.
-When every candidate failed, a group with a canned reply answers with it
-(``responses/degraded.py``). The router's own ``GET`` routes (``/v1/models``, the Prometheus
-``metrics_route``, the ``status_route`` page) are answered behind its inbound auth
-(``endpoints/router_pages.py``). Per-request state lives in an
-:class:`~asgi_router.responses.exchange.Exchange`, never on the middleware.
+and shut-down around it (``runtime/lifespan.py``); the router's own ``GET`` routes
+(``/v1/models``, the Prometheus ``metrics_route``, the ``status_route`` page) are answered behind
+its inbound auth (``endpoints/router_pages.py``). The router's parts are built once, from its
+keywords and settings, by :func:`~asgi_router.assembly.assemble`.
 
-From the moment upstreams are involved, the request runs in a
+A chat request runs as a pipeline of named phases, in this order, each a method or a part with a
+typed result; a phase that refuses ends the request with the router's error:
+
+1. **admit** (:meth:`ModelRouter._admit`): inbound auth and the header screen, before a byte of
+   the body is read, so a refused client cannot make the router buffer anything;
+2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
+3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
+   (rules, strategy; a ``rotate`` group's fleet counter settled);
+4. **attempt** (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until
+   one commits (hedged for groups that hedge);
+5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
+   group's canned reply when every candidate failed (``responses/degraded.py``), then tokens and
+   cost counted;
+6. **record** (:meth:`ModelRouter._record`): the record written once, then counted in the
+   metrics, its spans ended, and published to the ring of recent requests and the event sinks
+   (the log line among them) without waiting for them.
+
+Every phase shares one per-request object, a
+:class:`~asgi_router.responses.request_context.RequestContext`: no per-request state lives on
+the middleware, and control state (the attempt in flight, the committed stream's lease, whether
+the client left) lives there rather than on the published record.
+
+From the attempt phase on, upstreams are involved and the request runs in a
 :class:`~asgi_router.inbound.disconnect.ListeningScope`: a client that leaves cancels the
 attempt or the relay at once, which closes the upstream response and releases its connection.
 The listener only starts 10 ms into the upstream work: a fast answer never needs one. Any
 unexpected error is logged and, if nothing has been sent yet, answered with an OpenAI-shaped
 500: the router never takes the host app down with it.
 
-Each finished request is counted in the metrics and its spans ended (when those are on), then
-published to the event sinks (the log line among them) without waiting for them. Routes are
-matched on the path below ``root_path`` (``inbound/mounting.py``), so the router works in a
-sub-app mounted under a prefix too. A route's path says its protocol (``protocols/routes.py``):
-on Anthropic's ``.../messages`` every error the router makes, in-band stream errors and the
-canned reply included, is shaped as Anthropic's API shapes it.
+Routes are matched on the path below ``root_path`` (``inbound/mounting.py``), so the router
+works in a sub-app mounted under a prefix too. A route's path says its protocol
+(``protocols/routes.py``): on Anthropic's ``.../messages`` every error the router makes, in-band
+stream errors and the canned reply included, is shaped as Anthropic's API shapes it.
 """
 
 from __future__ import annotations
@@ -33,47 +47,29 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asgi_router.attempts.bookkeeping import Bookkeeper
-from asgi_router.attempts.context import AttemptContext
-from asgi_router.attempts.loop import AttemptLoop
-from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.assembly import assemble
 from asgi_router.config.auth_settings import Authorize
-from asgi_router.config.config_error import ConfigError
-from asgi_router.config.settings import RouterSettings, load_settings
+from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
-from asgi_router.endpoints.router_pages import build_pages
-from asgi_router.fleet.state_factory import make_state
-from asgi_router.inbound.auth import Admitted, build_guard
+from asgi_router.inbound.auth import Admitted
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
-from asgi_router.observability.events import AttemptEvent, RequestRecord, logger
-from asgi_router.observability.optional import tracing_for
-from asgi_router.observability.redaction import scrub_while_alive, secrets_of
-from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.protocols.routes import is_anthropic, route_kind
-from asgi_router.resilience.gate import Gate
-from asgi_router.resilience.overview import Overview
-from asgi_router.resilience.retry import RetryPolicy
+from asgi_router.observability.events import logger
+from asgi_router.observability.sinks import Sink
 from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
-from asgi_router.responses.answer import Answer
-from asgi_router.responses.exchange import Exchange
+from asgi_router.responses.request_context import RequestContext
 from asgi_router.routing.facts import RequestFacts
-from asgi_router.routing.plan import Plan, ResolveError, Resolver
-from asgi_router.routing.recorded import FactRecorder
-from asgi_router.runtime.health import HealthProber
-from asgi_router.runtime.lifespan import Connected, Lifespan
-from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.routing.plan import Plan, ResolveError
 from asgi_router.transports.transport import Transport
-from asgi_router.transports.transport_factory import make_transport
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -125,87 +121,56 @@ class ModelRouter:
         # Starlette builds its middleware on the app's first event, and an ASGI server whose
         # lifespan is "auto" swallows a failure there: the operator must see it in the log.
         try:
-            self.app = app
-            self.settings = load_settings(settings, config, authorize)
-            self._guard = build_guard(self.settings)
-            scrub_while_alive(self, secrets_of(self.settings))
-            if self.settings.allow_unauthenticated:
-                logger.warning(
-                    "allow_unauthenticated=True: anyone who can reach %s spends the configured "
-                    "providers' keys; use api_keys or authorize= outside local development",
-                    ", ".join(self.settings.routes),
-                )
-            self.state: RouterState = state if state is not None else make_state(self.settings, clock)
-            #: Each route, and whether it speaks Anthropic's protocol.
-            self._routes = {route: is_anthropic(route_kind(route)) for route in self.settings.routes}
-            self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
-            self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
-            #: Sends what the attempts came to and counts what it used (``responses/answer.py``).
-            self._answer = Answer(self._book, clock)
-            self._providers = {
-                name: ProviderRuntime.build(name, provider, self.settings.routes)
-                for name, provider in self.settings.providers.items()
-            }
-            for runtime in self._providers.values():
-                if runtime.missing_key_env is not None:  # said once, here, rather than per request
-                    logger.warning(
-                        "provider %r is skipped (provider_not_configured): its api_key_env %s is not set",
-                        runtime.name,
-                        runtime.missing_key_env,
-                    )
-            if transport is not None and http_client is not None:
-                raise ConfigError("pass either transport= or http_client=, not both")
-            self._transport = (
-                transport
-                if transport is not None
-                else make_transport(self.settings.transport, self.settings.pool, http_client)
-            )
-            self._gate = Gate(self.settings, self.state, clock)
-            self._loop = AttemptLoop(
-                AttemptContext(
-                    transport=self._transport,
-                    providers=self._providers,
-                    max_response_bytes=self.settings.max_response_bytes,
-                    clock=clock,
-                    book=self._book,
-                    gate=self._gate,
-                    policy=RetryPolicy.from_settings(self.settings),
-                    random=random,
-                )
-            )
-            self._clock = clock
-            #: The most recent finished requests, newest last.
-            self.recent = RecentRequests(self.settings.events.recent)
-            #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
-            self.events = EventBus(default_sinks(sinks), self.settings.events.queue_size)
-            # What operators see: facts for a sink that records them, metrics, traces, the pages.
-            records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
-            self._recorder = FactRecorder(self.settings.rules) if records_facts else None
-            overview = Overview(self.settings, self.state, self._resolver.stats, clock)
-            self._metrics, self._pages, background = build_pages(
-                self.settings, self._guard, overview, self.recent, self.events
-            )
-            self._tracing = tracing_for(tracer_provider)
-            self._health = HealthProber(self.settings, self._providers, self._gate)
-            connected = (self.state,) if isinstance(self.state, Connected) else ()
-            self._lifespan = Lifespan(
-                app, self.settings, self._transport, self.events, self._health, connected, background
+            parts = assemble(
+                self,
+                app,
+                settings=settings,
+                config=config,
+                http_client=http_client,
+                transport=transport,
+                clock=clock,
+                random=random,
+                state=state,
+                sinks=sinks,
+                stats=stats,
+                rng=rng,
+                authorize=authorize,
+                tracer_provider=tracer_provider,
             )
         except Exception as exc:
             logger.error("asgi_router: ModelRouter could not start: %s", exc)
             raise
+        self.app = app
+        self.settings = parts.settings
+        self.state: RouterState = parts.state
+        #: The most recent finished requests, newest last.
+        self.recent = parts.recent
+        #: Where finished requests go; ``events.dropped`` counts what full queues turned away.
+        self.events = parts.events
+        # What each request's phases use, held directly: read on every request.
+        self._parts = parts
+        self._routes = parts.routes
+        self._guard = parts.guard
+        self._resolver = parts.resolver
+        self._recorder = parts.recorder
+        self._loop = parts.loop
+        self._answer = parts.answer
+        self._clock = parts.clock
+        self._metrics = parts.metrics
+        self._tracing = parts.tracing
+        self._pages = parts.pages
+        self._lifespan = parts.lifespan
 
     @property
     def transport(self) -> Transport:
         """The upstream transport every attempt goes through: the one passed as ``transport=``,
         else the one built from ``settings.transport`` (tests read its :meth:`~Transport.is_quiet`
         to check that no upstream connection was left open)."""
-        return self._transport
+        return self._parts.transport
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve a chat request in this very frame (a coroutine fewer for every request, held for
-        as long as it is open); hand everything else on: ``lifespan`` and ``GET /v1/models`` to
-        the router's own handlers, the rest to the host app."""
+        """Run a chat request through its phases; hand everything else on: ``lifespan`` and the
+        router's own pages to their handlers, the rest to the host app."""
         if scope["type"] != "http" or scope["method"] != "POST" or (path := route_path(scope)) not in self._routes:
             kind = scope["type"]
             if kind == "lifespan":
@@ -216,90 +181,73 @@ class ModelRouter:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
-        exchange = Exchange(scope, receive, send, request_id_for(scope), path, self._routes[path])
-        exchange.record.started_at = time.time()
+        context = RequestContext(scope, receive, send, request_id_for(scope), path, self._routes[path])
+        context.record.started_at = time.time()
         if self._tracing is not None:
-            exchange.trace = self._tracing.begin(scope["headers"])
+            context.trace = self._tracing.begin(scope["headers"])
         try:
-            # Auth and the header screen, then the body, then its parse and plan: each refusal is
-            # answered here (the steps themselves are plain functions: no coroutine per step).
-            admitted = self._guard.verdict(scope)
-            if not isinstance(admitted, (Admitted, RouterError)):
-                admitted = await admitted
-            refused = self._admit(exchange, admitted)
-            prepared: tuple[Plan, InboundRequest, RequestFacts] | RouterError | None = None
-            if refused is None:
-                try:
-                    body = await read_body(scope, receive, self.settings.max_body_bytes, self.settings.body_timeout)
-                except ClientGone:
-                    exchange.record.status = 499
-                else:
-                    prepared = self._prepare(exchange, body)
-                    del body  # the parsed request holds it, until request.release() at commit
-            if isinstance(prepared, RouterError):
-                refused, prepared = prepared, None
+            refused = await self._admit(context)
             if refused is not None:
-                await exchange.send_error(refused)
-            elif prepared is not None:
-                plan, request, facts = prepared
-                del prepared
-                if plan.rotation is not None:  # a rotate group's fleet-wide counter: one awaited step
-                    plan = await plan.settle()
-                    exchange.record.plan = plan.labels
-                # From here upstreams are involved: a client that leaves cancels the work. The
-                # listener starts only if the request is still going after WATCH_AFTER
-                # (disconnect.py). The attempts are awaited from this frame, the answer only once
-                # they are decided: one coroutine frame fewer held while an upstream is awaited.
-                with ListeningScope(exchange):
-                    result = await self._attempts(exchange, plan, request, facts)
-                    await self._answer(exchange, plan, request, facts, result)
-                if exchange.disconnected:
-                    exchange.record.status = 499
-                    self._note_abort(exchange.record)
+                await context.send_error(refused)
+                return
+            request = await self._read(context)
+            if request is None:  # the client left mid-body: there is no one to answer
+                return
+            if isinstance(request, RouterError):
+                await context.send_error(request)
+                return
+            plan = await self._plan(context, request)
+            if isinstance(plan, RouterError):
+                await context.send_error(plan)
+                return
+            # From here upstreams are involved: a client that leaves cancels the work. The
+            # listener starts only if the request is still going after WATCH_AFTER
+            # (disconnect.py).
+            with ListeningScope(context):
+                result = await self._loop.run(
+                    plan, request, path, scope["headers"], context.record, context, context.facts, context.trace
+                )
+                await self._answer(context, plan, request, context.facts, result)
         except Exception:
-            await exchange.failed()
+            await context.failed()
         finally:
-            if exchange.lease is not None:  # the relay never reported: cancelled or crashed
-                exchange.lease.finish("client_disconnected")
-            exchange.record.latency = self._clock() - started
-            self.recent.add(exchange.record)
-            if self._metrics is not None or exchange.trace is not None:
-                self._observe(exchange)
-            self._lifespan.warn_if_missing()
-            self.events.publish(exchange.record)
+            self._record(context, started)
 
-    def _observe(self, exchange: Exchange) -> None:
-        """Count the finished request in the metrics and end its spans; a failure here is logged,
-        never the client's problem (the response is complete)."""
+    async def _admit(self, context: RequestContext) -> RouterError | None:
+        """Phase *admit*: inbound auth's verdict and the header screen; ``None`` to go on.
+
+        The guard gives its verdict at once where it can (``api_keys``, no auth) and an
+        awaitable only for a host's async ``authorize=``: only that is awaited.
+        """
+        verdict = self._guard.verdict(context.scope)
+        if not isinstance(verdict, (Admitted, RouterError)):
+            verdict = await verdict
+        if isinstance(verdict, RouterError):
+            return verdict
+        context.record.principal = verdict.principal  # the attempt events carry it
+        return screen_headers(context.scope)
+
+    async def _read(self, context: RequestContext) -> InboundRequest | RouterError | None:
+        """Phase *read*: the body, bounded in size and time, parsed; ``None`` when the client
+        left before it was complete."""
+        settings = self.settings
         try:
-            if self._metrics is not None:
-                self._metrics.observe(exchange.record, exchange.path)
-            if exchange.trace is not None:
-                exchange.trace.finish(exchange.record)
-        except Exception:
-            logger.exception(
-                "asgi_router: recording request %s for metrics or traces failed", exchange.record.request_id
-            )
-
-    def _admit(self, exchange: Exchange, admitted: Admitted | RouterError) -> RouterError | None:
-        """Inbound auth's verdict and the header screen, before a byte of the body is read."""
-        if isinstance(admitted, RouterError):
-            return admitted
-        exchange.record.principal = admitted.principal
-        return screen_headers(exchange.scope)
-
-    def _prepare(
-        self, exchange: Exchange, body: bytes | RouterError
-    ) -> tuple[Plan, InboundRequest, RequestFacts] | RouterError:
-        """The body parsed and its plan resolved, or why not."""
+            body = await read_body(context.scope, context.receive, settings.max_body_bytes, settings.body_timeout)
+        except ClientGone:
+            context.status = 499
+            return None
         if isinstance(body, RouterError):
             return body
         request = parse_request(body)
-        if isinstance(request, RouterError):
-            return request
-        record = exchange.record
-        record.stream = request.stream
-        facts = RequestFacts(request.payload, exchange.scope["headers"])
+        if not isinstance(request, RouterError):
+            context.record.stream = request.stream
+        return request
+
+    async def _plan(self, context: RequestContext, request: InboundRequest) -> Plan | RouterError:
+        """Phase *plan*: the request facts the rules read, and the ``model`` resolved to a plan
+        (a ``rotate`` group's fleet-wide counter is one awaited step)."""
+        record = context.record
+        facts = context.facts = RequestFacts(request.payload, context.scope["headers"])
         if self._recorder is not None:
             record.facts = self._recorder(facts)
         plan = self._resolver.resolve_string(request.payload["model"], facts)
@@ -308,31 +256,26 @@ class ModelRouter:
                 record.ref = request.payload["model"]
             return RouterError(plan.status, plan.code, plan.message)
         record.ref = request.payload["model"]  # validated by the parser: safe to log
-        record.route = exchange.route = plan.route
+        record.route = context.route = plan.route
+        if plan.rotation is not None:
+            plan = await plan.settle()
         record.plan = plan.labels
-        return plan, request, facts
+        return plan
 
-    def _note_abort(self, record: RequestRecord) -> None:
-        if record.in_flight is not None:
-            candidate, since = record.in_flight
-            record.events.append(
-                AttemptEvent(
-                    record.request_id,
-                    len(record.events),
-                    candidate,
-                    "aborted",
-                    "client_disconnected",
-                    None,
-                    self._clock() - since,
-                    principal=record.principal,
-                )
-            )
-            record.in_flight = None
-
-    def _attempts(
-        self, exchange: Exchange, plan: Plan, request: InboundRequest, facts: RequestFacts
-    ) -> Coroutine[Any, Any, Committed | Refused | RouterError]:
-        """The attempt loop's pass over ``plan`` (the call itself, to await)."""
-        return self._loop.run(
-            plan, request, exchange.path, exchange.scope["headers"], exchange.record, facts, exchange.trace
-        )
+    def _record(self, context: RequestContext, started: float) -> None:
+        """Phase *record*: the record written once, then kept, counted and published; a failure
+        of the metrics or the trace is logged, never the client's problem (the response is
+        complete)."""
+        now = self._clock()
+        record = context.close(now, now - started)
+        self.recent.add(record)
+        if self._metrics is not None or context.trace is not None:
+            try:
+                if self._metrics is not None:
+                    self._metrics.observe(record, context.path)
+                if context.trace is not None:
+                    context.trace.finish(record)
+            except Exception:
+                logger.exception("asgi_router: recording request %s for metrics or traces failed", record.request_id)
+        self._lifespan.warn_if_missing()
+        self.events.publish(record)

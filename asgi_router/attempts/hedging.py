@@ -112,7 +112,7 @@ async def race(
         # a winner chosen meanwhile will never be sent.
         await _stop(attempts, running, "client_disconnected")
         await attempts.abandon(decided)
-        record.in_flight = None
+        attempts.flight.in_flight = None
         raise
     finally:
         if hedge is not None and record.hedge is None:

@@ -26,7 +26,7 @@ from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.steps import RequestAttempts
+from asgi_router.attempts.steps import Flight, RequestAttempts
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import InboundRequest
@@ -53,6 +53,7 @@ class AttemptLoop:
         route: str,
         inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
+        flight: Flight,
         facts: RequestFacts = EMPTY_FACTS,
         trace: RequestTrace | None = None,
     ) -> Committed | Refused | RouterError:
@@ -60,7 +61,7 @@ class AttemptLoop:
         (each call a span of ``trace``, when the request is traced)."""
         context = self.context
         deadline = context.clock() + context.policy.deadline
-        attempts = RequestAttempts(context, plan, request, route, inbound, record, facts, deadline, trace)
+        attempts = RequestAttempts(context, plan, request, route, inbound, record, flight, facts, deadline, trace)
         policy = plan.policy
         decided: Committed | Refused | RouterError | None = None
         if plan.hedged:

@@ -25,7 +25,7 @@ Both the loop and this class read the router's parts from one public
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
@@ -49,7 +49,14 @@ from asgi_router.transports.transport import close_response
 if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
     from asgi_router.observability.tracing import RequestTrace
 
-__all__ = ["RequestAttempts"]
+__all__ = ["Flight", "RequestAttempts"]
+
+
+class Flight(Protocol):
+    """Where a request keeps the attempt in flight and since when (the middleware's request
+    context): if the client leaves meanwhile, that attempt is evented as ``aborted``."""
+
+    in_flight: tuple[str, float] | None
 
 
 class RequestAttempts:
@@ -76,6 +83,7 @@ class RequestAttempts:
         "deadline",
         "facts",
         "failover_on",
+        "flight",
         "plan",
         "record",
         "stopped",
@@ -89,6 +97,7 @@ class RequestAttempts:
         route: str,
         inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
+        flight: Flight,
         facts: RequestFacts,
         deadline: float,
         trace: RequestTrace | None = None,
@@ -112,6 +121,7 @@ class RequestAttempts:
         #: The client's headers: each provider's upstream headers allow some of them through.
         self._inbound = inbound
         self.record = record
+        self.flight = flight
         self.facts = facts
         #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
         self.deadline = deadline
@@ -181,7 +191,7 @@ class RequestAttempts:
         context = self._context
         self.attempts += 1
         ready.started = context.clock()
-        self.record.in_flight = (ready.key, ready.started)
+        self.flight.in_flight = (ready.key, ready.started)
         context.book.started(ready.key, self.facts)
         target = ready.target
         headers = request_headers_for_upstream(
@@ -208,9 +218,9 @@ class RequestAttempts:
 
     def _landed(self, ready: Ready) -> None:
         """``ready``'s call is over: it is no longer the request's attempt in flight."""
-        in_flight = self.record.in_flight
+        in_flight = self.flight.in_flight
         if in_flight is not None and in_flight[0] == ready.key:
-            self.record.in_flight = None
+            self.flight.in_flight = None
 
     def aborted(self, ready: Ready) -> None:
         """``ready``'s call was cancelled (the client left, or it lost a hedge race): account for it."""
@@ -233,7 +243,7 @@ class RequestAttempts:
             result.attempts = self.attempts
             book.committed(ready.key, result.ttfb)
             if self._stream:
-                result.lease = ready.lease  # finished by the relay's end (responses/answer.py)
+                result.lease = ready.lease  # finished by the relay's end (``Answer._note_served``)
             else:
                 ready.lease.finish("served")
         elif isinstance(result, Refused):

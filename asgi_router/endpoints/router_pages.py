@@ -36,7 +36,7 @@ from asgi_router.inbound.mounting import route_path
 from asgi_router.observability.optional import metrics_for
 from asgi_router.observability.sinks import EventBus, RecentRequests
 from asgi_router.resilience.overview import Overview
-from asgi_router.responses.exchange import Exchange
+from asgi_router.responses.request_context import RequestContext
 
 if TYPE_CHECKING:  # prometheus_client is optional: imported only when metrics_route is set
     from asgi_router.endpoints.metrics_page import MetricsEndpoint
@@ -90,7 +90,7 @@ class Pages:
         return path in self._exact or (self._models is not None and self._models.handles(path))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange(scope, receive, send, request_id_for(scope))
+        context = RequestContext(scope, receive, send, request_id_for(scope))
         try:
             page = self._exact.get(route_path(scope))
             audience = page.audience if page is not None else "api"
@@ -99,21 +99,21 @@ class Pages:
                 if isinstance(admitted, RouterError):
                     if audience == "browser" and admitted.status == 401:
                         admitted = replace(admitted, headers=(_BASIC,))  # the browser asks for them
-                    await exchange.send_error(admitted)
+                    await context.send_error(admitted)
                     return
             if page is None:
                 assert self._models is not None
-                await self._models(scope, receive, exchange.send_tracked)
+                await self._models(scope, receive, context.send_tracked)
                 return
             content_type, body = page.render()
             headers = [(b"content-type", content_type), *_PAGE_HEADERS, *page.headers]
             headers.append((b"content-length", str(len(body)).encode()))  # a HEAD's too: what a GET gets
-            await exchange.send_tracked({"type": "http.response.start", "status": 200, "headers": headers})
-            await exchange.send_tracked(
+            await context.send_tracked({"type": "http.response.start", "status": 200, "headers": headers})
+            await context.send_tracked(
                 {"type": "http.response.body", "body": body if scope["method"] != "HEAD" else b""}
             )
         except Exception:
-            await exchange.failed()
+            await context.failed()
 
 
 def build_pages(

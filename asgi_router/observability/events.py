@@ -55,7 +55,13 @@ class AttemptEvent:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """The per-request summary the logging sink writes as one line."""
+    """The per-request summary the logging sink writes as one line.
+
+    A summary, not control state: what steers the request while it runs (the attempt in
+    flight, the committed stream's lease, whether the client left) lives on the request's
+    context in the middleware, which writes the answer's fields here once the request is over.
+    Only the attempt events (and the hedge's fate) are added as they happen.
+    """
 
     request_id: str
     ref: str
@@ -65,8 +71,6 @@ class RequestRecord:
     bytes_relayed: int = 0
     latency: float = 0.0
     events: list[AttemptEvent] = field(default_factory=list)
-    #: The candidate being tried or relayed right now, and since when (for ``aborted`` events).
-    in_flight: tuple[str, float] | None = None
     #: The ``[[rules]]`` entry that chose the plan (``default`` when none did).
     route: str = "default"
     #: The plan's candidates in the order the strategy gave them.

@@ -1,6 +1,11 @@
 """Answering the client once the attempts are decided.
 
-``relay.py`` hands a committed upstream's bytes to the client unchanged (and ends a stream that
-breaks with an in-band error); ``headers.py`` filters what an upstream's headers may say to the
-client; ``degraded.py`` builds a group's canned reply.
+``request_context.py`` holds one request's context, the per-request object every phase of the
+pipeline shares (what was sent, whether the client is still there, what is in flight, what the
+answer came to) and that writes the request's record once it is over; ``answer.py`` is the
+answer phase: the winner's response sent or relayed, a refusal passed through, a canned reply or
+the router's error, then what the response used counted; ``relay.py`` hands a committed
+upstream's bytes to the client unchanged (and ends a stream that breaks with an in-band error);
+``headers.py`` filters what an upstream's headers may say to the client; ``degraded.py`` builds
+a group's canned reply.
 """

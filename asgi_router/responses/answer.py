@@ -2,9 +2,12 @@
 
 The attempt loop decides (``attempts/``); this module sends: the winner's response, whole or
 relayed chunk by chunk (``relay.py``), a refusal passed through, a group's canned reply
-(``degraded.py``), or the router's error (``exchange.py``). Then what the response used is
+(``degraded.py``), or the router's error (``request_context.py``). Then what the response used is
 counted: tokens and cost for budgets, prices, metrics and traces (``attempts/bookkeeping.py``),
-and the winner's attempt event.
+and the winner's attempt event. It is the pipeline's *answer* phase: what it learns (status,
+winner, bytes, spend) goes on the request's
+:class:`~asgi_router.responses.request_context.RequestContext`, which writes the record once
+the request is over.
 
 Token counting keeps as little as it needs: budgets and prices count every response (estimated
 when it reports no usage), so they keep a stream's whole tail and the prompt's estimate; metrics
@@ -25,9 +28,9 @@ from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
 from asgi_router.responses.degraded import degraded_reply, should_degrade
-from asgi_router.responses.exchange import Exchange
 from asgi_router.responses.headers import response_headers_for_client, router_headers
 from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
+from asgi_router.responses.request_context import RequestContext
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 
@@ -45,7 +48,7 @@ class Answer:
 
     async def __call__(
         self,
-        exchange: Exchange,
+        context: RequestContext,
         plan: Plan,
         request: InboundRequest,
         facts: RequestFacts,
@@ -53,88 +56,88 @@ class Answer:
     ) -> None:
         """Answer the client with what the attempts came to: the winner's response (whole or
         relayed), a refusal passed through, the group's canned reply, or the error."""
-        record = exchange.record
+        record = context.record
         stream = request.stream
         request_id = record.request_id
         if isinstance(result, Committed):
-            exchange.lease = result.lease  # held until the relay ends; the router finishes it if it never does
+            context.lease = result.lease  # held until the relay ends; the router finishes it if it never does
         if isinstance(result, RouterError):
             attempts = sum(1 for e in record.events if e.outcome != "skipped")
             degraded = plan.policy.degraded if plan.policy is not None else None
             if degraded is not None and should_degrade(result.status):
-                await self._send_degraded(exchange, degraded, stream, attempts)
+                await self._send_degraded(context, degraded, stream, attempts)
                 return
-            await exchange.send_error(result, attempts)
+            await context.send_error(result, attempts)
             return
         winner = result.candidate.key
         upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
         headers += router_headers(request_id, winner, result.attempts, plan.route)
         if isinstance(result, Refused):
-            record.status = result.status
-            await send_whole(exchange.send_tracked, result.status, headers, result.body)
+            context.status = result.status
+            await send_whole(context.send_tracked, result.status, headers, result.body)
             return
-        record.status = result.response.status
-        record.winner = winner
-        if exchange.trace is not None:  # the winner's span reports its model and usage
-            exchange.trace.response_model = response_model(result.body)
+        context.status = result.response.status
+        context.winner = winner
+        if context.trace is not None:  # the winner's span reports its model and usage
+            context.trace.response_model = response_model(result.body)
         # Budgets and prices count every response (estimated when it reports no usage): the whole
         # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
         # two chunks, which the relay names anyway, do.
         estimate = self._book.needs_estimate(winner)
-        wants_tokens = estimate or self._book.counts_all or exchange.trace is not None
+        wants_tokens = estimate or self._book.counts_all or context.trace is not None
         tail = Tail() if stream and estimate else None
         spend: Spend | None = None
         try:
             if not stream:
-                exchange.response_started = True  # as for the relay: sent through the server's send
-                await send_whole(exchange.send, result.response.status, headers, result.body)
-                record.bytes_relayed = len(result.body)
-                spend = self._finish(record, winner, facts, result.body if wants_tokens else None, None)
+                context.response_started = True  # as for the relay: sent through the server's send
+                await send_whole(context.send, result.response.status, headers, result.body)
+                context.bytes_relayed = len(result.body)
+                spend = self._finish(context, winner, facts, result.body if wants_tokens else None, None)
                 self._note_served(record, result, "served", spend)
                 return
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream).
             facts.release(keep_estimate=estimate)
             request.release()
-            exchange.response_started = True
-            record.in_flight = (winner, result.started)
-            error_event = anthropic_stream_error_event if exchange.anthropic else stream_error_event
+            context.response_started = True
+            context.in_flight = (winner, result.started)
+            error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
             relay = relay_stream(
-                exchange.send, result, headers, self._clock, tail, record, exchange.complete, error_event
+                context.send, result, headers, self._clock, tail, context, context.complete, error_event
             )
-            del headers, upstream_headers  # the relay drops them once the start is sent
+            # Not held for the stream's life (the relay drops its own once the start is sent):
+            # guarded by the bench's RSS per open idle stream.
+            del headers, upstream_headers
             outcome = await relay
-            record.in_flight = None
+            context.in_flight = None
             if outcome.reason == "client_disconnected":
-                exchange.disconnected = True
+                context.disconnected = True
             spend = self._finish(
-                record, winner, facts, *_streamed_usage(result, tail, outcome if wants_tokens else None)
+                context, winner, facts, *_streamed_usage(result, tail, outcome if wants_tokens else None)
             )
             self._note_served(record, result, outcome.reason, spend)
         finally:
             if spend is None:  # cancelled (the client left): still release and count it
-                self._finish(record, winner, facts, *_streamed_usage(result, tail, None))
+                self._finish(context, winner, facts, *_streamed_usage(result, tail, None))
 
     def _finish(
-        self, record: RequestRecord, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
+        self, context: RequestContext, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
     ) -> Spend:
-        """Release the winner's statistics and record what its response used."""
-        spend = self._book.finished(winner, facts, data, chunks)
-        if spend.tokens is not None:
-            record.prompt_tokens, record.completion_tokens = spend.tokens.prompt, spend.tokens.completion
-            record.tokens_measured = spend.tokens.measured
-        record.cost_usd = spend.cost_usd
+        """Release the winner's statistics and keep what its response used for the record."""
+        spend = context.spend = self._book.finished(winner, facts, data, chunks)
         return spend
 
-    async def _send_degraded(self, exchange: Exchange, degraded: DegradedSettings, stream: bool, attempts: int) -> None:
+    async def _send_degraded(
+        self, context: RequestContext, degraded: DegradedSettings, stream: bool, attempts: int
+    ) -> None:
         """Every candidate failed and the group has a canned reply: send it, marked as such."""
-        record = exchange.record
-        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, exchange.anthropic)
-        headers += router_headers(record.request_id, None, attempts, exchange.route)
-        record.status = 200
-        record.degraded = True
-        await send_whole(exchange.send_tracked, 200, headers, body)
+        record = context.record
+        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, context.anthropic)
+        headers += router_headers(record.request_id, None, attempts, context.route)
+        context.status = 200
+        context.degraded = True
+        await send_whole(context.send_tracked, 200, headers, body)
 
     def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
         if committed.lease is not None:

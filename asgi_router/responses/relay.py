@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from starlette.types import Send
 
@@ -42,10 +43,10 @@ from asgi_router.core.classify import UnrecognisedFailure, classify_exception
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.observability.events import RequestRecord, logger
+from asgi_router.observability.events import logger
 from asgi_router.transports.transport import close_response
 
-__all__ = ["RelayResult", "relay_stream", "send_whole"]
+__all__ = ["Progress", "RelayResult", "relay_stream", "send_whole"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,13 @@ class RelayResult:
     chunks: int = 0
     before_last: bytes = b""
     last: bytes = b""
+
+
+class Progress(Protocol):
+    """Where the relay keeps its count of bytes sent, current even when it is cancelled (the
+    request's :class:`~asgi_router.responses.request_context.RequestContext`)."""
+
+    bytes_relayed: int
 
 
 def _event_boundary(last: bytes) -> bytes:
@@ -93,13 +101,13 @@ async def relay_stream(
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
     tail: Tail | None = None,
-    record: RequestRecord | None = None,
+    progress: Progress | None = None,
     complete: Callable[[], None] | None = None,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
-    ``record.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
+    ``progress.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
     so the request's log line says how much it did receive. ``complete`` is called once the
     response's last message has been sent (a disconnect after it is no abort). ``error_event``
     writes the in-band error in the route's protocol.
@@ -178,8 +186,8 @@ async def relay_stream(
             return RelayResult(sent, "client_disconnected", count, before_last, last)
         return RelayResult(sent, "served", count, before_last, last)
     finally:
-        if record is not None:
-            record.bytes_relayed = sent
+        if progress is not None:
+            progress.bytes_relayed = sent
         closing = close_response(response)
         if closing is not None:
             await closing

@@ -1,0 +1,172 @@
+"""Building a router's parts from its settings: the wiring ``ModelRouter`` runs on.
+
+``ModelRouter.__init__`` takes a dozen keywords, each a seam for a test or a host (a transport,
+a clock, a state store, sinks, a tracer provider); this module turns them and the settings into
+the collaborators the request pipeline uses, so that the middleware holds parts and runs
+requests, and the order in which parts depend on one another is read in one function,
+:func:`assemble`. It sits between the middleware and the layers it wires (``endpoints`` and
+``runtime`` among them, which may not import each other), as its own import-linter layer.
+"""
+
+from __future__ import annotations
+
+import os
+import random as random_module
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx2
+from starlette.types import ASGIApp
+
+from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.loop import AttemptLoop
+from asgi_router.config.auth_settings import Authorize
+from asgi_router.config.config_error import ConfigError
+from asgi_router.config.settings import RouterSettings, load_settings
+from asgi_router.endpoints.router_pages import Pages, build_pages
+from asgi_router.fleet.state_factory import make_state
+from asgi_router.inbound.auth import Guard, build_guard
+from asgi_router.observability.events import logger
+from asgi_router.observability.optional import tracing_for
+from asgi_router.observability.redaction import scrub_while_alive, secrets_of
+from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
+from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.resilience.gate import Gate
+from asgi_router.resilience.overview import Overview
+from asgi_router.resilience.retry import RetryPolicy
+from asgi_router.resilience.router_state import RouterState
+from asgi_router.resilience.stats import RoutingStats
+from asgi_router.responses.answer import Answer
+from asgi_router.routing.plan import Resolver
+from asgi_router.routing.recorded import FactRecorder
+from asgi_router.runtime.health import HealthProber
+from asgi_router.runtime.lifespan import Connected, Lifespan
+from asgi_router.transports.provider import ProviderRuntime
+from asgi_router.transports.transport import Transport
+from asgi_router.transports.transport_factory import make_transport
+
+if TYPE_CHECKING:  # the optional extras: imported only by a router that uses them
+    from opentelemetry.trace import TracerProvider
+
+    from asgi_router.observability.metrics import RouterMetrics
+    from asgi_router.observability.tracing import Tracing
+
+__all__ = ["RouterParts", "assemble"]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterParts:
+    """Everything a router's requests run on, built once per router by :func:`assemble`."""
+
+    settings: RouterSettings
+    #: Inbound auth: each request's first phase.
+    guard: Guard
+    state: RouterState
+    #: Each chat route, and whether it speaks Anthropic's protocol.
+    routes: dict[str, bool]
+    resolver: Resolver
+    #: Records the facts the rules read, for a sink that asks for them (``None``: none does).
+    recorder: FactRecorder | None
+    loop: AttemptLoop
+    #: Sends what the attempts came to and counts what it used.
+    answer: Answer
+    transport: Transport
+    clock: Callable[[], float]
+    recent: RecentRequests
+    events: EventBus
+    metrics: RouterMetrics | None
+    pages: Pages
+    tracing: Tracing | None
+    lifespan: Lifespan
+
+
+def assemble(
+    owner: object,
+    app: ASGIApp,
+    *,
+    settings: RouterSettings | None = None,
+    config: str | os.PathLike[str] | None = None,
+    http_client: httpx2.AsyncClient | None = None,
+    transport: Transport | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    random: Callable[[], float] = random_module.random,
+    state: RouterState | None = None,
+    sinks: Sequence[Sink] = (),
+    stats: RoutingStats | None = None,
+    rng: random_module.Random | None = None,
+    authorize: Authorize | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> RouterParts:
+    """A router's parts from ``ModelRouter``'s keywords (documented there); raises
+    :class:`~asgi_router.config.config_error.ConfigError` for a configuration that cannot run.
+
+    The configured keys are scrubbed from the router's logs for as long as ``owner`` (the
+    router) lives.
+    """
+    resolved = load_settings(settings, config, authorize)
+    guard = build_guard(resolved)
+    scrub_while_alive(owner, secrets_of(resolved))
+    if resolved.allow_unauthenticated:
+        logger.warning(
+            "allow_unauthenticated=True: anyone who can reach %s spends the configured "
+            "providers' keys; use api_keys or authorize= outside local development",
+            ", ".join(resolved.routes),
+        )
+    router_state: RouterState = state if state is not None else make_state(resolved, clock)
+    resolver = Resolver(resolved, router_state, stats=stats, rng=rng)
+    book = Bookkeeper.from_settings(resolved, resolver.stats)
+    providers = {
+        name: ProviderRuntime.build(name, provider, resolved.routes) for name, provider in resolved.providers.items()
+    }
+    for runtime in providers.values():
+        if runtime.missing_key_env is not None:  # said once, here, rather than per request
+            logger.warning(
+                "provider %r is skipped (provider_not_configured): its api_key_env %s is not set",
+                runtime.name,
+                runtime.missing_key_env,
+            )
+    if transport is not None and http_client is not None:
+        raise ConfigError("pass either transport= or http_client=, not both")
+    upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
+    gate = Gate(resolved, router_state, clock)
+    loop = AttemptLoop(
+        AttemptContext(
+            transport=upstream,
+            providers=providers,
+            max_response_bytes=resolved.max_response_bytes,
+            clock=clock,
+            book=book,
+            gate=gate,
+            policy=RetryPolicy.from_settings(resolved),
+            random=random,
+        )
+    )
+    recent = RecentRequests(resolved.events.recent)
+    events = EventBus(default_sinks(sinks), resolved.events.queue_size)
+    # What operators see: facts for a sink that records them, metrics, traces, the pages.
+    records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
+    overview = Overview(resolved, router_state, resolver.stats, clock)
+    metrics, pages, background = build_pages(resolved, guard, overview, recent, events)
+    health = HealthProber(resolved, providers, gate)
+    connected = (router_state,) if isinstance(router_state, Connected) else ()
+    return RouterParts(
+        settings=resolved,
+        guard=guard,
+        state=router_state,
+        routes={route: is_anthropic(route_kind(route)) for route in resolved.routes},
+        resolver=resolver,
+        recorder=FactRecorder(resolved.rules) if records_facts else None,
+        loop=loop,
+        answer=Answer(book, clock),
+        transport=upstream,
+        clock=clock,
+        recent=recent,
+        events=events,
+        metrics=metrics,
+        pages=pages,
+        tracing=tracing_for(tracer_provider),
+        lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
+    )
