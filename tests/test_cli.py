@@ -8,6 +8,7 @@ standalone gateway on uvicorn and is talked to over loopback.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_check_refuses_a_bad_config_naming_the_key_and_the_file(tmp_path: Path, 
     no_auth = tmp_path / "open.toml"
     no_auth.write_text("[providers.p]\nbase_url = 'http://127.0.0.1:9/v1'\n")
     for path, said in (
-        (bad_member, "groups.small.members[0]: 'nope/ok' names unknown provider 'nope'"),
+        (bad_member, f"groups.small.members[0] (in {bad_member}): 'nope/ok' names unknown provider 'nope'"),
         (bad_value, f"max_body_bytes (in {bad_value})"),
         (no_auth, "inbound auth is required"),
     ):
@@ -198,3 +199,58 @@ def test_serve_refuses_a_bad_config_before_starting_a_server(tmp_path: Path) -> 
     result = _run("serve", config, "--port", str(free_port()), timeout=30)
     assert result.returncode == 1
     assert f"{config}" in result.stderr and "groups.g.members" in result.stderr
+
+
+def test_check_lists_every_problem_of_a_file_at_once_with_its_source_and_a_likely_fix(tmp_path: Path) -> None:
+    secret = "sk-NEVER-ECHOED-0123456789"
+    config = tmp_path / "router.toml"
+    config.write_text(
+        f"""
+allow_unauthenticated = true
+
+[providers.backup]
+base_url = "http://127.0.0.1:9/v1"
+api_kye = "{secret}"
+
+[groups.chat]
+strategy = "ordr"
+members = ["bakup/llama-3", "backup/llama-3"]
+
+[aliases]
+fast = "group/chatt"
+"""
+    )
+    result = _run("check", config)
+    assert result.returncode == 1, result.stdout
+    err = result.stderr
+    assert err.startswith(f"asgi-router check: {config}: invalid router configuration (4 problems):\n")
+    assert f"  providers.backup.api_kye (in {config}): unknown key (did you mean 'api_key'?)\n" in err
+    assert (
+        f"  groups.chat.strategy (in {config}): Input should be 'order', 'rotate', 'weighted', 'least_busy', "
+        "'latency', 'cost' or 'usage' (got 'ordr'; did you mean 'order'?)\n"
+    ) in err
+    assert (
+        f"  groups.chat.members[0] (in {config}): 'bakup/llama-3' names unknown provider 'bakup'; "
+        "did you mean 'backup'?\n"
+    ) in err
+    assert f"  aliases.fast (in {config}): 'group/chatt' names unknown group 'chatt'; did you mean 'chat'?" in err
+    assert secret not in err
+
+
+def test_check_says_where_each_of_two_contradicting_auth_choices_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text("allow_unauthenticated = true\n")
+    result = subprocess.run(
+        [COMMAND, "check", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "ASGI_ROUTER_API_KEYS": CLIENT_KEY},
+    )
+    assert result.returncode == 1
+    assert (
+        "allow_unauthenticated=True contradicts api_keys; choose one (api_keys from the environment variable "
+        f"ASGI_ROUTER_API_KEYS; allow_unauthenticated in {config})"
+    ) in result.stderr
+    assert CLIENT_KEY not in result.stderr

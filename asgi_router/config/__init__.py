@@ -5,12 +5,15 @@ object; everything that can be refused without I/O is refused here, when the set
 built, with a message naming the offending key and where its value came from.
 
 ``settings.py`` is ``RouterSettings`` and the checks only the whole can make; the tables it is
-made of each have a module: ``providers.py`` (providers, timeouts, the connection pool),
-``groups.py`` (groups, members, nesting), ``rules.py``, ``catalog.py``, ``degraded.py``,
-``resilience.py`` (retries, budgets, breakers, health probes, events), ``inbound_auth.py`` and
-``pages.py`` (the router's own ``GET`` routes); ``named.py`` lists the models a configuration
-names (the one bounded set of keys for statistics and labels).
-``loading.py`` reads the TOML file and ``errors.py`` words a refusal; ``base.py`` is the strict
-base model. Every field carries its ``description``: the docs' configuration reference is
+made of each have a module: ``provider_settings.py`` (providers, timeouts, the connection pool),
+``group_settings.py`` (groups, members, nesting), ``rules_settings.py``, ``catalog_settings.py``,
+``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
+events), ``state_settings.py`` (the shared state store), ``auth_settings.py`` (inbound auth) and
+``pages_settings.py`` (the router's own ``GET`` routes); ``cross_checks.py`` checks that every
+name a table uses names something configured; ``named.py`` lists the models a configuration
+names (the one bounded set of keys for statistics and labels). ``loading.py`` reads the TOML
+file and ``config_error.py`` words a refusal: every problem at once, each with its key, where its
+value came from and, for a mistyped word or name, the likely meant one;
+``strict_settings.py`` is the strict base model. Every field carries its ``description``: the docs' configuration reference is
 generated from them. This package imports only ``asgi_router.core``.
 """

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from asgi_router.config.config_error import describe_refusal
 from asgi_router.config.group_settings import MemberSettings
 from asgi_router.config.settings import RouterSettings
 
@@ -27,9 +28,10 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _error_text(**kwargs: Any) -> str:
+    """The refusal as an operator reads it (``ConfigError``'s text: keys as ``a.b[0]``)."""
     with pytest.raises(ValidationError) as info:
         RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS, **kwargs)
-    return str(info.value)
+    return describe_refusal(info.value, RouterSettings, None, kwargs)
 
 
 _TOML = """
