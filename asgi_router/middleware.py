@@ -43,6 +43,7 @@ from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
@@ -153,6 +154,8 @@ class ModelRouter:
                         runtime.name,
                         runtime.missing_key_env,
                     )
+            for advice in kind_mismatches(self.settings):  # accepted, but every Messages request would fail
+                logger.warning(advice)
             if transport is not None and http_client is not None:
                 raise ConfigError("pass either transport= or http_client=, not both")
             self._transport = (

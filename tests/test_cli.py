@@ -121,10 +121,11 @@ def test_explain_names_the_rule_its_conditions_and_the_plan(tmp_path: Path, upst
     assert "plan (route 'long', group/big, rotate" in long.stdout
     assert "  long: no\n" in gold.stdout and "  gold: MATCHES -> mock2/ok" in gold.stdout
     assert "headers.x-tier = 'gold': x-tier = 'gold'  -> holds" in gold.stdout
-    assert "plan (route 'gold', a direct model):\n  1. mock2/ok" in gold.stdout
+    assert "plan (route 'gold', a direct model):\n  1. mock2/ok  (openai)" in gold.stdout
     assert "none matched: the members of group/auto are the plan" in plain.stdout
-    assert "plan (route 'default', group/auto, order: tried in the order listed):\n  1. mock/ok\n  2. mock2/ok" in (
-        plain.stdout
+    assert (
+        "plan (route 'default', group/auto, order: tried in the order listed):\n"
+        "  1. mock/ok  (openai)\n  2. mock2/ok  (openai)" in plain.stdout
     )
     unknown = _run("explain", config, "group/nope")
     assert unknown.returncode == 1 and "refused: 404 model_not_found: unknown group 'group/nope'" in unknown.stdout
@@ -254,3 +255,88 @@ def test_check_says_where_each_of_two_contradicting_auth_choices_came_from(tmp_p
         f"ASGI_ROUTER_API_KEYS; allow_unauthenticated in {config})"
     ) in result.stderr
     assert CLIENT_KEY not in result.stderr
+
+
+def _run_env(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("ASGI_ROUTER_")}
+    return subprocess.run(
+        [COMMAND, *map(str, args)], capture_output=True, text=True, timeout=60, check=False, env={**clean, **env}
+    )
+
+
+_KEYED = """
+allow_unauthenticated = true
+routes = ["/v1/chat/completions", "/v1/messages"]
+
+[providers.openai]
+base_url = "https://api.openai.com/v1"
+api_key_env = "I26_OPENAI_KEY"
+{required}
+
+[providers.claude]
+kind = "anthropic"
+base_url = "https://api.anthropic.com/v1"
+api_key = "sk-ant-0123456789abcdef"
+
+[groups.chat]
+members = ["openai/gpt-4o", "claude/claude-sonnet-4-5"]
+
+[groups.auto]
+rules = true
+members = ["group/chat"]
+"""
+
+
+def test_check_strict_fails_when_a_providers_key_variable_is_unset(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    lenient = _run_env({}, "check", config)
+    strict = _run_env({}, "check", "--strict", config)
+    keyed = _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", "--strict", config)
+    assert lenient.returncode == 0, lenient.stderr
+    warning = "  provider 'openai' is skipped (provider_not_configured): its api_key_env I26_OPENAI_KEY is not set"
+    assert "warnings (check --strict fails on them):\n" + warning in lenient.stdout
+    assert strict.returncode == 1 and warning in strict.stdout
+    assert f"asgi-router check --strict: {config}: 1 warning (listed above)" in strict.stderr
+    assert keyed.returncode == 0, keyed.stdout + keyed.stderr
+    assert "warnings" not in keyed.stdout
+
+
+def test_a_required_provider_without_its_key_refuses_check_and_serve(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required="required = true"))
+    said = f"providers.openai (in {config}): required = true, but its api_key_env I26_OPENAI_KEY is not set"
+    check = _run_env({}, "check", config)
+    serve = _run_env({}, "serve", config, "--port", str(free_port()))
+    assert check.returncode == 1 and said in check.stderr
+    assert serve.returncode == 1 and said in serve.stderr
+    assert _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config).returncode == 0
+
+
+def test_check_and_explain_show_each_providers_kind_and_each_routes_protocol(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    check = _run_env({}, "check", config)
+    explain = _run_env({}, "explain", config, "group/auto")
+    assert "  claude  anthropic  https://api.anthropic.com/v1  key in the configuration\n" in check.stdout
+    assert "  openai  openai  https://api.openai.com/v1  key from $I26_OPENAI_KEY" in check.stdout
+    assert "  POST /v1/chat/completions  (OpenAI chat completions)\n" in check.stdout
+    assert "  POST /v1/messages  (Anthropic Messages)\n" in check.stdout
+    assert "  1. openai/gpt-4o  (openai)  [skipped: provider_not_configured" in explain.stdout
+    assert "  2. claude/claude-sonnet-4-5  (anthropic)\n" in explain.stdout
+    assert "rules of group/auto" not in explain.stdout  # no rule applies to it: no empty section
+
+
+def test_check_warns_about_an_openai_kind_provider_sending_anthropics_headers(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        'allow_unauthenticated = true\n[providers.old]\nbase_url = "https://api.anthropic.com/v1"\n'
+        'auth_header = "x-api-key"\napi_key = "sk-ant-0123456789abcdef"\n'
+        'headers = {anthropic-version = "2023-06-01"}\n'
+    )
+    result = _run_env({}, "check", "--strict", config)
+    assert result.returncode == 1
+    assert (
+        "  provider 'old' sends Anthropic's x-api-key and anthropic-version but speaks OpenAI's protocol "
+        '(kind = "openai", the default): set kind = "anthropic"'
+    ) in result.stdout

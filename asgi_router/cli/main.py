@@ -40,9 +40,18 @@ def load_config(path: Path, *, serving: bool) -> RouterSettings:
 
 def _check(args: argparse.Namespace) -> int:
     from asgi_router.cli.check import describe
+    from asgi_router.config.advisories import advisories
 
     settings = load_config(args.config, serving=True)
     print(describe(settings, args.config))
+    warned = advisories(settings)
+    if args.strict and warned:
+        count = len(warned)
+        print(
+            f"asgi-router check --strict: {args.config}: {count} warning{'s' if count != 1 else ''} (listed above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -79,7 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    command("check", _check, "validate a configuration and print each group's plan and rules")
+    check = command("check", _check, "validate a configuration and print each group's plan and rules")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on any warning too (a provider whose api_key_env is unset, one configured the pre-kind way)",
+    )
     serve = command("serve", _serve, "run the router as a standalone gateway on uvicorn")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")

@@ -13,7 +13,8 @@ events), ``state_settings.py`` (the shared state store), ``auth_settings.py`` (i
 name a table uses names something configured; ``named.py`` lists the models a configuration
 names (the one bounded set of keys for statistics and labels). ``loading.py`` reads the TOML
 file and ``config_error.py`` words a refusal: every problem at once, each with its key, where its
-value came from and, for a mistyped word or name, the likely meant one;
-``strict_settings.py`` is the strict base model. Every field carries its ``description``: the docs' configuration reference is
-generated from them. This package imports only ``asgi_router.core``.
+value came from and, for a mistyped word or name, the likely meant one; ``advisories.py`` what
+a valid configuration may still get wrong (warnings); ``strict_settings.py`` is the strict base
+model. Every field carries its ``description``: the docs' configuration reference is generated
+from them. This package imports only ``asgi_router.core``.
 """
