@@ -12,10 +12,13 @@ import ast
 import inspect
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,8 @@ from starlette.applications import Starlette
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, Hit, reply
 
-from .conftest import API_KEY
+from .commands import free_port, serving
+from .conftest import API_KEY, CLIENT_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -501,3 +505,118 @@ def test_the_testing_pages_anthropic_example_passes_as_a_users_test_file(
     assert _passed(users_suite, "test_mixed_group.py") == ["test_gpt_4o_down_fails_over_to_claude"], (
         users_suite.stdout + users_suite.stderr
     )
+
+
+# --- n choices, fixed ports, the serve command ---------------------------------------------------
+
+
+def test_n_asks_for_that_many_choices_whole_and_streamed(fake_upstream: FakeUpstream) -> None:
+    client = _sdk(fake_upstream)
+    whole = client.chat.completions.create(model="m", messages=_MESSAGES, n=3)  # type: ignore[arg-type]
+    assert [choice.index for choice in whole.choices] == [0, 1, 2]
+    assert {choice.message.content for choice in whole.choices} == {"Hello from m"}
+    streamed = client.chat.completions.create(model="m", messages=_MESSAGES, n=2, stream=True)  # type: ignore[arg-type]
+    texts: dict[int, str] = {}
+    for chunk in streamed:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert texts == {0: "Hello from m", 1: "Hello from m"}
+    assert len(_sdk(fake_upstream).chat.completions.create(model="m", messages=_MESSAGES).choices) == 1  # type: ignore[arg-type]
+
+
+def test_a_fake_upstream_and_an_app_server_listen_on_the_port_asked_for() -> None:
+    port = free_port()
+    with FakeUpstream(port=port) as upstream:
+        assert upstream.base_url == f"http://127.0.0.1:{port}/v1"
+        assert _post(upstream, "m").json()["choices"][0]["message"]["content"] == "Hello from m"
+        with pytest.raises(RuntimeError, match=f"port {port} in use"), AppServer(Starlette(), port=port):
+            pass  # pragma: no cover - the port is taken
+    with AppServer(Starlette(), port=port) as server:
+        assert server.url == f"http://127.0.0.1:{port}"
+        assert httpx2.get(f"{server.url}/nothing").status_code == 404
+
+
+@contextmanager
+def _fake_command(*args: str) -> Iterator[tuple[str, list[str]]]:
+    """``python -m asgi_router.testing serve`` on a free port, as a user starts it, until the block
+    ends (Ctrl-C); the list yielded then holds its exit status and everything it printed."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "asgi_router.testing", "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first == f"serving a fake {'anthropic' if 'anthropic' in args else 'openai'} upstream at " + (
+            f"http://127.0.0.1:{port}/v1 (Ctrl-C stops it)\n"
+        ), first + process.stdout.read()
+        finished: list[str] = []
+        yield f"http://127.0.0.1:{port}/v1", finished
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finished += [str(process.returncode), out]
+
+
+def test_the_serve_command_answers_its_script_in_turn_the_last_reply_repeating() -> None:
+    with _fake_command("--script", "gpt-4o=503,429:2,200", "--script", "slow=stall:0.2") as (url, finished):
+        answers = [
+            httpx2.post(f"{url}/chat/completions", json={"model": "gpt-4o", "messages": _MESSAGES}, timeout=10)
+            for _ in range(4)
+        ]
+        stalled = httpx2.post(f"{url}/chat/completions", json={"model": "slow", "messages": _MESSAGES}, timeout=10)
+        other = httpx2.post(f"{url}/chat/completions", json={"model": "x", "messages": _MESSAGES, "n": 2}, timeout=10)
+    assert [answer.status_code for answer in answers] == [503, 429, 200, 200]
+    assert answers[0].json()["error"]["type"] == "server_error"
+    assert answers[1].headers["retry-after"] == "2"
+    assert answers[3].json()["choices"][0]["message"]["content"] == "Hello from gpt-4o"
+    assert stalled.status_code == 504
+    assert [choice["index"] for choice in other.json()["choices"]] == [0, 1]
+    status, log = finished
+    assert status == "0"
+    assert "POST /v1/chat/completions gpt-4o: 503\n" in log and "gpt-4o: 429:2.0\n" in log
+
+
+def test_the_serve_command_speaks_anthropic_and_breaks_a_stream_as_scripted() -> None:
+    with _fake_command("--kind", "anthropic", "--script", "claude=broken:2") as (url, _):
+        headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+        body = {"model": "claude", "max_tokens": 10, "messages": _MESSAGES, "stream": True}
+        with (
+            pytest.raises(httpx2.RemoteProtocolError),
+            httpx2.stream("POST", f"{url}/messages", json=body, headers=headers, timeout=10) as answer,
+        ):
+            assert answer.status_code == 200
+            answer.read()
+        whole = httpx2.post(f"{url}/messages", json={**body, "model": "other", "stream": False}, headers=headers)
+    assert whole.json()["type"] == "message" and whole.json()["content"][0]["text"] == "Hello from other"
+
+
+def test_the_serve_command_refuses_a_script_it_cannot_read() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "asgi_router.testing", "serve", "--script", "gpt-4o=503,sometimes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "'sometimes' is not a reply: use a status (200, 503), 429:2, stall, stall:5 or broken:3" in result.stderr
+
+
+def test_a_router_toml_with_fixed_urls_fails_over_across_two_served_fakes(tmp_path: Path) -> None:
+    with _fake_command("--script", "gpt-4o=503") as (first, _), _fake_command() as (second, _):
+        config = tmp_path / "router.toml"
+        config.write_text(
+            f'api_keys = ["{CLIENT_KEY}"]\n'
+            f'[providers.primary]\nbase_url = "{first}"\n[providers.backup]\nbase_url = "{second}"\n'
+            '[groups.chat]\nmembers = ["primary/gpt-4o", "backup/gpt-4o"]\n'
+        )
+        with serving(config) as (router, _):
+            client = openai.OpenAI(base_url=f"{router}/v1", api_key=CLIENT_KEY, max_retries=0)
+            answer = client.chat.completions.with_raw_response.create(model="group/chat", messages=_MESSAGES)  # type: ignore[arg-type]
+    assert answer.headers["x-router-model"] == "backup/gpt-4o"
+    assert answer.parse().choices[0].message.content == "Hello from gpt-4o"
