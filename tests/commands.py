@@ -27,8 +27,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``asgi-router serve config`` on a free port until the block ends (then Ctrl-C)."""
+def serving(
+    config: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 30
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``asgi-router serve config`` on a free port until the block ends (then Ctrl-C); several
+    workers on a busy machine may need a longer ``start_timeout``."""
     port = free_port()
     process = subprocess.Popen(
         [COMMAND, "serve", str(config), "--port", str(port), "--log-level", "warning", *args],
@@ -39,14 +42,16 @@ def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iter
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout
         while True:
             assert process.poll() is None, process.communicate()[0]
             try:
                 httpx2.get(f"{url}/v1/models", timeout=1)
                 break
             except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the server did not start"
+                if time.monotonic() > deadline:
+                    process.kill()
+                    raise AssertionError(f"the server did not start:\n{process.communicate()[0]}") from None
                 time.sleep(0.1)
         yield url, process
     finally:

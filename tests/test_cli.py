@@ -340,3 +340,45 @@ def test_check_warns_about_an_openai_kind_provider_sending_anthropics_headers(tm
         "  provider 'old' sends Anthropic's x-api-key and anthropic-version but speaks OpenAI's protocol "
         '(kind = "openai", the default): set kind = "anthropic"'
     ) in result.stdout
+
+
+def test_serve_records_each_workers_requests_and_replay_reads_them_all_by_glob(
+    tmp_path: Path, upstream: MockUpstream
+) -> None:
+    config = _config(tmp_path, upstream)
+    pattern = tmp_path / "records" / "day-{pid}.jsonl"
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    with serving(config, "--workers", "2", "--record", str(pattern), start_timeout=90) as (url, process):
+        for tier in ("gold", "-", "-", "gold", "-", "-"):
+            answer = httpx2.post(
+                f"{url}/v1/chat/completions", json=chat_body("group/auto"), headers={**auth, "x-tier": tier}
+            )
+            assert answer.status_code == 200
+    assert process.returncode == 0
+    files = sorted((tmp_path / "records").glob("day-*.jsonl"))
+    assert files and all(path.stem.removeprefix("day-").isdigit() for path in files)
+    assert sum(len(path.read_text().splitlines()) for path in files) == 6
+    # The new configuration drops the 'gold' rule: its two requests route to the default now.
+    new = tmp_path / "new.toml"
+    new.write_text(config.read_text().split('[[rules]]\nname = "gold"')[0])
+    result = _run("replay", new, str(tmp_path / "records" / "day-*.jsonl"))
+    assert result.returncode == 0, result.stderr
+    head = f"replayed 6 requests from {files[0]}" if len(files) == 1 else f"replayed 6 requests from {len(files)} files"
+    assert result.stdout.startswith(head)
+    assert ": 4 route the same, 2 differently, 0 would be refused" in result.stdout
+    assert "      2  group/auto: rule gold: [mock2/ok] -> rule default: [mock/ok mock2/ok]" in result.stdout
+    both = _run("replay", config, *files, files[0])  # files named twice are read once
+    assert both.returncode == 0 and ": 6 route the same, 0 differently" in both.stdout
+
+
+def test_serve_refuses_one_record_file_for_several_workers_and_replay_a_glob_matching_nothing(
+    tmp_path: Path, upstream: MockUpstream
+) -> None:
+    config = _config(tmp_path, upstream)
+    shared = _run("serve", config, "--workers", "2", "--record", tmp_path / "all.jsonl", "--port", str(free_port()))
+    assert shared.returncode == 1
+    assert "put {pid} in the path (e.g. records-{pid}.jsonl), so that each worker writes a file of its own" in (
+        shared.stderr
+    )
+    nothing = _run("replay", config, str(tmp_path / "none-*.jsonl"))
+    assert nothing.returncode == 1 and f"no records match '{tmp_path / 'none-*.jsonl'}'" in nothing.stderr
