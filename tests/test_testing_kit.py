@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 import re
 import signal
 import subprocess
@@ -449,11 +450,16 @@ def test_the_anthropic_fixture_speaks_the_messages_api(fake_anthropic_upstream, 
 
 _PAGE = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
 _EXAMPLES = ("test_gateway.py", "test_mixed_group.py")
+#: The page's app that builds its settings at import, with its own conftest: a directory of its own.
+_IMPORTED_APP = ("gateway_app.py", "router.toml", "conftest.py", "test_imported_app.py")
+#: Exported in the shell of the user running the examples: they must pass all the same.
+_EXPORTED = {"ASGI_ROUTER_API_KEYS": "key-exported-in-the-users-shell-0123"}
 
 
 def _page_example(name: str) -> str:
-    """A complete test file on the "Testing your app" page (the block that starts with its name)."""
-    blocks = re.findall(r"^```python\n(.*?)^```$", _PAGE.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    """A complete file on the "Testing your app" page (the block that starts with its name)."""
+    text = _PAGE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(?:python|toml)[^\n]*\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
     [example] = [block for block in blocks if block.startswith(f"# {name}\n")]
     return str(example)
 
@@ -475,17 +481,21 @@ def users_suite(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Complete
     (suite / "test_plugin.py").write_text(textwrap.dedent(_PLUGIN_TESTS), encoding="utf-8")
     for name in _EXAMPLES:
         (suite / name).write_text(_page_example(name), encoding="utf-8")
+    (suite / "imported").mkdir()
+    for name in _IMPORTED_APP:
+        (suite / "imported" / name).write_text(_page_example(name), encoding="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(suite)],
         cwd=suite,
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, **_EXPORTED},
     )
 
 
 def _passed(finished: subprocess.CompletedProcess[str], file: str) -> list[str]:
-    return re.findall(rf"^PASSED {file}::(\w+)", finished.stdout, re.MULTILINE)
+    return re.findall(rf"^PASSED {re.escape(file)}::(\w+)", finished.stdout, re.MULTILINE)
 
 
 def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
@@ -497,6 +507,15 @@ def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
 def test_the_testing_pages_example_passes_as_a_users_test_file(users_suite: subprocess.CompletedProcess[str]) -> None:
     assert len(_passed(users_suite, "test_gateway.py")) == 3, users_suite.stdout + users_suite.stderr
     assert users_suite.returncode == 0, users_suite.stdout + users_suite.stderr
+
+
+def test_the_testing_pages_app_that_builds_its_settings_at_import_passes_with_keys_exported(
+    users_suite: subprocess.CompletedProcess[str],
+) -> None:
+    assert _passed(users_suite, "imported/test_imported_app.py") == [
+        "test_the_app_module_imports_with_the_test_environment",
+        "test_the_deployed_groups_fail_over_on_the_fake",
+    ], users_suite.stdout + users_suite.stderr
 
 
 def test_the_testing_pages_anthropic_example_passes_as_a_users_test_file(
