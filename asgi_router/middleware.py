@@ -48,6 +48,7 @@ from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.endpoints.count_tokens import count_tokens_routes, refuse_count_tokens
 from asgi_router.endpoints.router_pages import build_pages
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Admitted, build_guard
@@ -139,6 +140,8 @@ class ModelRouter:
             self.state: RouterState = state if state is not None else make_state(self.settings, clock)
             #: Each route, and whether it speaks Anthropic's protocol.
             self._routes = {route: is_anthropic(route_kind(route)) for route in self.settings.routes}
+            #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
+            self._count_tokens = count_tokens_routes(self._routes)
             self._resolver = Resolver(self.settings, self.state, stats=stats, rng=rng)
             self._book = Bookkeeper.from_settings(self.settings, self._resolver.stats)
             #: Sends what the attempts came to and counts what it used (``responses/answer.py``).
@@ -215,6 +218,8 @@ class ModelRouter:
                 await self._lifespan(scope, receive, send)
             elif kind == "http" and scope["method"] in ("GET", "HEAD") and self._pages.handles(route_path(scope)):
                 await self._pages(scope, receive, send)
+            elif kind == "http" and scope["method"] == "POST" and route_path(scope) in self._count_tokens:
+                await refuse_count_tokens(send)
             else:
                 await self.app(scope, receive, send)
             return

@@ -275,6 +275,11 @@ class RouterSettings(BaseSettings):
         for route in value:
             if not route.startswith("/"):
                 raise ValueError(f"route {route!r} must start with '/'")
+            if route.rstrip("/").endswith("/messages/count_tokens"):
+                raise ValueError(
+                    f"route {route!r}: Anthropic's token counting is not supported (see Protocols); the router "
+                    "answers it with a not_found_error below each /messages route it serves"
+                )
         return value
 
     @field_validator("models_route", "metrics_route", "status_route")

@@ -4,10 +4,10 @@ Installed with the ``testing`` extra (``pip install "asgi-router[testing]"``: py
 What a user's tests need, and what the project's own tests, demo and docs use:
 
 * :class:`FakeUpstream`: an OpenAI-compatible server on a free ``127.0.0.1`` port, or the
-  ``host`` and ``port`` given (or, with ``kind="anthropic"``, one of Anthropic's Messages API), answering each model id as scripted
-  with :mod:`asgi_router.testing.reply` (``ok``, ``tool_call``, ``status``, ``stall``,
-  ``stall_after_headers``, ``broken_stream``, ``stream_error``, ``slow``, ``split_writes``,
-  ``raw``), and keeping every request it received as a :class:`Hit`;
+  ``host`` and ``port`` given (or, with ``kind="anthropic"``, one of Anthropic's Messages API),
+  answering each model id as scripted with :mod:`asgi_router.testing.reply` (``ok``,
+  ``tool_call``, ``status``, ``stall``, ``stall_after_headers``, ``broken_stream``,
+  ``stream_error``, ``slow``, ``split_writes``, ``raw``), and keeping every request it received as a :class:`Hit`;
 * :class:`CapturedEvents`: an event sink that keeps each request's record, to wait for and
   assert on its attempts;
 * :class:`AppServer`: serves an ASGI app (yours, with the router) on a free loopback port (or

@@ -223,3 +223,8 @@ def test_retries_on_a_hedging_group_is_refused_not_silently_ignored() -> None:
         GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=2)
     assert "hedge_after" in str(caught.value)
     assert GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=0).retries == 0
+
+
+def test_a_token_counting_route_is_refused_as_unsupported() -> None:
+    text = _error_text(routes=["/v1/messages", "/v1/messages/count_tokens"])
+    assert "route '/v1/messages/count_tokens': Anthropic's token counting is not supported" in text
