@@ -198,7 +198,7 @@ class ModelRouter:
                 app, self.settings, self._transport, self.events, self._health, connected, background
             )
         except Exception as exc:
-            logger.error("asgi_router: ModelRouter could not start: %s", exc)
+            logger.error("ModelRouter could not start: %s", exc)
             raise
 
     @property
@@ -286,7 +286,7 @@ class ModelRouter:
                 exchange.trace.finish(exchange.record)
         except Exception:
             logger.exception(
-                "asgi_router: recording request %s for metrics or traces failed", exchange.record.request_id
+                "recording request %s for metrics or traces failed", exchange.record.request_id
             )
 
     def _admit(self, exchange: Exchange, admitted: Admitted | RouterError) -> RouterError | None:
