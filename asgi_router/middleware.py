@@ -285,9 +285,7 @@ class ModelRouter:
             if exchange.trace is not None:
                 exchange.trace.finish(exchange.record)
         except Exception:
-            logger.exception(
-                "recording request %s for metrics or traces failed", exchange.record.request_id
-            )
+            logger.exception("recording request %s for metrics or traces failed", exchange.record.request_id)
 
     def _admit(self, exchange: Exchange, admitted: Admitted | RouterError) -> RouterError | None:
         """Inbound auth's verdict and the header screen, before a byte of the body is read."""
