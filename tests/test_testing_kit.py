@@ -386,7 +386,8 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
     assert inspect.signature(reply.slow).parameters["then"].default == reply.ok()
     assert {"model", "path", "headers", "body", "stream"} <= set(inspect.signature(Hit).parameters)
     assert inspect.signature(reply.split_writes).parameters["then"].default == reply.ok()
-    assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key"]
+    assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key", "host", "port"]
+    assert {"host", "port", "lifespan"} <= set(inspect.signature(AppServer).parameters)
     with pytest.raises(ValueError, match="anthropic, openai"):
         FakeUpstream(kind="smoke-signals")
 
