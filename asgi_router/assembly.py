@@ -23,9 +23,11 @@ from starlette.types import ASGIApp
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
+from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
+from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard
@@ -67,6 +69,8 @@ class RouterParts:
     state: RouterState
     #: Each chat route, and whether it speaks Anthropic's protocol.
     routes: dict[str, bool]
+    #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
+    count_tokens: frozenset[str]
     resolver: Resolver
     #: Records the facts the rules read, for a sink that asks for them (``None``: none does).
     recorder: FactRecorder | None
@@ -128,6 +132,8 @@ def assemble(
                 runtime.name,
                 runtime.missing_key_env,
             )
+    for advice in kind_mismatches(resolved):  # accepted, but every Messages request would fail
+        logger.warning(advice)
     if transport is not None and http_client is not None:
         raise ConfigError("pass either transport= or http_client=, not both")
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
@@ -152,11 +158,13 @@ def assemble(
     metrics, pages, background = build_pages(resolved, guard, overview, recent, events)
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
+    routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
     return RouterParts(
         settings=resolved,
         guard=guard,
         state=router_state,
-        routes={route: is_anthropic(route_kind(route)) for route in resolved.routes},
+        routes=routes,
+        count_tokens=count_tokens_routes(routes),
         resolver=resolver,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,

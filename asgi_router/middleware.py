@@ -57,6 +57,7 @@ from asgi_router.assembly import assemble
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.endpoints.count_tokens import refuse_count_tokens
 from asgi_router.inbound.auth import Admitted
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
@@ -138,7 +139,7 @@ class ModelRouter:
                 tracer_provider=tracer_provider,
             )
         except Exception as exc:
-            logger.error("asgi_router: ModelRouter could not start: %s", exc)
+            logger.error("ModelRouter could not start: %s", exc)
             raise
         self.app = app
         self.settings = parts.settings
@@ -150,6 +151,7 @@ class ModelRouter:
         # What each request's phases use, held directly: read on every request.
         self._parts = parts
         self._routes = parts.routes
+        self._count_tokens = parts.count_tokens
         self._guard = parts.guard
         self._resolver = parts.resolver
         self._recorder = parts.recorder
@@ -177,6 +179,8 @@ class ModelRouter:
                 await self._lifespan(scope, receive, send)
             elif kind == "http" and scope["method"] in ("GET", "HEAD") and self._pages.handles(route_path(scope)):
                 await self._pages(scope, receive, send)
+            elif kind == "http" and scope["method"] == "POST" and route_path(scope) in self._count_tokens:
+                await refuse_count_tokens(send)
             else:
                 await self.app(scope, receive, send)
             return
@@ -276,6 +280,6 @@ class ModelRouter:
                 if context.trace is not None:
                     context.trace.finish(record)
             except Exception:
-                logger.exception("asgi_router: recording request %s for metrics or traces failed", record.request_id)
+                logger.exception("recording request %s for metrics or traces failed", record.request_id)
         self._lifespan.warn_if_missing()
         self.events.publish(record)

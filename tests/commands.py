@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -26,9 +28,24 @@ def free_port() -> int:
         return port
 
 
+def _kill_all(process: subprocess.Popen[str]) -> str:
+    """Kill the server and every process it started (uvicorn's workers, which hold its output
+    open: reading to its end would wait for them for ever); what it printed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        return process.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:  # pragma: no cover - something outside the group holds the pipe
+        return "(its output could not be read)"
+
+
 @contextmanager
-def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``asgi-router serve config`` on a free port until the block ends (then Ctrl-C)."""
+def serving(
+    config: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 30
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``asgi-router serve config`` on a free port until the block ends (then Ctrl-C); several
+    workers on a busy machine may need a longer ``start_timeout``. The server runs in a process
+    group of its own, so that a server that does not stop is killed with its workers."""
     port = free_port()
     process = subprocess.Popen(
         [COMMAND, "serve", str(config), "--port", str(port), "--log-level", "warning", *args],
@@ -36,26 +53,29 @@ def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iter
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout
         while True:
-            assert process.poll() is None, process.communicate()[0]
+            if process.poll() is not None:
+                raise AssertionError(f"the server exited:\n{_kill_all(process)}")
             try:
                 httpx2.get(f"{url}/v1/models", timeout=1)
                 break
             except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the server did not start"
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the server did not start:\n{_kill_all(process)}") from None
                 time.sleep(0.1)
         yield url, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
             try:
-                process.communicate(timeout=20)
+                process.communicate(timeout=30)
             except subprocess.TimeoutExpired:  # pragma: no cover - a hung server fails the test
-                process.kill()
-                process.communicate()
+                _kill_all(process)
+                raise AssertionError("the server did not stop on Ctrl-C") from None
         else:
-            process.communicate()
+            _kill_all(process)

@@ -235,3 +235,21 @@ async def test_an_answer_counts_the_tokens_anthropic_reported_translated_or_rela
     # input, the final message_delta the output; a translated one's comes from its translation.
     assert (record.prompt_tokens, record.completion_tokens) == (11, 7)
     assert record.cost_usd == pytest.approx((11 * 3.0 + 7 * 15.0) / 1e6)
+
+
+async def test_token_counting_is_refused_with_an_anthropic_not_found_error_that_says_so(
+    client: anthropic_sdk.AsyncAnthropic, anthropic: FakeAnthropic
+) -> None:
+    before = len(anthropic.hits)
+    with pytest.raises(anthropic_sdk.NotFoundError) as refused:
+        await client.messages.count_tokens(model="group/claude", messages=_HI)
+    assert refused.value.status_code == 404
+    assert refused.value.body == {
+        "type": "error",
+        "error": {
+            "type": "not_found_error",
+            "message": "token counting (POST .../messages/count_tokens) is not supported by this gateway: it "
+            "routes messages only; count tokens with the provider's own API",
+        },
+    }
+    assert len(anthropic.hits) == before  # nothing went upstream

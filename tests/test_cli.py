@@ -8,6 +8,7 @@ standalone gateway on uvicorn and is talked to over loopback.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_check_refuses_a_bad_config_naming_the_key_and_the_file(tmp_path: Path, 
     no_auth = tmp_path / "open.toml"
     no_auth.write_text("[providers.p]\nbase_url = 'http://127.0.0.1:9/v1'\n")
     for path, said in (
-        (bad_member, "groups.small.members[0]: 'nope/ok' names unknown provider 'nope'"),
+        (bad_member, f"groups.small.members[0] (in {bad_member}): 'nope/ok' names unknown provider 'nope'"),
         (bad_value, f"max_body_bytes (in {bad_value})"),
         (no_auth, "inbound auth is required"),
     ):
@@ -120,10 +121,11 @@ def test_explain_names_the_rule_its_conditions_and_the_plan(tmp_path: Path, upst
     assert "plan (route 'long', group/big, rotate" in long.stdout
     assert "  long: no\n" in gold.stdout and "  gold: MATCHES -> mock2/ok" in gold.stdout
     assert "headers.x-tier = 'gold': x-tier = 'gold'  -> holds" in gold.stdout
-    assert "plan (route 'gold', a direct model):\n  1. mock2/ok" in gold.stdout
+    assert "plan (route 'gold', a direct model):\n  1. mock2/ok  (openai)" in gold.stdout
     assert "none matched: the members of group/auto are the plan" in plain.stdout
-    assert "plan (route 'default', group/auto, order: tried in the order listed):\n  1. mock/ok\n  2. mock2/ok" in (
-        plain.stdout
+    assert (
+        "plan (route 'default', group/auto, order: tried in the order listed):\n"
+        "  1. mock/ok  (openai)\n  2. mock2/ok  (openai)" in plain.stdout
     )
     unknown = _run("explain", config, "group/nope")
     assert unknown.returncode == 1 and "refused: 404 model_not_found: unknown group 'group/nope'" in unknown.stdout
@@ -198,3 +200,185 @@ def test_serve_refuses_a_bad_config_before_starting_a_server(tmp_path: Path) -> 
     result = _run("serve", config, "--port", str(free_port()), timeout=30)
     assert result.returncode == 1
     assert f"{config}" in result.stderr and "groups.g.members" in result.stderr
+
+
+def test_check_lists_every_problem_of_a_file_at_once_with_its_source_and_a_likely_fix(tmp_path: Path) -> None:
+    secret = "sk-NEVER-ECHOED-0123456789"
+    config = tmp_path / "router.toml"
+    config.write_text(
+        f"""
+allow_unauthenticated = true
+
+[providers.backup]
+base_url = "http://127.0.0.1:9/v1"
+api_kye = "{secret}"
+
+[groups.chat]
+strategy = "ordr"
+members = ["bakup/llama-3", "backup/llama-3"]
+
+[aliases]
+fast = "group/chatt"
+"""
+    )
+    result = _run("check", config)
+    assert result.returncode == 1, result.stdout
+    err = result.stderr
+    assert err.startswith(f"asgi-router check: {config}: invalid router configuration (4 problems):\n")
+    assert f"  providers.backup.api_kye (in {config}): unknown key (did you mean 'api_key'?)\n" in err
+    assert (
+        f"  groups.chat.strategy (in {config}): Input should be 'order', 'rotate', 'weighted', 'least_busy', "
+        "'latency', 'cost' or 'usage' (got 'ordr'; did you mean 'order'?)\n"
+    ) in err
+    assert (
+        f"  groups.chat.members[0] (in {config}): 'bakup/llama-3' names unknown provider 'bakup'; "
+        "did you mean 'backup'?\n"
+    ) in err
+    assert f"  aliases.fast (in {config}): 'group/chatt' names unknown group 'chatt'; did you mean 'chat'?" in err
+    assert secret not in err
+
+
+def test_check_says_where_each_of_two_contradicting_auth_choices_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text("allow_unauthenticated = true\n")
+    result = subprocess.run(
+        [COMMAND, "check", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "ASGI_ROUTER_API_KEYS": CLIENT_KEY},
+    )
+    assert result.returncode == 1
+    assert (
+        "allow_unauthenticated=True contradicts api_keys; choose one (api_keys from the environment variable "
+        f"ASGI_ROUTER_API_KEYS; allow_unauthenticated in {config})"
+    ) in result.stderr
+    assert CLIENT_KEY not in result.stderr
+
+
+def _run_env(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("ASGI_ROUTER_")}
+    return subprocess.run(
+        [COMMAND, *map(str, args)], capture_output=True, text=True, timeout=60, check=False, env={**clean, **env}
+    )
+
+
+_KEYED = """
+allow_unauthenticated = true
+routes = ["/v1/chat/completions", "/v1/messages"]
+
+[providers.openai]
+base_url = "https://api.openai.com/v1"
+api_key_env = "I26_OPENAI_KEY"
+{required}
+
+[providers.claude]
+kind = "anthropic"
+base_url = "https://api.anthropic.com/v1"
+api_key = "sk-ant-0123456789abcdef"
+
+[groups.chat]
+members = ["openai/gpt-4o", "claude/claude-sonnet-4-5"]
+
+[groups.auto]
+rules = true
+members = ["group/chat"]
+"""
+
+
+def test_check_strict_fails_when_a_providers_key_variable_is_unset(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    lenient = _run_env({}, "check", config)
+    strict = _run_env({}, "check", "--strict", config)
+    keyed = _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", "--strict", config)
+    assert lenient.returncode == 0, lenient.stderr
+    warning = "  provider 'openai' is skipped (provider_not_configured): its api_key_env I26_OPENAI_KEY is not set"
+    assert "warnings (check --strict fails on them):\n" + warning in lenient.stdout
+    assert strict.returncode == 1 and warning in strict.stdout
+    assert f"asgi-router check --strict: {config}: 1 warning (listed above)" in strict.stderr
+    assert keyed.returncode == 0, keyed.stdout + keyed.stderr
+    assert "warnings" not in keyed.stdout
+
+
+def test_a_required_provider_without_its_key_refuses_check_and_serve(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required="required = true"))
+    said = f"providers.openai (in {config}): required = true, but its api_key_env I26_OPENAI_KEY is not set"
+    check = _run_env({}, "check", config)
+    serve = _run_env({}, "serve", config, "--port", str(free_port()))
+    assert check.returncode == 1 and said in check.stderr
+    assert serve.returncode == 1 and said in serve.stderr
+    assert _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config).returncode == 0
+
+
+def test_check_and_explain_show_each_providers_kind_and_each_routes_protocol(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    check = _run_env({}, "check", config)
+    explain = _run_env({}, "explain", config, "group/auto")
+    assert "  claude  anthropic  https://api.anthropic.com/v1  key in the configuration\n" in check.stdout
+    assert "  openai  openai  https://api.openai.com/v1  key from $I26_OPENAI_KEY" in check.stdout
+    assert "  POST /v1/chat/completions  (OpenAI chat completions)\n" in check.stdout
+    assert "  POST /v1/messages  (Anthropic Messages)\n" in check.stdout
+    assert "  1. openai/gpt-4o  (openai)  [skipped: provider_not_configured" in explain.stdout
+    assert "  2. claude/claude-sonnet-4-5  (anthropic)\n" in explain.stdout
+    assert "rules of group/auto" not in explain.stdout  # no rule applies to it: no empty section
+
+
+def test_check_warns_about_an_openai_kind_provider_sending_anthropics_headers(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        'allow_unauthenticated = true\n[providers.old]\nbase_url = "https://api.anthropic.com/v1"\n'
+        'auth_header = "x-api-key"\napi_key = "sk-ant-0123456789abcdef"\n'
+        'headers = {anthropic-version = "2023-06-01"}\n'
+    )
+    result = _run_env({}, "check", "--strict", config)
+    assert result.returncode == 1
+    assert (
+        "  provider 'old' sends Anthropic's x-api-key and anthropic-version but speaks OpenAI's protocol "
+        '(kind = "openai", the default): set kind = "anthropic"'
+    ) in result.stdout
+
+
+def test_serve_records_each_workers_requests_and_replay_reads_them_all_by_glob(
+    tmp_path: Path, upstream: MockUpstream
+) -> None:
+    config = _config(tmp_path, upstream)
+    pattern = tmp_path / "records" / "day-{pid}.jsonl"
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    with serving(config, "--workers", "2", "--record", str(pattern), start_timeout=90) as (url, process):
+        for tier in ("gold", "-", "-", "gold", "-", "-"):
+            answer = httpx2.post(
+                f"{url}/v1/chat/completions", json=chat_body("group/auto"), headers={**auth, "x-tier": tier}
+            )
+            assert answer.status_code == 200
+    assert process.returncode == 0
+    files = sorted((tmp_path / "records").glob("day-*.jsonl"))
+    assert files and all(path.stem.removeprefix("day-").isdigit() for path in files)
+    assert sum(len(path.read_text().splitlines()) for path in files) == 6
+    # The new configuration drops the 'gold' rule: its two requests route to the default now.
+    new = tmp_path / "new.toml"
+    new.write_text(config.read_text().split('[[rules]]\nname = "gold"')[0])
+    result = _run("replay", new, str(tmp_path / "records" / "day-*.jsonl"))
+    assert result.returncode == 0, result.stderr
+    head = f"replayed 6 requests from {files[0]}" if len(files) == 1 else f"replayed 6 requests from {len(files)} files"
+    assert result.stdout.startswith(head)
+    assert ": 4 route the same, 2 differently, 0 would be refused" in result.stdout
+    assert "      2  group/auto: rule gold: [mock2/ok] -> rule default: [mock/ok mock2/ok]" in result.stdout
+    both = _run("replay", config, *files, files[0])  # files named twice are read once
+    assert both.returncode == 0 and ": 6 route the same, 0 differently" in both.stdout
+
+
+def test_serve_refuses_one_record_file_for_several_workers_and_replay_a_glob_matching_nothing(
+    tmp_path: Path, upstream: MockUpstream
+) -> None:
+    config = _config(tmp_path, upstream)
+    shared = _run("serve", config, "--workers", "2", "--record", tmp_path / "all.jsonl", "--port", str(free_port()))
+    assert shared.returncode == 1
+    assert "put {pid} in the path (e.g. records-{pid}.jsonl), so that each worker writes a file of its own" in (
+        shared.stderr
+    )
+    nothing = _run("replay", config, str(tmp_path / "none-*.jsonl"))
+    assert nothing.returncode == 1 and f"no records match '{tmp_path / 'none-*.jsonl'}'" in nothing.stderr

@@ -10,6 +10,7 @@ two run routers in this process: mounted without lifespan, and with one.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 
@@ -223,6 +224,15 @@ async def test_redis_killed_under_load_fails_no_request_and_sharing_resumes_once
         assert log.count("is reachable again") == log.count("is unreachable"), log
         assert REDIS_PASSWORD not in log
         assert f"fleet:***@127.0.0.1:{redis_server.port}" in log
+        # The store named once at start-up, and the recovery said at INFO (not a warning), with
+        # no doubled "asgi_router: " prefix on a logger already named so.
+        assert re.search(
+            rf"^INFO asgi_router shared state: redis://fleet:\*\*\*@127\.0\.0\.1:{redis_server.port}/\d+, prefix \S+$",
+            log,
+            re.MULTILINE,
+        ), log
+        assert "INFO asgi_router shared state at " in log and "WARNING asgi_router shared state at " in log
+        assert "asgi_router: " not in log
 
 
 def _mounted(redis: RedisServer, upstream: MockUpstream, prefix: str) -> tuple[Starlette, ModelRouter]:

@@ -35,7 +35,7 @@ def test_uvicorn_lifespan_on_with_a_broken_config_exits_non_zero_with_the_messag
     assert finished.returncode != 0, output
     assert "Application startup failed" in output
     # The router's own ERROR line, as well as the server's traceback.
-    assert "asgi_router: ModelRouter could not start: invalid router configuration" in output
+    assert "ModelRouter could not start: invalid router configuration" in output
     assert "inbound auth is required" in output
 
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,8 @@ from starlette.applications import Starlette
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, Hit, reply
 
-from .conftest import API_KEY
+from .commands import free_port, serving
+from .conftest import API_KEY, CLIENT_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -381,7 +386,8 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
     assert inspect.signature(reply.slow).parameters["then"].default == reply.ok()
     assert {"model", "path", "headers", "body", "stream"} <= set(inspect.signature(Hit).parameters)
     assert inspect.signature(reply.split_writes).parameters["then"].default == reply.ok()
-    assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key"]
+    assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key", "host", "port"]
+    assert {"host", "port", "lifespan"} <= set(inspect.signature(AppServer).parameters)
     with pytest.raises(ValueError, match="anthropic, openai"):
         FakeUpstream(kind="smoke-signals")
 
@@ -445,11 +451,16 @@ def test_the_anthropic_fixture_speaks_the_messages_api(fake_anthropic_upstream, 
 
 _PAGE = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
 _EXAMPLES = ("test_gateway.py", "test_mixed_group.py")
+#: The page's app that builds its settings at import, with its own conftest: a directory of its own.
+_IMPORTED_APP = ("gateway_app.py", "router.toml", "conftest.py", "test_imported_app.py")
+#: Exported in the shell of the user running the examples: they must pass all the same.
+_EXPORTED = {"ASGI_ROUTER_API_KEYS": "key-exported-in-the-users-shell-0123"}
 
 
 def _page_example(name: str) -> str:
-    """A complete test file on the "Testing your app" page (the block that starts with its name)."""
-    blocks = re.findall(r"^```python\n(.*?)^```$", _PAGE.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    """A complete file on the "Testing your app" page (the block that starts with its name)."""
+    text = _PAGE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(?:python|toml)[^\n]*\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
     [example] = [block for block in blocks if block.startswith(f"# {name}\n")]
     return str(example)
 
@@ -471,17 +482,21 @@ def users_suite(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Complete
     (suite / "test_plugin.py").write_text(textwrap.dedent(_PLUGIN_TESTS), encoding="utf-8")
     for name in _EXAMPLES:
         (suite / name).write_text(_page_example(name), encoding="utf-8")
+    (suite / "imported").mkdir()
+    for name in _IMPORTED_APP:
+        (suite / "imported" / name).write_text(_page_example(name), encoding="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(suite)],
         cwd=suite,
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, **_EXPORTED},
     )
 
 
 def _passed(finished: subprocess.CompletedProcess[str], file: str) -> list[str]:
-    return re.findall(rf"^PASSED {file}::(\w+)", finished.stdout, re.MULTILINE)
+    return re.findall(rf"^PASSED {re.escape(file)}::(\w+)", finished.stdout, re.MULTILINE)
 
 
 def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
@@ -495,9 +510,133 @@ def test_the_testing_pages_example_passes_as_a_users_test_file(users_suite: subp
     assert users_suite.returncode == 0, users_suite.stdout + users_suite.stderr
 
 
+def test_the_testing_pages_app_that_builds_its_settings_at_import_passes_with_keys_exported(
+    users_suite: subprocess.CompletedProcess[str],
+) -> None:
+    assert _passed(users_suite, "imported/test_imported_app.py") == [
+        "test_the_app_module_imports_with_the_test_environment",
+        "test_the_deployed_groups_fail_over_on_the_fake",
+    ], users_suite.stdout + users_suite.stderr
+
+
 def test_the_testing_pages_anthropic_example_passes_as_a_users_test_file(
     users_suite: subprocess.CompletedProcess[str],
 ) -> None:
     assert _passed(users_suite, "test_mixed_group.py") == ["test_gpt_4o_down_fails_over_to_claude"], (
         users_suite.stdout + users_suite.stderr
     )
+
+
+# --- n choices, fixed ports, the serve command ---------------------------------------------------
+
+
+def test_n_asks_for_that_many_choices_whole_and_streamed(fake_upstream: FakeUpstream) -> None:
+    client = _sdk(fake_upstream)
+    whole = client.chat.completions.create(model="m", messages=_MESSAGES, n=3)  # type: ignore[arg-type]
+    assert [choice.index for choice in whole.choices] == [0, 1, 2]
+    assert {choice.message.content for choice in whole.choices} == {"Hello from m"}
+    streamed = client.chat.completions.create(model="m", messages=_MESSAGES, n=2, stream=True)  # type: ignore[arg-type]
+    texts: dict[int, str] = {}
+    for chunk in streamed:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert texts == {0: "Hello from m", 1: "Hello from m"}
+    assert len(_sdk(fake_upstream).chat.completions.create(model="m", messages=_MESSAGES).choices) == 1  # type: ignore[arg-type]
+
+
+def test_a_fake_upstream_and_an_app_server_listen_on_the_port_asked_for() -> None:
+    port = free_port()
+    with FakeUpstream(port=port) as upstream:
+        assert upstream.base_url == f"http://127.0.0.1:{port}/v1"
+        assert _post(upstream, "m").json()["choices"][0]["message"]["content"] == "Hello from m"
+        with pytest.raises(RuntimeError, match=f"port {port} in use"), AppServer(Starlette(), port=port):
+            pass  # pragma: no cover - the port is taken
+    with AppServer(Starlette(), port=port) as server:
+        assert server.url == f"http://127.0.0.1:{port}"
+        assert httpx2.get(f"{server.url}/nothing").status_code == 404
+
+
+@contextmanager
+def _fake_command(*args: str) -> Iterator[tuple[str, list[str]]]:
+    """``python -m asgi_router.testing serve`` on a free port, as a user starts it, until the block
+    ends (Ctrl-C); the list yielded then holds its exit status and everything it printed."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "asgi_router.testing", "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first == f"serving a fake {'anthropic' if 'anthropic' in args else 'openai'} upstream at " + (
+            f"http://127.0.0.1:{port}/v1 (Ctrl-C stops it)\n"
+        ), first + process.stdout.read()
+        finished: list[str] = []
+        yield f"http://127.0.0.1:{port}/v1", finished
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finished += [str(process.returncode), out]
+
+
+def test_the_serve_command_answers_its_script_in_turn_the_last_reply_repeating() -> None:
+    with _fake_command("--script", "gpt-4o=503,429:2,200", "--script", "slow=stall:0.2") as (url, finished):
+        answers = [
+            httpx2.post(f"{url}/chat/completions", json={"model": "gpt-4o", "messages": _MESSAGES}, timeout=10)
+            for _ in range(4)
+        ]
+        stalled = httpx2.post(f"{url}/chat/completions", json={"model": "slow", "messages": _MESSAGES}, timeout=10)
+        other = httpx2.post(f"{url}/chat/completions", json={"model": "x", "messages": _MESSAGES, "n": 2}, timeout=10)
+    assert [answer.status_code for answer in answers] == [503, 429, 200, 200]
+    assert answers[0].json()["error"]["type"] == "server_error"
+    assert answers[1].headers["retry-after"] == "2"
+    assert answers[3].json()["choices"][0]["message"]["content"] == "Hello from gpt-4o"
+    assert stalled.status_code == 504
+    assert [choice["index"] for choice in other.json()["choices"]] == [0, 1]
+    status, log = finished
+    assert status == "0"
+    assert "POST /v1/chat/completions gpt-4o: 503\n" in log and "gpt-4o: 429:2.0\n" in log
+
+
+def test_the_serve_command_speaks_anthropic_and_breaks_a_stream_as_scripted() -> None:
+    with _fake_command("--kind", "anthropic", "--script", "claude=broken:2") as (url, _):
+        headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+        body = {"model": "claude", "max_tokens": 10, "messages": _MESSAGES, "stream": True}
+        with (
+            pytest.raises(httpx2.RemoteProtocolError),
+            httpx2.stream("POST", f"{url}/messages", json=body, headers=headers, timeout=10) as answer,
+        ):
+            assert answer.status_code == 200
+            answer.read()
+        whole = httpx2.post(f"{url}/messages", json={**body, "model": "other", "stream": False}, headers=headers)
+    assert whole.json()["type"] == "message" and whole.json()["content"][0]["text"] == "Hello from other"
+
+
+def test_the_serve_command_refuses_a_script_it_cannot_read() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "asgi_router.testing", "serve", "--script", "gpt-4o=503,sometimes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "'sometimes' is not a reply: use a status (200, 503), 429:2, stall, stall:5 or broken:3" in result.stderr
+
+
+def test_a_router_toml_with_fixed_urls_fails_over_across_two_served_fakes(tmp_path: Path) -> None:
+    with _fake_command("--script", "gpt-4o=503") as (first, _), _fake_command() as (second, _):
+        config = tmp_path / "router.toml"
+        config.write_text(
+            f'api_keys = ["{CLIENT_KEY}"]\n'
+            f'[providers.primary]\nbase_url = "{first}"\n[providers.backup]\nbase_url = "{second}"\n'
+            '[groups.chat]\nmembers = ["primary/gpt-4o", "backup/gpt-4o"]\n'
+        )
+        with serving(config) as (router, _):
+            client = openai.OpenAI(base_url=f"{router}/v1", api_key=CLIENT_KEY, max_retries=0)
+            answer = client.chat.completions.with_raw_response.create(model="group/chat", messages=_MESSAGES)  # type: ignore[arg-type]
+    assert answer.headers["x-router-model"] == "backup/gpt-4o"
+    assert answer.parse().choices[0].message.content == "Hello from gpt-4o"

@@ -168,7 +168,7 @@ async def call(
         except UnrecognisedFailure:
             # The router's own failure (its client, or a bug), not the upstream's: not retried,
             # and counted against no breaker or statistic (classify.py).
-            logger.exception("asgi_router: the router failed calling %s; not retried", candidate)
+            logger.exception("the router failed calling %s; not retried", candidate)
             return Failed("router_error", response.status if response else None, fatal=True)
     finally:
         if response is not None and (not handed_off or not stream):
@@ -239,7 +239,7 @@ def _read_failure(
             reason = refine_rate_limited(body)
         return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in HINTED else None
     except Exception:
-        logger.exception("asgi_router: could not read a %s answer's body or headers; its status decides", reason)
+        logger.exception("could not read a %s answer's body or headers; its status decides", reason)
         return reason, None
 
 
@@ -248,5 +248,5 @@ def _read_refusal(status: int, body: bytes) -> tuple[Reason, str | None]:
     try:
         return refine_client_error(status, body)
     except Exception:
-        logger.exception("asgi_router: could not read a %d answer's body; passed through as it is", status)
+        logger.exception("could not read a %d answer's body; passed through as it is", status)
         return "client_error", None

@@ -4,7 +4,11 @@ Loading is the whole validation (every refusal names its key and the file); what
 after is the configuration as the router sees it once nested groups are expanded: each group's
 members in their order (with weights and budgets), how its strategy orders them per request,
 what fails over, its hedging and canned reply, and for a group with rules the rules in the
-order they are tried. No key is printed: a provider shows where its key comes from.
+order they are tried. Each provider shows the protocol it speaks (its ``kind``) and each route
+the protocol its clients speak. No key is printed: a provider shows where its key comes from.
+Last come the warnings a valid configuration may still deserve (``config/advisories.py``): a
+provider that will be skipped for want of its key, one configured the pre-``kind`` way;
+``check --strict`` exits 1 on any of them.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from asgi_router.config.advisories import advisories
 from asgi_router.config.group_settings import GroupSettings, MemberSettings
 from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
+from asgi_router.protocols.routes import RouteKind, route_kind
 
 __all__ = ["STRATEGY_NOTES", "describe", "describe_group", "describe_reasons", "describe_rule"]
 
@@ -32,6 +38,13 @@ STRATEGY_NOTES: Final = {
     "latency": "lowest time-to-first-byte average first, now and then another to keep measuring",
     "cost": "cheapest for the request first, by catalog prices",
     "usage": "least used share of its rpm/tpm budget first",
+}
+
+#: What each kind of route speaks, as ``check`` lists the routes.
+_PROTOCOLS: Final[dict[RouteKind, str]] = {
+    "chat": "OpenAI chat completions",
+    "messages": "Anthropic Messages",
+    "openai": "OpenAI, passed through to OpenAI-kind providers",
 }
 
 
@@ -117,7 +130,7 @@ def describe(settings: RouterSettings, path: Path) -> str:
     """The report ``check`` prints for valid ``settings`` loaded from ``path``."""
     lines = [f"{path}: valid", "", "providers:"]
     for name, provider in sorted(settings.providers.items()):
-        lines.append(f"  {name}  {_url(provider.base_url)}  {_key_source(provider)}")
+        lines.append(f"  {name}  {provider.kind}  {_url(provider.base_url)}  {_key_source(provider)}")
     lines += ["", "groups (nested groups expanded):"]
     for name, group in sorted(settings.groups.items()):
         lines += describe_group(settings, name, group)
@@ -127,7 +140,7 @@ def describe(settings: RouterSettings, path: Path) -> str:
         lines += ["", "aliases:"]
         lines += [f"  {name} -> {target}" for name, target in sorted(settings.aliases.items())]
     lines += ["", "routes:"]
-    lines += [f"  POST {route}  (chat)" for route in settings.routes]
+    lines += [f"  POST {route}  ({_PROTOCOLS[route_kind(route)]})" for route in settings.routes]
     if settings.models_route is not None:
         lines.append(f"  GET  {settings.models_route}  (models)")
     if settings.metrics_route is not None:
@@ -136,4 +149,8 @@ def describe(settings: RouterSettings, path: Path) -> str:
     if settings.status_route is not None:
         lines.append(f"  GET  {settings.status_route}  (status page; .json: its data)")
     lines += ["", f"inbound auth: {_auth(settings)}"]
+    warned = advisories(settings)
+    if warned:
+        lines += ["", "warnings (check --strict fails on them):"]
+        lines += [f"  {advice}" for advice in warned]
     return "\n".join(lines)

@@ -7,7 +7,9 @@ configuration's own :class:`~asgi_router.routing.plan.Resolver` gives the plan. 
 candidate, what would skip it before any call that can be known without live traffic: a provider
 whose key is not set, a catalog context window the prompt does not fit. Strategies that read
 live statistics (``latency``, ``least_busy``, ``usage``, ``weighted``'s draw) are shown as they
-order a group with none recorded; the output says so. Nothing is sent anywhere.
+order a group with none recorded; the output says so. Each candidate shows the protocol its
+provider speaks (``openai`` or ``anthropic``); a rules group none of whose rules applies to it
+gets no rules section. Nothing is sent anywhere.
 """
 
 from __future__ import annotations
@@ -75,11 +77,13 @@ def _facts_line(facts: RequestFacts, headers: list[tuple[bytes, bytes]], payload
 
 
 def _rules(settings: RouterSettings, group: str, facts: RequestFacts) -> list[str]:
+    """The rules of a rules group, tried one by one; nothing when no rule applies to it."""
+    rules = [rule for rule in settings.rules if rule.applies_to is None or group in rule.applies_to]
+    if not rules:
+        return []
     lines = [f"rules of group/{group}, tried in order (the first whose every condition holds wins):"]
     chosen = False
-    for rule in settings.rules:
-        if rule.applies_to is not None and group not in rule.applies_to:
-            continue
+    for rule in rules:
         if chosen:
             lines.append(f"  {rule.name}: not tried (a rule above matched)")
             continue
@@ -118,7 +122,8 @@ def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str
             notes.append(f"skipped: provider_not_configured (${provider.api_key_env} is not set)")
         elif not catalog.fits(candidate.key, facts.prompt_tokens, facts.max_tokens):
             notes.append("skipped: context_window (the catalog says the prompt does not fit)")
-        lines.append(f"  {index}. {candidate.key}" + (f"  [{'; '.join(notes)}]" if notes else ""))
+        line = f"  {index}. {candidate.key}  ({provider.kind})"
+        lines.append(line + (f"  [{'; '.join(notes)}]" if notes else ""))
     if strategy is not None and strategy not in _FIXED:
         lines.append(f"  (the order of a {strategy} group depends on live statistics; shown with none recorded)")
     lines.append(f"  fails over on: {describe_reasons(plan.failover_on)}; retries in place: {plan.retries}")

@@ -40,9 +40,18 @@ def load_config(path: Path, *, serving: bool) -> RouterSettings:
 
 def _check(args: argparse.Namespace) -> int:
     from asgi_router.cli.check import describe
+    from asgi_router.config.advisories import advisories
 
     settings = load_config(args.config, serving=True)
     print(describe(settings, args.config))
+    warned = advisories(settings)
+    if args.strict and warned:
+        count = len(warned)
+        print(
+            f"asgi-router check --strict: {args.config}: {count} warning{'s' if count != 1 else ''} (listed above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -50,7 +59,12 @@ def _serve(args: argparse.Namespace) -> int:
     from asgi_router.cli.serve import serve
 
     settings = load_config(args.config, serving=True)  # refused here, before any worker starts
-    return serve(settings, args.config, args.host, args.port, args.workers, args.log_level)
+    if args.record is not None and args.workers > 1 and "{pid}" not in args.record:
+        raise ConfigError(
+            f"--record {args.record!r} with --workers {args.workers}: put {{pid}} in the path (e.g. "
+            "records-{pid}.jsonl), so that each worker writes a file of its own; replay takes them all"
+        )
+    return serve(settings, args.config, args.host, args.port, args.workers, args.log_level, args.record)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -61,10 +75,11 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from asgi_router.cli.replay import replay
+    from asgi_router.cli.replay import expand, replay
 
     settings = load_config(args.config, serving=False)
-    return replay(settings, args.config, args.records, args.show, args.progress, args.fail_on_change)
+    records = expand(args.records)
+    return replay(settings, args.config, records, args.show, args.progress, args.fail_on_change)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,12 +94,23 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    command("check", _check, "validate a configuration and print each group's plan and rules")
+    check = command("check", _check, "validate a configuration and print each group's plan and rules")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on any warning too (a provider whose api_key_env is unset, one configured the pre-kind way)",
+    )
     serve = command("serve", _serve, "run the router as a standalone gateway on uvicorn")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--record",
+        metavar="PATH",
+        help="append every routed request to PATH as JSON lines (JsonlSink), the input of replay; "
+        "{pid} in PATH is the worker's process id (required with --workers above 1)",
+    )
     explain = command("explain", _explain, "show which rule and plan a request would get, and why")
     explain.add_argument("model", help="the request's model: group/<id>, provider/model-id or an alias")
     explain.add_argument(
@@ -92,7 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--body", type=Path, help="a chat request body (JSON) to take the other facts from")
     replay = command("replay", _replay, "re-resolve recorded requests with this configuration, report differences")
-    replay.add_argument("records", type=Path, help="a JSON-lines file written by JsonlSink")
+    replay.add_argument(
+        "records",
+        nargs="+",
+        help="JSON-lines files written by JsonlSink (serve --record), or globs such as 'records-*.jsonl'",
+    )
     replay.add_argument("--show", type=int, default=20, help="differences listed one by one (default 20)")
     replay.add_argument(
         "--progress",

@@ -16,11 +16,13 @@ so. Long files get a progress bar on stderr (by bytes read; only on a terminal u
 
 from __future__ import annotations
 
+import glob
 import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TextIO
@@ -31,7 +33,7 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.recorded import recorded_facts, rule_inputs
 
-__all__ = ["LONG_FILE", "Change", "Progress", "replay"]
+__all__ = ["LONG_FILE", "Change", "Progress", "expand", "replay"]
 
 #: Files at least this long get a progress bar on a terminal.
 LONG_FILE: Final = 1024 * 1024
@@ -70,16 +72,41 @@ class Progress:
         self._out.flush()
 
 
-def _lines(handle: BinaryIO, progress: Progress | None) -> Iterator[tuple[int, bytes]]:
-    done = number = 0
-    for number, line in enumerate(handle, 1):
-        done += len(line)
-        if line.strip():
-            yield number, line
-        if progress is not None:
-            progress.update(done, number)
+def expand(patterns: Sequence[str]) -> list[Path]:
+    """The record files ``patterns`` name: paths, or globs (``records-*.jsonl``, for the shell
+    that did not expand them), each file once, in the order given (a glob's matches sorted)."""
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        if glob.has_magic(pattern):
+            matches = sorted(glob.glob(pattern))
+            if not matches:
+                raise ConfigError(f"no records match {pattern!r}")
+            found.update((Path(match), None) for match in matches)
+        else:
+            found[Path(pattern)] = None
+    return list(found)
+
+
+def _lines(handles: Sequence[BinaryIO], progress: Progress | None) -> Iterator[tuple[str, bytes]]:
+    """Every non-blank line of every file in turn, with where it is (``file:line``)."""
+    done = lines = 0
+    for handle in handles:
+        for number, line in enumerate(handle, 1):
+            done += len(line)
+            lines += 1
+            if line.strip():
+                yield f"{handle.name}:{number}" if len(handles) > 1 else f"line {number}", line
+            if progress is not None:
+                progress.update(done, lines)
     if progress is not None:
-        progress.update(done, number, final=True)
+        progress.update(done, lines, final=True)
+
+
+def _files(records: Sequence[Path]) -> str:
+    if len(records) == 1:
+        return str(records[0])
+    shown = ", ".join(str(path) for path in records[:3]) + (", ..." if len(records) > 3 else "")
+    return f"{len(records)} files ({shown})"
 
 
 def _plan_text(route: str, plan: list[str]) -> str:
@@ -103,22 +130,47 @@ def _unseen_inputs(settings: RouterSettings, headers: set[str], metadata: set[st
     ]
 
 
+def _open(records: Sequence[Path], stack: ExitStack) -> tuple[list[BinaryIO], int]:
+    handles: list[BinaryIO] = []
+    size = 0
+    for path in records:
+        try:
+            size += path.stat().st_size
+            handles.append(stack.enter_context(path.open("rb")))
+        except OSError as exc:
+            raise ConfigError(f"cannot read the records {path}: {exc.strerror or exc}") from None
+    return handles, size
+
+
 def replay(
     settings: RouterSettings,
     config: Path,
-    records: Path,
+    records: Sequence[Path],
     show: int,
     progress: bool | None,
     fail_on_change: bool,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
-    """Replay ``records``; print the report. 1 on ``fail_on_change`` with changes, else 0."""
-    try:
-        size = records.stat().st_size
-        handle = records.open("rb")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the records {records}: {exc.strerror or exc}") from None
+    """Replay the ``records`` files, as one; print the report. 1 on ``fail_on_change`` with
+    changes, else 0."""
+    with ExitStack() as stack:
+        handles, size = _open(records, stack)
+        return _replay(settings, config, records, handles, size, show, progress, fail_on_change, out, err)
+
+
+def _replay(
+    settings: RouterSettings,
+    config: Path,
+    records: Sequence[Path],
+    handles: Sequence[BinaryIO],
+    size: int,
+    show: int,
+    progress: bool | None,
+    fail_on_change: bool,
+    out: TextIO,
+    err: TextIO,
+) -> int:
     if progress is None:
         progress = size >= LONG_FILE and err.isatty()
     resolver = Resolver(settings)
@@ -127,33 +179,32 @@ def replay(
     summary: Counter[str] = Counter()
     headers_seen: set[str] = set()
     metadata_seen: set[str] = set()
-    with handle:
-        for number, line in _lines(handle, Progress(size, err) if progress else None):
-            try:
-                record = json.loads(line)
-                ref, facts = str(record["ref"]), record.get("facts") or {}
-                was = _plan_text(str(record.get("route", "default")), [str(key) for key in record.get("plan", [])])
-                if not isinstance(facts, dict):
-                    raise TypeError("facts")
-            except (ValueError, KeyError, TypeError, AttributeError):
-                unreadable += 1
-                continue
-            headers_seen.update(facts.get("headers") or {})
-            metadata_seen.update(facts.get("metadata") or {})
-            plan = resolver.resolve_string(ref, recorded_facts(facts))
-            if isinstance(plan, ResolveError):
-                now = f"refused: {plan.status} {plan.code}"
-            elif _differs(settings, record, plan):
-                now = _plan_text(plan.route, list(plan.labels))
-            else:
-                same += 1
-                continue
-            changes.append(Change(str(record.get("request_id", f"line {number}")), ref, was, now))
-            summary[f"{ref}: {was} -> {now}"] += 1
+    for where, line in _lines(handles, Progress(size, err) if progress else None):
+        try:
+            record = json.loads(line)
+            ref, facts = str(record["ref"]), record.get("facts") or {}
+            was = _plan_text(str(record.get("route", "default")), [str(key) for key in record.get("plan", [])])
+            if not isinstance(facts, dict):
+                raise TypeError("facts")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            unreadable += 1
+            continue
+        headers_seen.update(facts.get("headers") or {})
+        metadata_seen.update(facts.get("metadata") or {})
+        plan = resolver.resolve_string(ref, recorded_facts(facts))
+        if isinstance(plan, ResolveError):
+            now = f"refused: {plan.status} {plan.code}"
+        elif _differs(settings, record, plan):
+            now = _plan_text(plan.route, list(plan.labels))
+        else:
+            same += 1
+            continue
+        changes.append(Change(str(record.get("request_id", where)), ref, was, now))
+        summary[f"{ref}: {was} -> {now}"] += 1
     total = same + len(changes)
     refused = sum(1 for change in changes if change.now.startswith("refused"))
     lines = [
-        f"replayed {total:,} requests from {records} with {config}: {same:,} route the same, "
+        f"replayed {total:,} requests from {_files(records)} with {config}: {same:,} route the same, "
         f"{len(changes) - refused:,} differently, {refused:,} would be refused"
         + (f"; {unreadable:,} lines were not records" if unreadable else "")
     ]

@@ -12,7 +12,10 @@ file); each worker process then builds its router from the same file, found thro
 the host's, not one worker's: when ``PROMETHEUS_MULTIPROC_DIR`` is not set, a fresh temporary
 directory is used for the run (and removed after).
 
-The per-request log line goes to uvicorn's log at the chosen level (``info`` shows it).
+The per-request log line goes to uvicorn's log at the chosen level (``info`` shows it). With
+``--record PATH`` each worker adds a :class:`~asgi_router.JsonlSink` writing ``PATH`` (its
+``{pid}`` replaced by the worker's process id, so that several workers write a file each):
+what ``asgi-router replay`` reads.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from uvicorn.config import LOGGING_CONFIG
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import error_body
 from asgi_router.middleware import ModelRouter
+from asgi_router.observability.jsonl import JsonlSink
 
-__all__ = ["CONFIG_VARIABLE", "not_found", "serve", "standalone_app"]
+__all__ = ["CONFIG_VARIABLE", "RECORD_VARIABLE", "not_found", "serve", "standalone_app"]
 
 #: How ``serve`` tells its worker processes which file to load.
 CONFIG_VARIABLE: Final = "ASGI_ROUTER_SERVE_CONFIG"
+#: And where to record requests (``--record``; ``{pid}`` replaced in each worker).
+RECORD_VARIABLE: Final = "ASGI_ROUTER_SERVE_RECORD"
 _NOT_FOUND: Final = error_body(404, "not_found", "this gateway serves the router's routes only")
 
 
@@ -60,8 +66,10 @@ async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
 
 def standalone_app() -> ModelRouter:
     """The router over :func:`not_found`, configured from the file ``serve`` names (uvicorn's
-    factory: one per worker)."""
-    return ModelRouter(not_found, config=os.environ[CONFIG_VARIABLE])
+    factory: one per worker), recording to the file ``--record`` names, if it names one."""
+    record = os.environ.get(RECORD_VARIABLE)
+    sinks = [JsonlSink(record)] if record else []
+    return ModelRouter(not_found, config=os.environ[CONFIG_VARIABLE], sinks=sinks)
 
 
 def _log_config(level: str) -> dict[str, Any]:
@@ -71,9 +79,19 @@ def _log_config(level: str) -> dict[str, Any]:
     return config
 
 
-def serve(settings: RouterSettings, config: Path, host: str, port: int, workers: int, log_level: str) -> int:
+def serve(
+    settings: RouterSettings,
+    config: Path,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    record: str | None = None,
+) -> int:
     """Run uvicorn until it is stopped (Ctrl-C); its exit status."""
     os.environ[CONFIG_VARIABLE] = str(config.resolve())
+    if record is not None:
+        os.environ[RECORD_VARIABLE] = str(Path(record).absolute())  # workers may start elsewhere
     scratch: str | None = None
     if workers > 1 and settings.metrics_route is not None and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         scratch = tempfile.mkdtemp(prefix="asgi-router-metrics-")

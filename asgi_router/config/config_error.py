@@ -4,7 +4,10 @@ pydantic renders a validation error for its own readers: the schema of every mem
 it tried (``lax-or-strict[lax=json-or-python[...]]``), a documentation URL per error, and no
 word of where a value came from. An operator needs the key (``providers.openai.base_url``), the
 source to edit (the environment variable that set it, else the TOML file) and the complaint,
-one line each, and never the value, which may be a key.
+one line each. A value is shown only where it is one of a few fixed words (a strategy, a kind,
+a failure reason) or a name the configuration uses, with the closest allowed word when there is
+one (``got 'ordr'; did you mean 'order'?``); never any other value, which may be a key. An
+unknown key gets the closest known key of its table.
 
 The environment variable is found the way pydantic-settings reads them: ``ASGI_ROUTER_`` and
 the key's names joined with ``__``, case-insensitive; of the names that exist, the longest is
@@ -18,12 +21,14 @@ from __future__ import annotations
 import os
 import re
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsError
+
+from asgi_router.config.cross_checks import did_you_mean
 
 __all__ = ["ENV_DELIMITER", "ENV_PREFIX", "ConfigError", "Loc", "describe_refusal", "describe_undecodable"]
 
@@ -86,27 +91,83 @@ def _environment_variable(parts: list[str | int], overrides: Collection[str]) ->
     return None
 
 
+def _source(parts: list[str | int], file: Path | None, overrides: Collection[str]) -> str | None:
+    """Where the value at ``parts`` came from, said as a parenthesis does; ``None``: a keyword."""
+    variable = _environment_variable(parts, overrides)
+    if variable is not None:
+        return f"from the environment variable {variable}"
+    if parts and file is not None and parts[0] not in overrides:
+        return f"in {file}"
+    return None
+
+
+def _field_names(model: type[BaseModel], parts: list[str | int]) -> list[str]:
+    """The keys a table at ``parts`` may hold (empty when ``parts`` leads to no model)."""
+    kinds: list[object] = [model]
+    for part in parts:
+        found: list[object] = []
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                field = kind.model_fields.get(str(part))
+                if field is not None:
+                    found.append(field.annotation)
+            else:
+                args = typing.get_args(kind)
+                origin = typing.get_origin(kind)
+                if origin is dict and len(args) == 2:
+                    found.append(args[1])  # ``part`` is the table's own key
+                elif origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
+                    found.append(args[0])
+                else:
+                    kinds.extend(args)  # a union (or Annotated): look into its members
+                    continue
+        kinds = found
+    names: list[str] = []
+    for kind in kinds:
+        for member in (kind, *typing.get_args(kind)):
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                names += list(member.model_fields)
+    return names
+
+
+def _hint(error: Mapping[str, Any], parts: list[str | int], model: type[BaseModel]) -> str:
+    """What the operator most likely meant: the value refused when it is a choice among fixed
+    words (never any other value: it may be a key), and the closest word that is allowed."""
+    if error["type"] in ("literal_error", "enum") and isinstance(error.get("input"), str):
+        given = str(error.get("input"))[:64]
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        return f" (got {given!r}{did_you_mean(given, choices)})"
+    if error["type"] == "extra_forbidden" and parts and isinstance(parts[-1], str):
+        close = did_you_mean(parts[-1], _field_names(model, parts[:-1]))
+        return f" ({close[2:]})" if close else ""
+    return ""
+
+
 def describe_refusal(
     exc: ValidationError, model: type[BaseModel], file: Path | None, overrides: Collection[str]
 ) -> str:
-    """One line per refused key: ``key (source): what is wrong``; never the value."""
+    """One line per refused key: ``key (source): what is wrong``; a value only where it is a
+    fixed word or a name (see :func:`_hint`), never a key."""
     tags = _model_names(model) | _SCALAR_TAGS
     lines: dict[str, list[str]] = {}
-    for error in exc.errors(include_url=False, include_input=False):
-        cause = (error.get("ctx") or {}).get("error")
+    for error in exc.errors(include_url=False):
+        ctx = error.get("ctx") or {}
+        cause = ctx.get("error")
         message = str(cause) if error["type"] == "value_error" and cause is not None else error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
         parts = _names(tuple(error["loc"]), tags)
+        message += _hint(error, parts, model)
+        contradicting = ctx.get("sources") or ()
+        if contradicting:
+            said = [f"{name} {_source([name], file, overrides) or 'as a keyword argument'}" for name in contradicting]
+            message += f" ({'; '.join(said)})"
         key = _key(parts)
-        variable = _environment_variable(parts, overrides)
-        if variable is not None:
-            where = f"{key} (from the environment variable {variable})"
-        elif key and file is not None and parts[0] not in overrides:
-            where = f"{key} (in {file})"
-        else:
-            where = key  # a keyword, or a check across keys whose message names them
-        said = lines.setdefault(where, [])
-        if message not in said:  # a value no member of a union accepts: one line for them all
-            said.append(message)
+        source = _source(parts, file, overrides)
+        where = f"{key} ({source})" if key and source else key  # no source: a keyword, or a check across keys
+        said_here = lines.setdefault(where, [])
+        if message not in said_here:  # a value no member of a union accepts: one line for them all
+            said_here.append(message)
     rendered: list[str] = []
     for where, said in lines.items():
         if where:
@@ -114,7 +175,9 @@ def describe_refusal(
         else:
             rendered += [f"  {message}" for message in said]
     body = "\n".join(rendered)
-    return f"invalid router configuration:\n{body}"
+    count = sum(len(said) if not where else 1 for where, said in lines.items())
+    head = "invalid router configuration" + (f" ({count} problems)" if count > 1 else "")
+    return f"{head}:\n{body}"
 
 
 def describe_undecodable(exc: SettingsError) -> str:

@@ -77,9 +77,10 @@ class ProviderSettings(StrictSettings):
     local server). A provider whose ``api_key_env`` names an unset variable is *skipped* (reason
     ``provider_not_configured``), not failed, so a group can list providers that only some
     deployments have keys for; the router names the variable in one warning at start-up and in
-    the candidate's line of an error. The upstream URL of an ``openai`` provider is ``base_url``
-    plus the route without its leading ``/v1``: ``https://api.openai.com/v1`` and
-    ``/v1/chat/completions`` make ``https://api.openai.com/v1/chat/completions``. An
+    the candidate's line of an error; ``required = true`` refuses the settings instead. The
+    upstream URL of an ``openai`` provider is ``base_url`` plus the route without its leading
+    ``/v1``: ``https://api.openai.com/v1`` and ``/v1/chat/completions`` make
+    ``https://api.openai.com/v1/chat/completions``. An
     ``anthropic`` provider is always sent ``base_url + "/messages"``: chat completions translated
     to the Messages API, and Anthropic clients' own requests as they are.
     """
@@ -99,6 +100,11 @@ class ProviderSettings(StrictSettings):
     )
     api_key_env: str | None = Field(
         default=None, description="Or the name of the environment variable that holds the key, read at start-up."
+    )
+    required: bool = Field(
+        default=False,
+        description="Refuse to start without this provider's key (`api_key`, or `api_key_env` set and not "
+        "empty) instead of skipping its models; for the provider a deployment cannot serve without.",
     )
     auth_header: str = Field(
         default="authorization",
@@ -164,6 +170,11 @@ class ProviderSettings(StrictSettings):
             raise ValueError("headers: set anthropic-version with anthropic_version")
         if self.auth_header in self.headers and (self.api_key is not None or self.api_key_env):
             raise ValueError(f"headers: {self.auth_header!r} is the key's header (auth_header); it carries the key")
+        if self.required and self.api_key is None:
+            if not self.api_key_env:
+                raise ValueError("required = true needs api_key or api_key_env")
+            if not self.is_configured:
+                raise ValueError(f"required = true, but its api_key_env {self.api_key_env} is not set")
         return self
 
     @field_validator("base_url")

@@ -4,35 +4,39 @@
 arguments, ``ASGI_ROUTER_...`` environment variables (nested with ``__``), the TOML file.
 Everything that can be checked without I/O is checked when the settings are built, so that a
 bad config fails the app's start-up with a message naming the key rather than failing a request
-at 3 a.m. The tables it is made of check themselves (``provider_settings.py``,
-``group_settings.py``, ``resilience_settings.py``, ...); what only the whole can check is here: a
-provider named ``group``, a group member, alias, catalog key or rule route that names nothing
-configured, nesting cycles and depth (``group_settings.py`` flattens), a pool setting the chosen
-transport cannot honour, and inbound auth chosen not exactly once (``auth_settings.py``).
-Settings are built before the app serves anything (typically at import, as
-``settings = RouterSettings.from_toml(...)``), whereas
+at 3 a.m. The tables it is made of check themselves (``provider_settings.py``, ``group_settings.py``,
+``resilience_settings.py``, ...); what only the whole can check is here: a provider named
+``group``, a group member, alias, catalog key or rule route that names nothing configured
+(``cross_checks.py``), nesting cycles and depth (``group_settings.py`` flattens), a pool setting
+the chosen transport cannot honour, and inbound auth chosen not exactly once
+(``auth_settings.py``). Settings are built before the app
+serves anything (typically at import, as ``settings = RouterSettings.from_toml(...)``), whereas
 an ASGI server may only build the middleware on its first event and then answer 500 to every
 route: every refusal that can be decided from the settings alone belongs here, not in
 ``ModelRouter``.
 
 Errors say where the bad value came from: the environment variable that set it, or the TOML
-file; never the value itself (it may be a key).
+file; never the value itself (it may be a key), but for a mistyped fixed word or name. Every
+problem is reported at once: the checks across tables run on whatever did parse
+(``cross_checks.py``), and all of them run rather than the first refusal hiding the next.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     Field,
     ImportString,
+    ModelWrapValidatorHandler,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
     SecretStr,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -43,6 +47,7 @@ from asgi_router.config import loading
 from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
+from asgi_router.config.cross_checks import Problem, reference_problems, refusal
 from asgi_router.config.group_settings import GroupSettings, MemberSettings, flatten_groups
 from asgi_router.config.pages_settings import check_page_route, check_pages
 from asgi_router.config.provider_settings import PoolSettings, ProviderSettings
@@ -56,7 +61,6 @@ from asgi_router.config.resilience_settings import (
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.state_settings import check_key_prefix, check_state_url
 from asgi_router.core.reasons import Reason
-from asgi_router.core.refs import GROUP_NAMESPACE, InvalidRef, RefKind, is_valid_name, parse_model_ref
 
 __all__ = ["RouterSettings", "load_settings"]
 
@@ -66,6 +70,9 @@ _AIOHTTP_IDLE_CAP = (
     "public API keeps every released connection until pool.keepalive_expiry); leave it unset, lower "
     'pool.keepalive_expiry to close idle connections sooner, or choose transport = "httpx", which caps them'
 )
+
+#: The inbound auth settings, of which exactly one is chosen.
+_AUTH_CHOICES: Final = ("authorize", "api_keys", "allow_unauthenticated")
 
 
 class RouterSettings(BaseSettings):
@@ -269,6 +276,11 @@ class RouterSettings(BaseSettings):
         for route in value:
             if not route.startswith("/"):
                 raise ValueError(f"route {route!r} must start with '/'")
+            if route.rstrip("/").endswith("/messages/count_tokens"):
+                raise ValueError(
+                    f"route {route!r}: Anthropic's token counting is not supported (see Protocols); the router "
+                    "answers it with a not_found_error below each /messages route it serves"
+                )
         return value
 
     @field_validator("models_route", "metrics_route", "status_route")
@@ -276,84 +288,51 @@ class RouterSettings(BaseSettings):
     def _check_page_routes(cls, value: str | None, info: ValidationInfo) -> str | None:
         return check_page_route(str(info.field_name), value)  # "" is off: TOML and the environment cannot say None
 
-    @model_validator(mode="after")
-    def _check_pages(self) -> Self:
-        check_pages(self.routes, self.models_route, self.metrics_route, self.status_route)
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _check_whole(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # One refusal for everything wrong: when some fields are refused, the names the rest of
+        # the configuration uses are still checked (on the raw tables), and every check across
+        # tables runs, rather than the first failing check hiding the next.
+        try:
+            settings = handler(data)
+        except ValidationError as exc:
+            problems = reference_problems(data)
+            if not problems:
+                raise
+            raise refusal(exc.title, exc.errors(), problems) from None
+        problems = settings._problems()
+        if problems:
+            raise refusal(cls.__name__, [], problems)
+        return settings
 
-    @model_validator(mode="after")
-    def _check_references(self) -> Self:
-        for name in self.providers:
-            if name == GROUP_NAMESPACE:
-                raise ValueError(f"providers.{name}: 'group' is reserved for routing groups")
-            if not is_valid_name(name):
-                raise ValueError(f"providers.{name}: names are letters, digits, '_', '.', '-'")
-        for name, group in self.groups.items():
-            if not is_valid_name(name):
-                raise ValueError(f"groups.{name}: names are letters, digits, '_', '.', '-'")
-            for index, member in enumerate(group.member_settings()):
-                key = f"groups.{name}.members[{index}]"
-                self._check_member(key, member.ref)
-                if member.ref.startswith(f"{GROUP_NAMESPACE}/") and (member.rpm or member.tpm):
-                    raise ValueError(f"{key}: rpm/tpm belong on 'provider/model-id' members, not on a group")
-        for name, target in self.aliases.items():
-            if not is_valid_name(name):
-                raise ValueError(f"aliases.{name}: an alias is a bare name (no '/')")
-            self._check_member(f"aliases.{name}", target)
-        for key in self.catalog:
-            ref = parse_model_ref(key)
-            if isinstance(ref, InvalidRef) or ref.kind is not RefKind.DIRECT:
-                raise ValueError(f"catalog.{key}: keys are 'provider/model-id'")
-            if ref.name not in self.providers:
-                raise ValueError(f"catalog.{key}: names unknown provider {ref.name!r}")
-        self._check_rules()
-        self._flat = flatten_groups(self.groups)
-        return self
-
-    @model_validator(mode="after")
-    def _check_transport(self) -> Self:
+    def _problems(self) -> list[Problem]:
+        """What only the whole can refuse: pages, references, the transport's pool, inbound auth."""
+        problems: list[Problem] = []
+        try:
+            check_pages(self.routes, self.models_route, self.metrics_route, self.status_route)
+        except ValueError as exc:
+            problems.append(Problem((), str(exc)))
+        references = reference_problems(self)
+        problems += references
+        if not references:
+            try:
+                self._flat = flatten_groups(self.groups)
+            except ValueError as exc:
+                problems.append(Problem((), str(exc)))
         # Refused rather than ignored: an operator who set the cap expects it to hold.
         if self.transport == "aiohttp" and self.pool.max_keepalive_connections is not None:
-            raise ValueError(_AIOHTTP_IDLE_CAP)
-        return self
-
-    @model_validator(mode="after")
-    def _check_auth(self) -> Self:
-        # Defined after _check_references: a config with a bad reference says so first.
-        check_inbound_auth(
-            authorize=self.authorize is not None,
-            api_keys=self.api_keys is not None,
-            allow_unauthenticated=self.allow_unauthenticated,
-        )
-        return self
-
-    def _check_rules(self) -> None:
-        seen: set[str] = set()
-        for index, rule in enumerate(self.rules):
-            key = f"rules[{index}]"
-            if rule.name in seen:
-                raise ValueError(f"{key}: rule name {rule.name!r} is used twice")
-            seen.add(rule.name)
-            self._check_member(f"{key}.route", rule.route)
-            target = parse_model_ref(rule.route)
-            if isinstance(target, InvalidRef):  # pragma: no cover - rejected by _check_member
-                raise ValueError(f"{key}.route: {target.message}")
-            if target.kind is RefKind.GROUP and self.groups[target.name].rules:
-                raise ValueError(f"{key}.route: {rule.route!r} has rules itself; rules apply once per request")
-            for group in rule.applies_to or ():
-                if group not in self.groups or not self.groups[group].rules:
-                    raise ValueError(f"{key}.applies_to: {group!r} is not a group with rules = true")
-
-    def _check_member(self, key: str, member: str) -> None:
-        ref = parse_model_ref(member)
-        if isinstance(ref, InvalidRef):
-            raise ValueError(f"{key}: {member!r} is not a valid reference ({ref.message})")
-        if ref.kind is RefKind.ALIAS:
-            raise ValueError(f"{key}: {member!r} must be 'provider/model-id' or 'group/<id>'")
-        if ref.kind is RefKind.DIRECT and ref.name not in self.providers:
-            raise ValueError(f"{key}: {member!r} names unknown provider {ref.name!r}")
-        if ref.kind is RefKind.GROUP and ref.name not in self.groups:
-            raise ValueError(f"{key}: {member!r} names unknown group {ref.name!r}")
+            problems.append(Problem((), _AIOHTTP_IDLE_CAP))
+        try:
+            check_inbound_auth(
+                authorize=self.authorize is not None,
+                api_keys=self.api_keys is not None,
+                allow_unauthenticated=self.allow_unauthenticated,
+            )
+        except ValueError as exc:
+            chosen = tuple(name for name in _AUTH_CHOICES if name in self.model_fields_set)
+            problems.append(Problem((), str(exc), sources=chosen if len(chosen) > 1 else ()))
+        return problems
 
     def flat_members(self, group: str) -> tuple[str, ...]:
         """The group's concrete ``provider/model-id`` members, nested groups expanded."""

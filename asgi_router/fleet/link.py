@@ -244,7 +244,7 @@ class Link:
             self._backoff = MIN_BACKOFF
             if self._said_down:
                 self._said_down = False
-                logger.warning("asgi_router: shared state at %s is reachable again; sharing resumes", self.shown)
+                logger.info("shared state at %s is reachable again; sharing resumes", self.shown)
             while self.up and not connection.closed:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
                 if message is not None and message.get("type") == "message":
@@ -258,7 +258,7 @@ class Link:
         if not self._said_down:
             self._said_down = True
             logger.warning(
-                "asgi_router: shared state at %s is unreachable (%s); each process serves from its own view "
+                "shared state at %s is unreachable (%s); each process serves from its own view "
                 "and reconnects in the background",
                 self.shown,
                 type(exc).__name__,

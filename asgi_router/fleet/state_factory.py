@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.config.state_settings import shared_store_url
+from asgi_router.observability.events import logger
 from asgi_router.resilience.router_state import InMemoryState, RouterState
 from asgi_router.resilience.stats import Limits
 
@@ -38,8 +39,12 @@ def make_state(settings: RouterSettings, clock: Callable[[], float] = time.monot
     url = shared_store_url(settings.state_url)
     if url is None:
         return InMemoryState(clock, settings.latency_half_life)
+    from asgi_router.fleet.link import masked
     from asgi_router.fleet.shared_state import SharedState  # needs redis-py: imported only when asked for
 
+    # One line per process at start-up, so that a fleet's logs say which store each process
+    # shares (the password masked).
+    logger.info("shared state: %s, prefix %s", masked(url), settings.state_key_prefix)
     return SharedState(
         url, settings.state_key_prefix, settings.breaker, budgets_of(settings), clock, settings.latency_half_life
     )

@@ -98,7 +98,7 @@ class ListeningScope(Deadline):
         self._listener = None
         failure = task.exception()
         if failure is not None:
-            logger.error("asgi_router: receive() failed while waiting for a disconnect", exc_info=failure)
+            logger.error("receive() failed while waiting for a disconnect", exc_info=failure)
         elif task.result().get("type") != "http.disconnect":
             self._listen()
             return

@@ -150,7 +150,7 @@ class _SinkWorker:
                 self.sink(record)
             except Exception:
                 if self.failures + failed == 0:
-                    logger.exception("asgi_router: event sink %r failed (further failures are only counted)", self.sink)
+                    logger.exception("event sink %r failed (further failures are only counted)", self.sink)
                 failed += 1
         return failed
 
@@ -161,11 +161,11 @@ class _SinkWorker:
             try:
                 close()
             except Exception:
-                logger.exception("asgi_router: event sink %r failed to close", self.sink)
+                logger.exception("event sink %r failed to close", self.sink)
 
     def _failed(self, *, logged: bool = False) -> None:
         if self.failures == 0 and not logged:
-            logger.exception("asgi_router: event sink %r failed (further failures are only counted)", self.sink)
+            logger.exception("event sink %r failed (further failures are only counted)", self.sink)
         self.failures += 1
 
 

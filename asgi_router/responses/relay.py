@@ -90,7 +90,7 @@ def _late_reason(exc: Exception, candidate: str) -> Reason:
     try:
         reason = classify_exception(exc)
     except UnrecognisedFailure:  # the router's own failure: not held against the upstream
-        logger.exception("asgi_router: the router failed relaying %s", candidate)
+        logger.exception("the router failed relaying %s", candidate)
         return "router_error"
     return "timeout" if reason == "timeout" else "stream_interrupted"
 

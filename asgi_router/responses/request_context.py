@@ -120,7 +120,7 @@ class RequestContext:
         """An unexpected error inside the router (a host's ``authorize`` that raised, a bug): the
         traceback goes to the router's logger, which scrubs keys from it, and the client gets
         an OpenAI-shaped 500 if nothing was sent yet, never the server's plain-text one."""
-        logger.exception("asgi_router: request %s failed inside the router", self.record.request_id)
+        logger.exception("request %s failed inside the router", self.record.request_id)
         if not self.response_started:
             await self.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
 

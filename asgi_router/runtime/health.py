@@ -85,7 +85,7 @@ class HealthProber:
                 failures += 1
                 if failures >= target.health.unhealthy_threshold:
                     if failures == target.health.unhealthy_threshold:
-                        logger.warning("asgi_router: %s fails its health probes; opening its breaker", target.provider)
+                        logger.warning("%s fails its health probes; opening its breaker", target.provider)
                     self._gate.trip(target.provider)
             await asyncio.sleep(target.health.interval)
 
@@ -102,9 +102,9 @@ class HealthProber:
         except httpx2.HTTPError as exc:
             if translate(exc) is not None:  # the transport's own reading: connection, timeout
                 return False
-            logger.exception("asgi_router: health probe of %s failed unexpectedly", target.provider)
+            logger.exception("health probe of %s failed unexpectedly", target.provider)
             return None
         except Exception:
-            logger.exception("asgi_router: health probe of %s failed unexpectedly", target.provider)
+            logger.exception("health probe of %s failed unexpectedly", target.provider)
             return None
         return classify_status(response.status_code) not in ("upstream_5xx", "timeout")

@@ -135,7 +135,7 @@ class Lifespan:
             idle.append("gc_freeze")
         if idle:
             logger.warning(
-                "asgi_router: serving without a lifespan startup (a mounted sub-app, or a server or "
+                "serving without a lifespan startup (a mounted sub-app, or a server or "
                 "test client without lifespan); these run only from lifespan startup to shutdown "
                 "and do not run: %s",
                 "; ".join(idle),

@@ -1,12 +1,12 @@
 """A scriptable fake upstream: a real HTTP server that answers as a test tells it to.
 
 ``with FakeUpstream() as up:`` serves an OpenAI-compatible API on a free ``127.0.0.1`` port
-(``up.base_url`` ends in ``/v1``); ``FakeUpstream(kind="anthropic")`` serves Anthropic's
-Messages API instead (its ``up.provider()`` says ``kind = "anthropic"``). ``up.script(model_id,
-*replies)`` sets what a model id answers, one reply per request in turn, the last one repeating;
-a model nobody scripted answers ``reply.ok()`` with a text naming it. Every request is kept in
-``up.hits``. ``up.reset()`` forgets scripts and hits, so one server can serve a whole test
-session.
+(``FakeUpstream(port=8001)``: that one; ``up.base_url`` ends in ``/v1``);
+``FakeUpstream(kind="anthropic")`` serves Anthropic's Messages API instead (its
+``up.provider()`` says ``kind = "anthropic"``). ``up.script(model_id, *replies)`` sets what a
+model id answers, one reply per request in turn, the last one repeating; a model nobody
+scripted answers ``reply.ok()`` with a text naming it. Every request is kept in ``up.hits``.
+``up.reset()`` forgets scripts and hits, so one server can serve a whole test session.
 
 For a test that needs more than scripts (an answer that depends on the request), subclass and
 override :meth:`FakeUpstream.reply_for`. A ``FakeUpstream`` is also the ASGI app it serves:
@@ -43,9 +43,13 @@ class FakeUpstream(Served):
 
     ``kind`` is the protocol (``"openai"`` or ``"anthropic"``); ``api_key`` the key
     :meth:`provider` gives the router (the fake accepts any: ``hits`` show which one came).
+    ``host`` and ``port`` choose where it listens (default: a free ``127.0.0.1`` port), for a
+    router whose configuration names a fixed ``base_url``.
     """
 
-    def __init__(self, *, kind: str = "openai", api_key: str = TEST_KEY) -> None:
+    def __init__(
+        self, *, kind: str = "openai", api_key: str = TEST_KEY, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         if kind not in WIRES:
             raise ValueError(f"unknown kind {kind!r}: a fake upstream speaks {', '.join(sorted(WIRES))}")
         self.kind = kind
@@ -58,12 +62,15 @@ class FakeUpstream(Served):
         self.in_flight = 0
         self.peak_in_flight = 0
         self._server: AppServer | None = None
+        self._host = host
+        self._port = port
 
     # --- what a test configures and reads --------------------------------------------------
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``: what a provider's ``base_url`` is set to."""
+        """``http://127.0.0.1:PORT/v1`` (the host and port it serves on): what a provider's
+        ``base_url`` is set to."""
         if self._server is None:
             raise RuntimeError("the fake upstream is not running: use 'with FakeUpstream() as up:'")
         return self._server.url + self._wire.base_path
@@ -128,7 +135,7 @@ class FakeUpstream(Served):
         """Serve on a free loopback port; return once it accepts connections."""
         if self._server is not None:
             raise RuntimeError("the fake upstream is already running")
-        server = AppServer(self, lifespan="off", graceful_shutdown=1.0)
+        server = AppServer(self, host=self._host, port=self._port, lifespan="off", graceful_shutdown=1.0)
         server.start()
         self._server = server
         return self

@@ -11,8 +11,10 @@ time it is asked for: a test can compare what the router relayed with what the f
 A tool call follows the text: whole, a ``tool_calls`` entry on the message (``content`` null
 when there was no text); streamed, a chunk that opens the call (its ``id``, ``type`` and
 ``function.name``, empty ``arguments``) and one chunk per piece of the arguments; either way
-``finish_reason`` is ``tool_calls``. An error in the middle of a stream is one
-``data: {"error": {...}}`` event, the stream then ending without ``[DONE]``.
+``finish_reason`` is ``tool_calls``. A request with ``n`` above one gets that many choices (the
+same answer, ``index`` 0, 1, ...; streamed one complete choice after the other). An error in
+the middle of a stream is one ``data: {"error": {...}}`` event, the stream then ending without
+``[DONE]``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from asgi_router.testing.hits import Hit
-from asgi_router.testing.wire_format import JSONWire, ScriptedAnswer, content_words
+from asgi_router.testing.wire_format import JSONWire, ScriptedAnswer, choices_asked, content_words
 
 __all__ = ["COMPLETION_ID", "CREATED", "TOOL_CALL_ID", "OpenAIWire"]
 
@@ -62,6 +64,7 @@ class OpenAIWire(JSONWire):
 
     def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:
         prompt = content_words(body.get("messages")) if isinstance(body, dict) else 0
+        completion_tokens *= choices_asked(body)  # every choice is generated, and counted
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion_tokens,
@@ -82,11 +85,12 @@ class OpenAIWire(JSONWire):
                 "model": answer.model,
                 "choices": [
                     {
-                        "index": 0,
+                        "index": index,
                         "message": message,
                         "logprobs": None,
                         "finish_reason": "stop" if answer.tool is None else "tool_calls",
                     }
+                    for index in range(answer.choices)
                 ],
                 "usage": dict(answer.usage),
                 "system_fingerprint": _FINGERPRINT,
@@ -110,20 +114,23 @@ class OpenAIWire(JSONWire):
                 chunk["usage"] = dict(usage) if usage is not None else None
             return b"data: " + _dumps(chunk) + b"\n\n"
 
-        def choice(delta: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
-            return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        def choice(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
 
-        events = [event(choice({"role": "assistant", "content": "", "refusal": None}))]
-        events += [event(choice({"content": piece})) for piece in answer.pieces]
-        tool = answer.tool
-        if tool is not None:
-            call = {"name": tool.name, "arguments": ""}
-            opened = {"index": 0, "id": tool.id or TOOL_CALL_ID, "type": "function", "function": call}
-            events.append(event(choice({"tool_calls": [opened]})))
-            events += [
-                event(choice({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})) for piece in tool.pieces
-            ]
-        events.append(event(choice({}, "stop" if tool is None else "tool_calls")))
+        events: list[bytes] = []
+        for index in range(answer.choices):  # one choice after the other, each complete
+            events.append(event(choice(index, {"role": "assistant", "content": "", "refusal": None})))
+            events += [event(choice(index, {"content": piece})) for piece in answer.pieces]
+            tool = answer.tool
+            if tool is not None:
+                call = {"name": tool.name, "arguments": ""}
+                opened = {"index": 0, "id": tool.id or TOOL_CALL_ID, "type": "function", "function": call}
+                events.append(event(choice(index, {"tool_calls": [opened]})))
+                events += [
+                    event(choice(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+                    for piece in tool.pieces
+                ]
+            events.append(event(choice(index, {}, "stop" if tool is None else "tool_calls")))
         if include_usage:
             events.append(event([], answer.usage))
         events.append(b"data: [DONE]\n\n")

@@ -39,7 +39,7 @@ from asgi_router.testing.reply import (
     StreamError,
     ToolCall,
 )
-from asgi_router.testing.wire_format import ScriptedAnswer, ToolUse, Wire, pieces
+from asgi_router.testing.wire_format import ScriptedAnswer, ToolUse, Wire, choices_asked, pieces
 
 __all__ = ["DroppedConnection", "PlayedCall", "awkward_pieces", "play"]
 
@@ -186,12 +186,12 @@ def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> ScriptedAnswer:
         text = reply.text if reply.text is not None else _greeting(hit.model)
         parts = pieces(text, reply.chunks)
         usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
-        return ScriptedAnswer(hit.model, text, parts, usage)
+        return ScriptedAnswer(hit.model, text, parts, usage, choices=choices_asked(hit.body))
     text = reply.text or ""
     parts = pieces(text, None)
     tool = ToolUse(reply.name, reply.arguments, pieces(reply.arguments, reply.chunks), reply.id)
     usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts) + len(tool.pieces))
-    return ScriptedAnswer(hit.model, text, parts, usage, tool)
+    return ScriptedAnswer(hit.model, text, parts, usage, tool, choices=choices_asked(hit.body))
 
 
 def _cut_short(hit: Hit, wire: Wire, sent: int) -> ScriptedAnswer:

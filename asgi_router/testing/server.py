@@ -1,4 +1,4 @@
-"""Serve an ASGI app on a free 127.0.0.1 port, from a thread of its own, for the length of a test.
+"""Serve an ASGI app on a free 127.0.0.1 port (or one chosen), from a thread of its own, for the length of a test.
 
 Real sockets are what make a test of a gateway worth having: streaming, chunk timing, client
 disconnects and connection pools behave as in production, where an in-process client
@@ -25,7 +25,7 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the installation
     raise ImportError("asgi_router.testing serves apps with uvicorn: pip install 'asgi-router[testing]'") from missing
 
-__all__ = ["AppServer", "Served"]
+__all__ = ["AppServer", "Served", "url_host"]
 
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
@@ -60,11 +60,23 @@ class Served(ABC):
         await anyio.to_thread.run_sync(self.stop)
 
 
+def url_host(host: str) -> str:
+    """How a URL names a server listening on ``host``: a wildcard address as loopback, an
+    IPv6 address in brackets."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 class AppServer(Served):
     """``app`` served by uvicorn on ``127.0.0.1`` (a free port) until :meth:`stop`.
 
     ``with AppServer(app) as server:`` (or ``async with``) starts it and gives ``server.url``
-    (``http://127.0.0.1:PORT``). ``lifespan`` is uvicorn's setting (``"on"`` runs the app's
+    (``http://127.0.0.1:PORT``). ``host`` and ``port`` choose another address or a fixed port
+    (for an app whose configuration names the URL: a ``router.toml`` with fixed ``base_url`` s);
+    a port in use fails :meth:`start`. ``lifespan`` is uvicorn's setting (``"on"`` runs the app's
     startup and shutdown, which a router's upstream client and event sinks need). :meth:`stop`
     lets open requests finish for up to ``graceful_shutdown`` seconds, then cancels them.
     ``http`` picks uvicorn's HTTP implementation (``"auto"``: httptools if installed, else h11).
@@ -74,6 +86,8 @@ class AppServer(Served):
         self,
         app: Any,
         *,
+        host: str = "127.0.0.1",
+        port: int = 0,
         lifespan: Literal["auto", "on", "off"] = "on",
         graceful_shutdown: float = 2.0,
         http: Literal["auto", "h11", "httptools"] = "auto",
@@ -81,8 +95,8 @@ class AppServer(Served):
     ) -> None:
         config = uvicorn.Config(
             app,
-            host="127.0.0.1",
-            port=0,
+            host=host,
+            port=port,
             log_config=None,
             log_level=log_level,
             lifespan=lifespan,
@@ -92,15 +106,24 @@ class AppServer(Served):
             timeout_graceful_shutdown=graceful_shutdown,  # type: ignore[arg-type]
         )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, name="asgi-router-test-server", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="asgi-router-test-server", daemon=True)
+        self.host = host
+        self._asked = port
+        #: The port served on, once started (the one asked for, or the free one chosen).
         self.port = 0
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``, once started."""
+        """``http://HOST:PORT`` (``127.0.0.1`` by default), once started."""
         if not self.port:
             raise RuntimeError("the server is not running: use 'with AppServer(app) as server:' or start()")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{url_host(self.host)}:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind: start() reports it
+            pass
 
     def start(self) -> Self:
         """Start serving; return once the server accepts connections."""
@@ -109,7 +132,8 @@ class AppServer(Served):
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.server.should_exit = True
-                raise RuntimeError("the test server did not start")
+                fixed = f" (is {self.host} port {self._asked} in use?)" if self._asked else ""
+                raise RuntimeError(f"the test server did not start{fixed}")
             time.sleep(0.005)
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self

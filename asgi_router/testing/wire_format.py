@@ -19,9 +19,19 @@ from typing import Any, Final, Protocol
 
 from asgi_router.testing.hits import Hit
 
-__all__ = ["ScriptedAnswer", "JSONWire", "ToolUse", "Wire", "content_words", "pieces"]
+__all__ = ["MAX_CHOICES", "JSONWire", "ScriptedAnswer", "ToolUse", "Wire", "choices_asked", "content_words", "pieces"]
 
 _WORD: Final = re.compile(r"\s*\S+")
+
+#: The most choices a fake answers one request with (OpenAI's own limit on ``n``).
+MAX_CHOICES: Final = 128
+
+
+def choices_asked(body: Any) -> int:
+    """The choices a request asks for: OpenAI's ``n`` when it is a whole number from 1 to
+    :data:`MAX_CHOICES`, else one (the real API refuses the rest; the fake is lenient)."""
+    n = body.get("n") if isinstance(body, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +48,16 @@ class ToolUse:
 @dataclass(frozen=True, slots=True)
 class ScriptedAnswer:
     """What a successful answer says: ``text`` (streamed as ``pieces``), maybe a tool call, and
-    the token counts (in the protocol's own names)."""
+    the token counts (in the protocol's own names); ``choices`` copies of it where the request
+    asked for several (OpenAI's ``n``)."""
 
     model: str
     text: str
     pieces: Sequence[str]
     usage: Mapping[str, int]
     tool: ToolUse | None = None
+    #: How many choices to answer (OpenAI's ``n``; a protocol without it answers one).
+    choices: int = 1
 
 
 class Wire(Protocol):

@@ -116,4 +116,4 @@ class LoopClients(Generic[C]):
         try:
             await self._close(held.client)
         except Exception:
-            logger.exception("asgi_router: closing an upstream client failed")
+            logger.exception("closing an upstream client failed")

@@ -2,9 +2,17 @@
 
 The models are the one source: every field carries its ``description``, its type and its
 default, so the reference cannot drift from the code. This hook walks ``RouterSettings`` and
-every table nested in it and replaces :data:`MARKER` in ``configuration.md`` with one section
-per table: for each key its TOML path, its description, its type, its default and the
-environment variable that sets it. ``python docs/hooks/config_reference.py`` prints the same text.
+every table nested in it and renders one section per table: for each key its TOML path, its
+description, its type, its default and the environment variable that sets it.
+
+The rendered reference is committed in ``docs/configuration.md``, between :data:`MARKER` and
+:data:`END`, so that the page reads on GitHub too. One command regenerates it after a settings
+field changes::
+
+    python docs/hooks/config_reference.py --write
+
+(``--check`` exits 1 when the committed text is stale; with no option the reference is printed.)
+As an mkdocs hook it refuses to build the site from a stale page, and a test does the same.
 
 Environment variables follow pydantic-settings: ``ASGI_ROUTER_`` plus the key's names joined
 with ``__``, upper-cased. A key below a list (``rules[]``) or below a name that cannot be part of
@@ -14,13 +22,16 @@ it, whose value is JSON.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import re
 import sys
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from annotated_types import Ge, Gt, Le, Lt, MinLen
@@ -33,11 +44,29 @@ from asgi_router import RouterSettings
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
 from asgi_router.core.reasons import Reason
 
-__all__ = ["MARKER", "PAGE", "Key", "Table", "on_page_markdown", "render", "tables"]
+__all__ = [
+    "END",
+    "MARKER",
+    "PAGE",
+    "PATH",
+    "REGENERATE",
+    "Key",
+    "Table",
+    "committed",
+    "main",
+    "on_page_markdown",
+    "page_with",
+    "render",
+    "tables",
+]
 
-#: The page the reference goes into, and the line it replaces there.
+#: The page the reference goes into, and the lines it sits between there.
 PAGE = "configuration.md"
+PATH = Path(__file__).resolve().parents[1] / PAGE
 MARKER = "<!-- configuration reference: generated from the settings models -->"
+END = "<!-- end of the generated configuration reference -->"
+#: The one command that regenerates it.
+REGENERATE = "python docs/hooks/config_reference.py --write"
 
 #: What a key of a table of tables stands for, where ``<name>`` would mislead.
 _PLACEHOLDERS = {"catalog": '"<provider/model-id>"'}
@@ -263,35 +292,73 @@ def _where(toml: str) -> str:
 
 
 def render() -> str:
-    """The reference, as Markdown: one section per table."""
+    """The reference, as Markdown: one section per table, a list item per key (a list reads the
+    same on the site and on GitHub)."""
     out: list[str] = []
     for table in tables():
         name = table.model.__name__
-        out.append(f"## {name} {{#{table.anchor}}}\n")
+        out.append(f"## {name}\n")  # its anchor is the name lower-cased, on the site as on GitHub
         where = _where(table.toml)
         out.append(f"In TOML: {where}.\n")
         out.append(_docstring(table.model) + "\n")
         for key in table.keys:
             env = f"`{key.env}`" + (" (JSON)" if key.env_json else "")
-            out.append(f"`{key.toml}`")
-            out.append(f":   {key.description}")
-            out.append("")
-            out.append(f"    Type: {key.type}. Default: {key.default}. Environment: {env}.")
-            out.append("")
+            out.append(f"- **`{key.toml}`**: {key.description}\n")
+            out.append(f"    Type: {key.type}. Default: {key.default}. Environment: {env}.\n")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def committed(page: str) -> str:
+    """The reference ``page`` holds between its markers; ``ValueError`` if it lost one."""
+    if MARKER not in page or END not in page:
+        raise ValueError(f"{PAGE} lost its marker lines {MARKER!r} and {END!r}: the reference has nowhere to go")
+    return page.split(MARKER, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def page_with(page: str, reference: str) -> str:
+    """``page`` with ``reference`` between its markers."""
+    committed(page)  # both markers present
+    head, rest = page.split(MARKER, 1)
+    tail = rest.split(END, 1)[1]
+    return f"{head}{MARKER}\n\n{reference}\n{END}{tail}"
 
 
 def on_page_markdown(markdown: str, *, page: Any, config: Any, files: Any) -> str:
-    """mkdocs hook: the reference replaces :data:`MARKER` on :data:`PAGE`."""
+    """mkdocs hook: a site is not built from a stale :data:`PAGE`."""
     if page.file.src_uri != PAGE:
         return markdown
-    if MARKER not in markdown:
-        from mkdocs.exceptions import PluginError
+    from mkdocs.exceptions import PluginError
 
-        raise PluginError(f"{PAGE} lost its marker line {MARKER!r}: the generated reference has nowhere to go")
-    return markdown.replace(MARKER, render())
+    try:
+        stale = committed(markdown) != render()
+    except ValueError as exc:
+        raise PluginError(str(exc)) from None
+    if stale:
+        raise PluginError(f"{PAGE} is stale: the settings models changed since it was generated; run {REGENERATE}")
+    return markdown
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the reference, write it into :data:`PATH` (``--write``) or check it (``--check``)."""
+    parser = argparse.ArgumentParser(prog="python docs/hooks/config_reference.py", description=__doc__)
+    parser.add_argument("--write", action="store_true", help=f"regenerate the reference in docs/{PAGE}")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when docs/{PAGE} is stale")
+    args = parser.parse_args(argv)
+    reference = render()
+    if not (args.write or args.check):
+        sys.stdout.write(reference)
+        return 0
+    page = PATH.read_text(encoding="utf-8")
+    if args.check:
+        if committed(page) == reference:
+            return 0
+        print(f"docs/{PAGE} is stale: run {REGENERATE}", file=sys.stderr)
+        return 1
+    PATH.write_text(page_with(page, reference), encoding="utf-8")
+    print(f"wrote the configuration reference into docs/{PAGE}")
+    return 0
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    sys.exit(main())

@@ -46,6 +46,23 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+def test_the_committed_reference_is_the_one_the_models_generate() -> None:
+    module = config_reference()
+    page = module.PATH.read_text(encoding="utf-8")
+    assert module.committed(page) == module.render(), f"docs/configuration.md is stale: run {module.REGENERATE}"
+
+
+def test_the_regeneration_command_rewrites_only_the_reference_between_its_markers() -> None:
+    module = config_reference()
+    page = "# Title\n\nprose\n\n" + module.MARKER + "\n\nold text\n" + module.END + "\n\nafter\n"
+    written = module.page_with(page, module.render())
+    assert written.startswith("# Title\n\nprose\n\n") and written.endswith(module.END + "\n\nafter\n")
+    assert module.committed(written) == module.render()
+    assert module.page_with(written, module.render()) == written  # running it twice changes nothing
+    with pytest.raises(ValueError, match="lost its marker lines"):
+        module.committed("# no markers")
+
+
 def test_every_settings_table_is_found() -> None:
     names = {model.__name__ for model in _MODELS}
     assert {"RouterSettings", "ProviderSettings", "Timeouts", "GroupSettings", "MemberSettings"} <= names
@@ -81,12 +98,12 @@ def _key(toml: str) -> Any:
 
 def test_the_rendered_reference_shows_path_type_default_variable_and_description() -> None:
     text = config_reference().render()
-    assert "## ProviderSettings {#providersettings}" in text
-    assert "`providers.<name>.timeouts.first_byte`" in text
+    assert "\n## ProviderSettings\n" in text  # its anchor, #providersettings, on the site as on GitHub
+    assert "- **`providers.<name>.timeouts.first_byte`**: " in text
     first_byte = _key("providers.<name>.timeouts.first_byte")
     assert first_byte.env == "ASGI_ROUTER_PROVIDERS__<NAME>__TIMEOUTS__FIRST_BYTE"
     assert first_byte.default == "`60.0`" and first_byte.type == "number (> 0)"
-    assert f":   {first_byte.description}" in text
+    assert f"**: {first_byte.description}\n" in text
     assert _key("max_body_bytes").default == "`10485760` (10 MiB)"
     assert _key("groups.<name>.members").default == "*required*"
     assert _key("pool.max_keepalive_connections").default == "unset"

@@ -345,3 +345,9 @@ def test_the_error_table_lists_every_error_the_router_produces() -> None:
     documented = {(int(status), code) for status, code in table}
     missing = produced - documented
     assert not missing, sorted(missing)
+
+
+def test_the_home_page_links_every_page_of_the_site() -> None:
+    linked = set(re.findall(r"\]\(([\w-]+\.md)[#)]", (_DOCS / "index.md").read_text(encoding="utf-8")))
+    missing = {page.name for page in _pages()} - {"index.md"} - linked
+    assert not missing, f"docs/index.md's list does not link {sorted(missing)}"

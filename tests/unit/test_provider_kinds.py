@@ -3,12 +3,14 @@ what each provider's per-route target becomes (URL, headers, translation, or why
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from starlette.applications import Starlette
 
-from asgi_router import ProviderSettings, RouterSettings
+from asgi_router import ModelRouter, ProviderSettings, RouterSettings
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
 from asgi_router.transports.request_headers import request_headers_for_upstream
 
@@ -135,3 +137,22 @@ def test_kind_and_auth_header_come_from_the_environment_too(monkeypatch: pytest.
     claude, azure = settings.providers["claude"], settings.providers["azure"]
     assert (claude.kind, claude.auth_header) == ("anthropic", "x-api-key")
     assert (azure.kind, azure.auth_header, azure.query) == ("openai", "api-key", {"api-version": "preview"})
+
+
+def test_an_openai_kind_provider_with_anthropics_headers_is_warned_about_at_start_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = {"base_url": "https://api.anthropic.com/v1", "api_key": "sk-ant-0123456789", "auth_header": "x-api-key"}
+    settings = RouterSettings(
+        providers={"old": {**old, "headers": {"anthropic-version": "2023-06-01"}}, "new": {**old, "kind": "anthropic"}},
+        allow_unauthenticated=True,
+    )
+    with caplog.at_level(logging.WARNING, logger="asgi_router"):
+        ModelRouter(Starlette(), settings=settings)
+    said = [record.getMessage() for record in caplog.records if "Anthropic's" in record.getMessage()]
+    assert said == [
+        "provider 'old' sends Anthropic's x-api-key and anthropic-version but speaks OpenAI's protocol "
+        '(kind = "openai", the default): set kind = "anthropic" (its key goes in x-api-key by itself, and '
+        "anthropic_version replaces the header); until then every /v1/messages request to it is refused with "
+        "protocol_mismatch"
+    ]

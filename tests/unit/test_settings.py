@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from asgi_router.config.config_error import ConfigError
+from asgi_router.config.config_error import ConfigError, describe_refusal
 from asgi_router.config.group_settings import MAX_GROUP_DEPTH
 from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.settings import RouterSettings, load_settings
@@ -56,9 +56,10 @@ def _write(tmp_path: Path, text: str, name: str = "router.toml") -> Path:
 
 
 def _error_text(**kwargs: Any) -> str:
+    """The refusal as an operator reads it (``ConfigError``'s text: keys as ``a.b[0]``)."""
     with pytest.raises(ValidationError) as info:
         RouterSettings(**kwargs)
-    return str(info.value)
+    return describe_refusal(info.value, RouterSettings, None, kwargs)
 
 
 # --- the three spellings ------------------------------------------------------------------------
@@ -283,8 +284,7 @@ def test_base_url_without_a_usable_host_or_port_is_refused_at_load(base_url: str
 )
 def test_unknown_keys_are_refused_naming_the_key(kwargs: dict[str, Any], key: str) -> None:
     text = _error_text(**kwargs)
-    assert key in text
-    assert "extra" in text.lower()
+    assert f"{key}: unknown key" in text
 
 
 def test_unknown_key_in_toml_is_a_config_error_naming_key_and_file(tmp_path: Path) -> None:

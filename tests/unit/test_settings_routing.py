@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from asgi_router.config.config_error import describe_refusal
 from asgi_router.config.group_settings import MemberSettings
 from asgi_router.config.settings import RouterSettings
 
@@ -27,9 +28,10 @@ def _clean_router_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _error_text(**kwargs: Any) -> str:
+    """The refusal as an operator reads it (``ConfigError``'s text: keys as ``a.b[0]``)."""
     with pytest.raises(ValidationError) as info:
         RouterSettings(allow_unauthenticated=True, providers=_PROVIDERS, **kwargs)
-    return str(info.value)
+    return describe_refusal(info.value, RouterSettings, None, kwargs)
 
 
 _TOML = """
@@ -221,3 +223,8 @@ def test_retries_on_a_hedging_group_is_refused_not_silently_ignored() -> None:
         GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=2)
     assert "hedge_after" in str(caught.value)
     assert GroupSettings(members=["a/m", "b/m"], hedge_after=0.5, retries=0).retries == 0
+
+
+def test_a_token_counting_route_is_refused_as_unsupported() -> None:
+    text = _error_text(routes=["/v1/messages", "/v1/messages/count_tokens"])
+    assert "route '/v1/messages/count_tokens': Anthropic's token counting is not supported" in text
