@@ -22,6 +22,7 @@ from starlette.types import ASGIApp
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
@@ -44,6 +45,7 @@ from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.answer import Answer
 from asgi_router.routing.plan import Resolver
 from asgi_router.routing.recorded import FactRecorder
+from asgi_router.routing.resumable import ResumeTable
 from asgi_router.runtime.health import HealthProber
 from asgi_router.runtime.lifespan import Connected, Lifespan
 from asgi_router.transports.provider import ProviderRuntime
@@ -168,7 +170,8 @@ def assemble(
         resolver=resolver,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
-        answer=Answer(book, clock),
+        # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
+        answer=Answer(book, clock, ResumeTable(resolved), Continuations(loop.context)),
         transport=upstream,
         clock=clock,
         recent=recent,

@@ -61,6 +61,8 @@ def settings_for(
                 "failover": {"members": ["down/ok", "up/ok"]},
                 "slow": {"members": ["up/slow", "up2/slow"]},
                 "translated": {"members": ["claude/ok", "up2/ok"]},
+                # A plan with a candidate that may continue a broken stream: whole events only.
+                "resumable": {"members": [{"ref": "up/ok", "resume": "prefill"}, "up2/ok"]},
             },
             "pool": {"max_connections": 4096},
             "transport": transport,

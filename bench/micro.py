@@ -9,7 +9,9 @@ Load tests on a shared 2-core machine are noisy; these are not. They time:
   bytes, the upstream header block — for a small and a 100 KB body (and, for comparison,
   what re-serialising the 100 KB payload would cost);
 * ``ModelRouter`` end to end over an in-memory transport (a canned JSON answer, or 20 SSE
-  chunks, or the same text as an Anthropic provider's Messages stream, translated) and no-op
+  chunks, the same 20 chunks for a group with a member whose ``resume`` lets it continue a
+  broken stream (whole events only), or the same text as an Anthropic provider's Messages
+  stream, translated) and no-op
   ``receive``/``send``: everything the router adds per request, without uvicorn or an HTTP
   client.
 
@@ -200,4 +202,5 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         "router_sse20_us": run(router_loop(True, count // 4)),
         "router_sse20_metrics_us": run(router_loop(True, count // 4, metrics=True)),
         "router_sse20_translated_us": run(router_loop(True, count // 4, "translated")),
+        "router_sse20_resumable_us": run(router_loop(True, count // 4, "resumable")),
     }

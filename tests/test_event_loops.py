@@ -87,7 +87,7 @@ class _BreaksMidStream(FakeTransport):
         self.chunks = self._chunks()
 
     async def _chunks(self) -> AsyncIterator[bytes]:
-        yield b'data: {"choices": []}\n\n'
+        yield b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}\n\n'  # a real event: committed
         raise RuntimeError("Event loop is closed")
 
     async def aclose(self) -> None: ...

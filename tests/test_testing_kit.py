@@ -206,6 +206,43 @@ def test_a_broken_stream_is_an_error_to_the_client_never_a_clean_end(fake_upstre
     assert (hit.status, hit.completed, hit.disconnected) == (200, False, False)  # the fake broke it
 
 
+def test_a_broken_stream_of_a_text_can_cut_inside_an_event(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("cut", reply.broken_stream(2, text="one two three", mid_event=True))
+    received: list[bytes] = []
+    with pytest.raises(httpx2.RemoteProtocolError):
+        with httpx2.stream(
+            "POST", f"{fake_upstream.base_url}/chat/completions", json={"model": "cut", "stream": True}
+        ) as response:
+            received.extend(response.iter_raw())
+    raw = b"".join(received)
+    whole, half = raw.rsplit(b"\n\n", 1)
+    assert [json.loads(event)["choices"][0]["delta"].get("content") for event in _events(whole + b"\n\n")] == [
+        "",
+        "one",
+    ]
+    assert half.startswith(b"data: {") and b'" two"' not in half  # half of the next event, no more
+
+
+def test_ok_continues_a_prefilled_assistant_message_that_is_a_prefix_of_its_text(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("m", reply.ok("one two three four"))
+    messages = [*_MESSAGES, {"role": "assistant", "content": "one two"}]
+    with _sdk(fake_upstream) as client:
+        rest = client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+        other = [*_MESSAGES, {"role": "assistant", "content": "something else"}]
+        whole = client.chat.completions.create(model="m", messages=other)  # type: ignore[arg-type]
+    assert rest.choices[0].message.content == " three four"
+    assert whole.choices[0].message.content == "one two three four"  # not a prefix: the whole text
+
+
+def test_rejects_prefill_answers_a_400_to_a_prefilled_request_only(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script("picky", reply.rejects_prefill(reply.ok("fine")))
+    with _sdk(fake_upstream) as client:
+        assert client.chat.completions.create(model="picky", messages=_MESSAGES).choices[0].message.content == "fine"  # type: ignore[arg-type]
+        prefilled = [*_MESSAGES, {"role": "assistant", "content": "Sure"}]
+        with pytest.raises(openai.BadRequestError, match="prefill"):
+            client.chat.completions.create(model="picky", messages=prefilled)  # type: ignore[arg-type]
+
+
 def test_stall_sends_nothing_and_ends_when_the_client_gives_up(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script("hung", reply.stall(30))
     with pytest.raises(httpx2.ReadTimeout):
@@ -369,7 +406,8 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
     assert set(kit.__all__) == {"AppServer", "CapturedEvents", "FakeUpstream", "Hit", "TEST_KEY", "reply"}
     names = ("ok", "tool_call", "status", "stall", "stall_after_headers", "broken_stream", "stream_error", "slow")
     parameters = {
-        name: list(inspect.signature(getattr(reply, name)).parameters) for name in (*names, "split_writes", "raw")
+        name: list(inspect.signature(getattr(reply, name)).parameters)
+        for name in (*names, "split_writes", "raw", "rejects_prefill")
     }
     assert parameters == {
         "ok": ["text", "chunks", "usage", "headers", "interval"],
@@ -378,14 +416,16 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
         "split_writes": ["then", "interval"],
         "status": ["code", "retry_after", "body", "headers"],
         "stall": ["seconds"],
-        "stall_after_headers": ["seconds", "after_chunks", "interval"],
-        "broken_stream": ["after_chunks", "interval"],
+        "stall_after_headers": ["seconds", "after_chunks", "interval", "text"],
+        "broken_stream": ["after_chunks", "interval", "text", "mid_event"],
+        "rejects_prefill": ["then"],
         "slow": ["seconds", "then"],
         "raw": ["writes", "status", "headers", "interval"],
     }
     assert inspect.signature(reply.slow).parameters["then"].default == reply.ok()
     assert {"model", "path", "headers", "body", "stream"} <= set(inspect.signature(Hit).parameters)
     assert inspect.signature(reply.split_writes).parameters["then"].default == reply.ok()
+    assert inspect.signature(reply.rejects_prefill).parameters["then"].default == reply.ok()
     assert list(inspect.signature(FakeUpstream).parameters) == ["kind", "api_key", "host", "port"]
     assert {"host", "port", "lifespan"} <= set(inspect.signature(AppServer).parameters)
     with pytest.raises(ValueError, match="anthropic, openai"):

@@ -299,6 +299,19 @@ def test_the_fake_refuses_what_the_messages_api_refuses_before_it_looks_at_the_s
     assert len(fake_anthropic_upstream.hits) == 1  # the request is a hit all the same
 
 
+def test_ok_continues_an_assistant_prefill_and_trailing_whitespace_in_it_is_refused(
+    fake_anthropic_upstream: FakeUpstream,
+) -> None:
+    fake_anthropic_upstream.script("m", reply.ok("one two three"))
+    with _sdk(fake_anthropic_upstream) as client:
+        prefilled = [*_MESSAGES, {"role": "assistant", "content": "one"}]
+        rest = client.messages.create(model="m", max_tokens=10, messages=prefilled)  # type: ignore[arg-type]
+        trailing = [*_MESSAGES, {"role": "assistant", "content": "one "}]
+        with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+            client.messages.create(model="m", max_tokens=10, messages=trailing)  # type: ignore[arg-type]
+    assert rest.content[0].text == " two three"  # type: ignore[union-attr]
+
+
 def test_models_list_what_was_scripted_or_asked_for_and_other_routes_are_anthropic_404s(
     fake_anthropic_upstream: FakeUpstream,
 ) -> None:

@@ -8,6 +8,7 @@ plain walk over a plan and ``hedging.py`` races a second candidate against a slo
 (I/O only: it reports what came back); ``context.py`` holds the router's parts they share;
 ``outcomes.py`` is what an attempt can end in; ``bookkeeping.py`` and ``usage.py`` keep the
 numbers strategies read; ``hints.py`` reads how long an upstream asked to wait;
-``wire_body.py`` builds each candidate's request body. What a status or failure *means* is
-classified in ``asgi_router.core.classify``.
+``wire_body.py`` builds each candidate's request body; ``continuing.py`` asks candidates to
+continue a stream that broke after commit, in the order the decision point gives. What a
+status or failure *means* is classified in ``asgi_router.core.classify``.
 """

@@ -6,8 +6,12 @@ pass it through, or bounded, to refine its reason and find its retry hint.
 
 Commit rules:
 
-* streaming: a 2xx *and* its first non-empty body chunk within ``first_byte``: a 200 that then
-  says nothing is a timeout, and one that ends empty is ``stream_interrupted``; both fail over.
+* streaming: a 2xx *and* its first real event within ``first_byte``: one that carries content,
+  a tool call, a finish or an error (``asgi_router.protocols.first_event``). Role-only deltas,
+  ``message_start``, ``ping`` and SSE comments are held (at most ``max_response_bytes``) and
+  sent at commit. A 200 that then says nothing is a timeout, one that ends before a real event
+  is ``stream_interrupted``, and one whose first real event is an error fails over as the
+  status that error names (and counts for breakers as that status would).
 * non-streaming: a 2xx whose whole body (at most ``max_response_bytes``) was read; a body that
   breaks or stalls (``idle``) is a failure like any other, still before the first client byte.
 
@@ -49,8 +53,10 @@ from asgi_router.core.classify import (
 )
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
+from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
+from asgi_router.protocols.first_event import REAL, FirstEvent
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
 from asgi_router.transports.transport import UpstreamResponse, close_response
 
@@ -101,11 +107,13 @@ async def call(
     attempts: int,
     commit_by: float,
     translation: StreamTranslation | None = None,
+    first_event: FirstEvent | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
-    whole, here too)."""
+    whole, here too); ``first_event`` reads a relayed stream's leading events until one a client
+    shows (the commit point)."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -131,7 +139,15 @@ async def call(
                 )
                 return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
-            if translation is None:
+            held: tuple[bytes, ...] | None = None
+            if first_event is not None:
+                held, verdict = await _first_real(chunks, first_event, context.max_response_bytes)
+                first = held[0] if len(held) == 1 else b"".join(held)
+                if verdict is not None and verdict != REAL:  # an error before anything to show
+                    return Failed(classify_status(verdict), status)
+                if verdict is None:
+                    first = b""  # it ended (or outgrew the limit) before saying anything
+            elif translation is None:
                 try:  # the first non-empty chunk (b"": none before the end)
                     first = await anext(chunks)
                     while not first:
@@ -158,7 +174,16 @@ async def call(
                 first = whole
             handed_off = True
             return Committed(
-                candidate, response, first, provider, started, relay_deadline, ttfb, attempts, translation=translation
+                candidate,
+                response,
+                first,
+                provider,
+                started,
+                relay_deadline,
+                ttfb,
+                attempts,
+                translation=translation,
+                parts=held if held is not None and len(held) > 1 and stream else None,
             )
         # Only reached when a read overran its time and the scope ended the block.
         return Failed("timeout", response.status if response else None)
@@ -186,6 +211,34 @@ async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTra
         if translation.ready or translation.failure is not None:
             break
     return out if translation.ready else b""
+
+
+async def _first_real(
+    chunks: AsyncIterator[bytes], first_event: FirstEvent, limit: int
+) -> tuple[tuple[bytes, ...], int | None]:
+    """The stream's chunks up to its first real event, and :meth:`FirstEvent.feed`'s verdict
+    (``None``: the stream ended, broke once it had begun, or held more than ``limit`` bytes,
+    first: ``stream_interrupted``, as a stream that ends empty is)."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in chunks:
+            if not chunk:
+                continue
+            parts.append(chunk)
+            verdict = first_event.feed(chunk)
+            if verdict is not None:
+                return tuple(parts), verdict
+            size += len(chunk)
+            if size > limit:
+                break
+    except UpstreamBroken:
+        if not parts:
+            raise  # nothing came after the headers: classified as any cut is
+        return (), None
+    if parts and size <= limit and not first_event.saw_events:  # not an event stream: as it came
+        return tuple(parts), REAL
+    return (), None
 
 
 def _in_openai_shape(result: Failed | Refused) -> Failed | Refused:

@@ -53,7 +53,31 @@ any other failure                                           FailOver: the next c
 When the walk ends with nothing attempted and every candidate skipped ``circuit_open`` (and
 ``max_attempts``/the deadline did not stop it), the one whose breaker opened longest ago is
 tried anyway, forced, with no retries (:meth:`Decisions.all_open`): breakers alone never fail
-a plan untried. Nothing is decided after commit: a committed stream's breaking is only counted.
+a plan untried.
+
+**After a committed stream broke** (:meth:`Decisions.resume`, asked by the relay when a plan
+has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued):
+
+==========================================================  ==================================
+the break                                                   answer
+==========================================================  ==================================
+not ``stream_interrupted`` nor ``timeout`` (``idle``; a     None: the in-band error
+stall past ``total`` is not continued), or ``max_resumes``
+continuations made already
+a cut (``stream_interrupted``)                              Continue: the same candidate
+                                                            first, then the plan's other
+                                                            resumable ones in plan order
+a stall (``timeout``)                                       Continue: the next resumable
+                                                            candidate after it first, then
+                                                            the others in plan order (not
+                                                            the stalled one)
+no resumable candidate left in that order                   None: the in-band error
+==========================================================  ==================================
+
+Each candidate of a :class:`Continue` is one attempt, admitted as any other (the first table);
+the first to commit continues the stream, a refused one (a 400 for prefill) moves on. This is
+independent of ``retries`` and of a client's retry headers: a client cannot retry a stream
+whose 200 it already has.
 
 **Per reason, with the default settings** (``asgi_router.core.classify`` has the sets):
 
@@ -105,6 +129,7 @@ from typing import Final, TypeAlias
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Attempted, Committed, Refused
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
+from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.header_names import client_retries
 from asgi_router.core.reasons import Reason
@@ -124,12 +149,14 @@ __all__ = [
     "PASS_THROUGH",
     "Admit",
     "Commit",
+    "Continue",
     "Decisions",
     "FailOver",
     "Next",
     "PassThrough",
     "Retry",
     "Stop",
+    "resume_order",
 ]
 
 #: Admission's "yes": the gate's lease on the candidate (its breaker admissions and its
@@ -170,6 +197,41 @@ class Stop:
 
 #: What the decision point answers after a call.
 Next: TypeAlias = Commit | PassThrough | Retry | FailOver | Stop
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Continue a committed stream that broke: ask these candidates in turn, each the way its
+    ``resume`` says, until one commits."""
+
+    order: tuple[tuple[Candidate, ResumeMode], ...]
+
+
+# The breaks a stream may be continued after: a cut, or a stall past ``idle``.
+_RESUMED: Final[frozenset[Reason]] = frozenset({"stream_interrupted", "timeout"})
+
+
+def resume_order(
+    candidates: Sequence[Candidate], modes: Sequence[ResumeMode], broken: Candidate, reason: Reason
+) -> list[tuple[Candidate, ResumeMode]]:
+    """The candidates to ask to continue, in order, with how each is asked (see the third table).
+
+    After a cut the candidate that was streaming is asked first: the connection broke, not
+    necessarily the model, and the same model continues its own text best. After a stall the
+    next resumable candidate in plan order is: a model that went quiet mid-answer may do so
+    again, so the stalled one is not asked.
+    """
+    resumable: list[tuple[Candidate, ResumeMode]] = [
+        (candidate, mode) for candidate, mode in zip(candidates, modes, strict=True) if mode != "none"
+    ]
+    same = [(candidate, mode) for candidate, mode in resumable if candidate == broken]
+    others = [(candidate, mode) for candidate, mode in resumable if candidate != broken]
+    if reason == "stream_interrupted":
+        return same + others
+    position = next((index for index, candidate in enumerate(candidates) if candidate == broken), -1)
+    after = [(candidate, mode) for candidate, mode in others if candidates.index(candidate) > position]
+    return after[:1] + [pair for pair in others if pair not in after[:1]]
+
 
 # The answers with nothing of their own are made once.
 COMMIT: Final = Commit()
@@ -256,10 +318,26 @@ class Decisions:
             return None
         return min(open_skips, key=lambda skipped: skipped[0])[1]
 
+    # -- after a committed stream broke -----------------------------------------------------------
+
+    @staticmethod
+    def resume(
+        candidates: Sequence[Candidate],
+        modes: Sequence[ResumeMode],
+        broken: Candidate,
+        reason: Reason,
+        resumes: int,
+        max_resumes: int,
+    ) -> Continue | None:
+        """Whether and on whom a stream that broke for ``reason`` after commit is continued (the
+        module's third table); ``modes`` are the plan's candidates' ``resume`` in plan order,
+        ``resumes`` the continuations made so far."""
+        if reason not in _RESUMED or resumes >= max_resumes:
+            return None
+        order = resume_order(candidates, modes, broken, reason)
+        return Continue(tuple(order)) if order else None
+
     # -- after a call --------------------------------------------------------------------------
-    # A stream that breaks after commit is counted, never decided on, today. Continuing it from
-    # where it stopped (resume) is a question of its own, asked by the relay: its answer class
-    # joins ``Next`` and its rule gets a method beside :meth:`after`.
 
     def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
         """How often each candidate of ``plan`` may be retried in place for this request.

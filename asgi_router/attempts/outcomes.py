@@ -40,6 +40,9 @@ class Committed:
     #: A translated stream's translation, fed every chunk the relay reads (``body`` is its
     #: first output); ``None``: the bytes are relayed as they are.
     translation: StreamTranslation | None = None
+    #: The chunks ``body`` was read in before commit, when more than one (role-only deltas and
+    #: keep-alives held for the first real event): the relay sends each as it came.
+    parts: tuple[bytes, ...] | None = None
 
 
 @dataclass(slots=True)

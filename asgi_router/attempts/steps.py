@@ -38,7 +38,9 @@ from asgi_router.core.router_errors import AttemptSummary, RouterError, exhauste
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
+from asgi_router.protocols.first_event import FirstEvent
 from asgi_router.protocols.from_anthropic import StreamTranslation
+from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
@@ -198,6 +200,12 @@ class RequestAttempts:
             self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
         )
         translation = StreamTranslation(include_usage(self._payload)) if target.translated and self._stream else None
+        # A relayed stream commits on its first real event; a translated one already does.
+        first_event = (
+            FirstEvent(anthropic=is_anthropic(route_kind(self._route)))
+            if self._stream and not target.translated
+            else None
+        )
         if self._trace is not None:  # the attempt's span, and its traceparent in the headers
             self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
         try:
@@ -211,6 +219,7 @@ class RequestAttempts:
                 self.attempts,
                 self.deadline,
                 translation,
+                first_event,
             )
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)

@@ -127,6 +127,19 @@ class _Checker:
                 limited = not isinstance(member, str) and (_get(member, "rpm") or _get(member, "tpm"))
                 if isinstance(ref, str) and ref.startswith(f"{GROUP_NAMESPACE}/") and limited:
                     self.refuse(loc, "rpm/tpm belong on 'provider/model-id' members, not on a group")
+                resume = None if isinstance(member, str) else _get(member, "resume")
+                if resume is not None and isinstance(ref, str):
+                    self.member_resume(loc, ref, resume)
+
+    def member_resume(self, loc: Loc, ref: str, resume: Any) -> None:
+        """A member's ``resume`` must suit its provider's protocol (Anthropic's takes prefill only)."""
+        if ref.startswith(f"{GROUP_NAMESPACE}/"):
+            self.refuse(loc, "resume belongs on 'provider/model-id' members, not on a group")
+            return
+        provider = self.providers.get(ref.partition("/")[0])
+        kind = _get(provider, "kind") if provider is not None else None
+        if kind == "anthropic" and resume in ("prefix", "continue_final_message"):
+            self.refuse((*loc, "resume"), f'resume = "{resume}" is not for kind = "anthropic" (use "prefill")')
 
     def aliases(self, aliases: dict[str, Any]) -> None:
         for name, target in aliases.items():

@@ -16,6 +16,7 @@ from typing import Final, Literal, Self
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from asgi_router.config.degraded_settings import DegradedSettings
+from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
@@ -30,7 +31,11 @@ Strategy = Literal["order", "rotate", "weighted", "least_busy", "latency", "cost
 
 
 class MemberSettings(StrictSettings):
-    """A group member in table form: ``{ref = "openai/gpt-4o", weight = 3, rpm = 500}``."""
+    """A group member in table form: ``{ref = "openai/gpt-4o", weight = 3, rpm = 500}``.
+
+    ``resume`` overrides the provider's for this member only (a model of a provider may take
+    prefill where another does not).
+    """
 
     ref: str = Field(description="`provider/model-id`, or `group/<id>` for a nested group.")
     weight: PositiveFloat = Field(
@@ -43,6 +48,11 @@ class MemberSettings(StrictSettings):
     )
     tpm: PositiveInt | None = Field(
         default=None, description="Tokens per rolling minute this member may take (`provider/model-id` members only)."
+    )
+    resume: ResumeMode | None = Field(
+        default=None,
+        description="How this member may continue a broken stream (`provider/model-id` members only); unset: its "
+        "provider's `resume`.",
     )
 
 
@@ -72,6 +82,10 @@ class GroupSettings(StrictSettings):
         default=None,
         description="Same-candidate retries per member; unset: the router's `retries` for a group of one member, "
         "else 0. Refused above 0 on a group with `hedge_after` (the race is its second chance).",
+    )
+    max_resumes: NonNegativeInt | None = Field(
+        default=None,
+        description="Continuations of one broken stream per request (unset: the router's `max_resumes`).",
     )
     rules: bool = Field(
         default=False, description="Run `[[rules]]` first; the members are the plan when no rule matches."

@@ -22,10 +22,24 @@ from asgi_router.config.resilience_settings import HealthSettings
 from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.header_names import never_forwarded, never_sent
 
-__all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "PoolSettings", "ProviderKind", "ProviderSettings", "Timeouts"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_MAX_TOKENS",
+    "PoolSettings",
+    "ProviderKind",
+    "ProviderSettings",
+    "ResumeMode",
+    "Timeouts",
+    "check_resume",
+]
 
 #: The protocols a provider can speak.
 ProviderKind = Literal["openai", "anthropic"]
+#: How an upstream can be asked to continue an assistant message after a stream broke: not at
+#: all (the default), a trailing assistant message (``prefill``, the one Anthropic's Messages API
+#: takes), the same flagged ``"prefix": true`` (Mistral, DeepSeek), or with vLLM's
+#: ``continue_final_message``.
+ResumeMode = Literal["none", "prefill", "prefix", "continue_final_message"]
 #: The ``anthropic-version`` header an Anthropic provider sends unless its settings say otherwise
 #: (the Messages API's current version; an Anthropic client's own header wins on its route).
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -42,6 +56,13 @@ def _check_token(name: str, what: str) -> str:
     if not name or any(not (33 <= ord(ch) < 127) or ch in ':"(),/;<=>?@[\\]{}' for ch in name):
         raise ValueError(f"{what} {name!r} is not a valid HTTP token")
     return name.lower()
+
+
+def check_resume(resume: ResumeMode | None, kind: ProviderKind, what: str) -> None:
+    """Refuse a ``resume`` value the provider's protocol cannot carry: Anthropic's Messages API
+    continues an assistant message by prefill only (it has no ``prefix`` flag nor vLLM's)."""
+    if kind == "anthropic" and resume in ("prefix", "continue_final_message"):
+        raise ValueError(f'{what} = "{resume}" is not for kind = "anthropic" (use "prefill")')
 
 
 def _check_value(value: str, what: str) -> str:
@@ -143,6 +164,14 @@ class ProviderSettings(StrictSettings):
     health: HealthSettings | None = Field(
         default=None, description='Opt-in active health probes, e.g. `{interval = 5, path = "/models"}` (unset: off).'
     )
+    resume: ResumeMode = Field(
+        default="none",
+        description='How a stream that broke after its first byte may be continued by this provider: `"none"` '
+        '(the default: the client gets an in-band error), `"prefill"` (a trailing assistant message: Anthropic, '
+        'many OpenAI-compatible servers), `"prefix"` (the same with `"prefix": true`: Mistral, DeepSeek) or '
+        '`"continue_final_message"` (vLLM). `kind = "anthropic"` takes `"none"` or `"prefill"` only. See '
+        "[Resilience](resilience.md#after-the-first-byte).",
+    )
     forward_headers: list[str] = Field(
         default_factory=list,
         description="Client headers copied to this provider on top of the fixed allowlist (`accept`, "
@@ -168,6 +197,7 @@ class ProviderSettings(StrictSettings):
                     raise ValueError(f'{name} applies to kind = "anthropic" only')
         elif "anthropic-version" in self.headers:
             raise ValueError("headers: set anthropic-version with anthropic_version")
+        check_resume(self.resume, self.kind, "resume")
         if self.auth_header in self.headers and (self.api_key is not None or self.api_key_env):
             raise ValueError(f"headers: {self.auth_header!r} is the key's header (auth_header); it carries the key")
         if self.required and self.api_key is None:

@@ -24,7 +24,9 @@ __all__ = ["AttemptEvent", "HedgeOutcome", "Outcome", "RequestRecord", "log_requ
 
 logger = logging.getLogger("asgi_router")
 
-Outcome = Literal["served", "failed", "skipped", "aborted"]
+#: ``resumed``: a committed stream that broke and was continued by another call (its reason
+#: is the break's: ``stream_interrupted`` or ``timeout``).
+Outcome = Literal["served", "failed", "skipped", "aborted", "resumed"]
 
 #: A hedge that ``won`` (it decided the request), ``lost`` (another attempt did), ``failed``
 #: (it ended without deciding), or was ``denied`` (due, but the group's hedge budget was spent).
@@ -93,6 +95,9 @@ class RequestRecord:
     #: The request facts the configured rules read, kept only for a sink that records them
     #: (:class:`~asgi_router.observability.jsonl.JsonlSink`); ``None`` otherwise.
     facts: dict[str, object] | None = None
+    #: Each break of the stream the router tried to continue: the candidate whose stream broke,
+    #: and ``served`` (the answer was finished) or ``failed`` (the client got the in-band error).
+    resumes: tuple[tuple[str, str], ...] = ()
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -14,6 +14,7 @@ contract (dashboards and alerts are built on them)::
     asgi_router_cost_usd_total{candidate}               where the catalog has prices
     asgi_router_in_flight{provider}                     gauge
     asgi_router_hedges_total{outcome}                   won | lost | failed | denied
+    asgi_router_resumes_total{candidate, outcome}       served | failed (a broken stream continued)
     asgi_router_events_dropped_total                    records event sinks' full queues turned away
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
@@ -90,6 +91,7 @@ _TOKENS = ("asgi_router_tokens", "Tokens served responses used, as their upstrea
 _COST = ("asgi_router_cost_usd", "USD served responses cost, for models with catalog prices.")
 _IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
 _HEDGES = ("asgi_router_hedges", "Hedges of hedging groups: won, lost, failed, or denied by the budget.")
+_RESUMES = ("asgi_router_resumes", "Broken streams the router tried to continue, by candidate: served or failed.")
 _DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's full queue turned away.")
 
 
@@ -153,12 +155,13 @@ class _Candidate:
 class Tally:
     """Requests and attempts added up as plain numbers, by label values."""
 
-    __slots__ = ("candidates", "hedges", "routes")
+    __slots__ = ("candidates", "hedges", "resumes", "routes")
 
     def __init__(self) -> None:
         self.routes: dict[str, _Route] = {}
         self.candidates: dict[str, _Candidate] = {}
         self.hedges: dict[str, int] = {}
+        self.resumes: dict[tuple[str, str], int] = {}
 
     def candidate(self, label: str) -> _Candidate:
         found = self.candidates.get(label)
@@ -250,6 +253,9 @@ class RouterMetrics:
                 candidate.cost += record.cost_usd
         if record.hedge is not None:
             tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1
+        for broken, resumed in record.resumes:
+            counted = (labels.get(broken) or self.candidate_label(broken), resumed)
+            tally.resumes[counted] = tally.resumes.get(counted, 0) + 1
 
     # --- one process: the router is its registry's collector ------------------------------------
 
@@ -282,6 +288,7 @@ class RouterMetrics:
                 self._counter(_COST, ["candidate"], [((label,), c.cost) for label, c in candidates if c.cost]),
                 in_flight,
                 self._counter(_HEDGES, ["outcome"], [((outcome,), n) for outcome, n in tally.hedges.items()]),
+                self._counter(_RESUMES, ["candidate", "outcome"], list(tally.resumes.items())),
                 CounterMetricFamily(*_DROPPED, value=readings.dropped),
             ]
         )
@@ -319,6 +326,8 @@ class RouterMetrics:
                 files.cost.labels(label).inc(candidate.cost)
         for outcome, count in tally.hedges.items():
             files.hedges.labels(outcome).inc(count)
+        for (label, outcome), count in tally.resumes.items():
+            files.resumes.labels(label, outcome).inc(count)
         for key, phase in readings.breakers:
             files.breaker_state.labels(key).set(BREAKER_VALUES[phase])
         for provider, phase, attempts in readings.providers:
@@ -378,4 +387,5 @@ class _Files:
         self.cost = Counter(*_COST, ["candidate"], registry=None)
         self.in_flight = Gauge(*_IN_FLIGHT, ["provider"], registry=None, multiprocess_mode="livesum")
         self.hedges = Counter(*_HEDGES, ["outcome"], registry=None)
+        self.resumes = Counter(*_RESUMES, ["candidate", "outcome"], registry=None)
         self.events_dropped = Counter(*_DROPPED, registry=None)

@@ -7,5 +7,7 @@ answer phase: the winner's response sent or relayed, a refusal passed through, a
 the router's error, then what the response used counted; ``relay.py`` hands a committed
 upstream's bytes to the client unchanged (and ends a stream that breaks with an in-band error);
 ``headers.py`` filters what an upstream's headers may say to the client; ``degraded.py`` builds
-a group's canned reply.
+a group's canned reply. When a plan has a candidate that can continue a broken stream,
+``resume_relay.py`` relays whole events instead and continues the stream after a break, with
+``resuming.py`` asking for and accounting the continuations.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
+from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
@@ -31,8 +32,11 @@ from asgi_router.responses.degraded import degraded_reply, should_degrade
 from asgi_router.responses.headers import response_headers_for_client, router_headers
 from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
 from asgi_router.responses.request_context import RequestContext
+from asgi_router.responses.resume_relay import relay_resumable
+from asgi_router.responses.resuming import StreamResumer, resumable_request
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
+from asgi_router.routing.resumable import ResumeTable
 
 __all__ = ["Answer"]
 
@@ -40,11 +44,20 @@ __all__ = ["Answer"]
 class Answer:
     """Sends a request's answer and accounts for it: one per router, called once per request."""
 
-    __slots__ = ("_book", "_clock")
+    __slots__ = ("_book", "_clock", "_continuations", "_resumes")
 
-    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        book: Bookkeeper,
+        clock: Callable[[], float],
+        resumes: ResumeTable | None = None,
+        continuations: Continuations | None = None,
+    ) -> None:
         self._book = book
         self._clock = clock
+        #: Which candidates may continue a broken stream (``None`` or disabled: none may).
+        self._resumes = resumes if resumes is not None and resumes.enabled and continuations is not None else None
+        self._continuations = continuations
 
     async def __call__(
         self,
@@ -88,6 +101,7 @@ class Answer:
         wants_tokens = estimate or self._book.counts_all or context.trace is not None
         tail = Tail() if stream and estimate else None
         spend: Spend | None = None
+        resumer: StreamResumer | None = None
         try:
             if not stream:
                 context.response_started = True  # as for the relay: sent through the server's send
@@ -96,30 +110,68 @@ class Answer:
                 spend = self._finish(context, winner, facts, result.body if wants_tokens else None, None)
                 self._note_served(record, result, "served", spend)
                 return
-            # Committed: nothing reads the request again but the token estimate; free the rest
-            # for the relay's whole life (RSS per open stream).
-            facts.release(keep_estimate=estimate)
+            resumer = self._resumer(context, plan, request, facts, result)
+            # Committed: nothing reads the request again but the token estimate (and a
+            # continuation, which keeps the payload); free the rest for the relay's whole life
+            # (RSS per open stream).
+            facts.release(keep_estimate=estimate or resumer is not None)
             request.release()
             context.response_started = True
             context.in_flight = (winner, result.started)
             error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
-            relay = relay_stream(
-                context.send, result, headers, self._clock, tail, context, context.complete, error_event
-            )
-            # Not held for the stream's life (the relay drops its own once the start is sent):
-            # guarded by the bench's RSS per open idle stream.
-            del headers, upstream_headers
-            outcome = await relay
+            final = result
+            if resumer is None:
+                relay = relay_stream(
+                    context.send, result, headers, self._clock, tail, context, context.complete, error_event
+                )
+                # Not held for the stream's life (the relay drops its own once the start is sent):
+                # guarded by the bench's RSS per open idle stream.
+                del headers, upstream_headers
+                outcome = await relay
+            else:
+                resuming = relay_resumable(
+                    context.send, result, headers, self._clock, resumer, error_event, tail, context.complete
+                )
+                del headers, upstream_headers
+                outcome, final = await resuming
             context.in_flight = None
             if outcome.reason == "client_disconnected":
                 context.disconnected = True
             spend = self._finish(
-                context, winner, facts, *_streamed_usage(result, tail, outcome if wants_tokens else None)
+                context, final.candidate.key, facts, *_streamed_usage(final, tail, outcome if wants_tokens else None)
             )
-            self._note_served(record, result, outcome.reason, spend)
+            if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
+                spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
+            self._note_served(record, final, outcome.reason, spend, resumer is None or resumer.evented is not final)
         finally:
             if spend is None:  # cancelled (the client left): still release and count it
-                self._finish(context, winner, facts, *_streamed_usage(result, tail, None))
+                if resumer is not None:
+                    result = resumer.current
+                self._finish(context, result.candidate.key, facts, *_streamed_usage(result, tail, None))
+
+    def _resumer(
+        self, context: RequestContext, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
+    ) -> StreamResumer | None:
+        """The request's continuations, when its plan has a resumable candidate and it can be
+        continued at all (one choice, no logprobs); else ``None``."""
+        if self._resumes is None or not resumable_request(request.payload):
+            return None
+        modes = self._resumes.modes(plan)
+        if modes is None:
+            return None
+        assert self._continuations is not None
+        return StreamResumer(
+            self._continuations,
+            self._book,
+            self._clock,
+            context,
+            plan,
+            modes,
+            self._resumes.max_resumes(plan),
+            request.payload,
+            facts,
+            result,
+        )
 
     def _finish(
         self, context: RequestContext, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
@@ -139,9 +191,13 @@ class Answer:
         context.degraded = True
         await send_whole(context.send_tracked, 200, headers, body)
 
-    def _note_served(self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend) -> None:
+    def _note_served(
+        self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend, event: bool = True
+    ) -> None:
         if committed.lease is not None:
             committed.lease.finish(reason)  # a late failure counts against the candidate
+        if not event:  # evented at its break already (``resuming.py``)
+            return
         outcome: Outcome = (
             "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
         )

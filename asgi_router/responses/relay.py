@@ -1,10 +1,16 @@
 """Relay a committed upstream's bytes to the client: unparsed, unbuffered, byte-exact.
 
-Once ``http.response.start`` has gone out there is no failover: sent bytes cannot be recalled,
-and a second model's answer spliced onto the first would be an incoherent text. If the upstream
-breaks or stalls past ``idle`` after commit, the relay writes one in-band event
-``data: {"error": {...}}`` and ends the response *without* ``data: [DONE]``, so the ``openai``
-SDK raises ``APIError`` rather than returning a truncated answer as if it were whole.
+This is the default relay, for every plan without a candidate that may continue a broken stream
+(``resume = "none"``, the default): once ``http.response.start`` has gone out there is no
+failover, since sent bytes cannot be recalled. If the upstream breaks or stalls past ``idle``
+after commit, the relay writes one in-band event ``data: {"error": {...}}`` and ends the
+response *without* ``data: [DONE]``, so the ``openai`` SDK raises ``APIError`` rather than
+returning a truncated answer as if it were whole. A plan with a resumable candidate is relayed by
+``resume_relay.py`` instead: whole events only, and a break continued by another call.
+
+Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
+whole answer: the response is marked complete there, so a client that closes its connection before
+the response's final empty message leaves a ``served`` request, not an abort.
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
@@ -33,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from starlette.types import Send
 
@@ -46,7 +52,21 @@ from asgi_router.core.router_errors import stream_error_event
 from asgi_router.observability.events import logger
 from asgi_router.transports.transport import close_response
 
-__all__ = ["Progress", "RelayResult", "relay_stream", "send_whole"]
+__all__ = [
+    "ENDINGS",
+    "Progress",
+    "RelayResult",
+    "UpstreamSaid",
+    "event_boundary",
+    "late_reason",
+    "relay_stream",
+    "send_whole",
+]
+
+#: How a chunk that ends a stream ends (OpenAI's ``[DONE]``, Anthropic's ``message_stop``): once
+#: one is sent the client has the whole answer, and a client that closes before the response's
+#: last (empty) message still got it: the request is ``served``.
+ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"}\n\n', b'"message_stop"}\r\n\r\n')
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +88,7 @@ class Progress(Protocol):
     bytes_relayed: int
 
 
-def _event_boundary(last: bytes) -> bytes:
+def event_boundary(last: bytes) -> bytes:
     """What to write before the error event so that it starts a new SSE event."""
     if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
         return b""
@@ -77,15 +97,15 @@ def _event_boundary(last: bytes) -> bytes:
     return b"\n\n"
 
 
-class _UpstreamSaid(Exception):
+class UpstreamSaid(Exception):
     """A translated stream that broke in its own words: an ``error`` event, or an early end."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"the upstream sent {kind}: {message}" if kind else message)
 
 
-def _late_reason(exc: Exception, candidate: str) -> Reason:
-    if isinstance(exc, _UpstreamSaid):
+def late_reason(exc: Exception, candidate: str) -> Reason:
+    if isinstance(exc, UpstreamSaid):
         return "stream_interrupted"
     try:
         reason = classify_exception(exc)
@@ -120,14 +140,21 @@ async def relay_stream(
     last = committed.body
     before_last = b""
     sent = count = 0
+    ended = False  # the stream's last event has been sent: the client has the whole answer
     try:
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            await send({"type": "http.response.body", "body": last, "more_body": True})
-            sent, count = len(last), 1
-            if tail is not None:
-                tail.add(last)
+            for part in committed.parts or (last,):  # the chunks held for commit, as they came
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+                sent += len(part)
+                count += 1
+                before_last, last = last if count > 1 else b"", part
+                if tail is not None:
+                    tail.add(part)
+            ended = last.endswith(ENDINGS)
+            if ended and complete is not None:
+                complete()
             failure: Exception | None = None
             # One deadline scope for the whole relay, armed per read (core/deadlines.py).
             with Deadline() as scope:
@@ -144,7 +171,7 @@ async def relay_stream(
                     if translation is not None:
                         chunk = translation.feed(chunk)
                         if translation.failure is not None:
-                            failure = _UpstreamSaid(*translation.failure)
+                            failure = UpstreamSaid(*translation.failure)
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                         sent += len(chunk)
@@ -152,15 +179,19 @@ async def relay_stream(
                         before_last, last = last, chunk
                         if tail is not None:
                             tail.add(chunk)
+                        if chunk.endswith(ENDINGS) and not ended:
+                            ended = True
+                            if complete is not None:
+                                complete()
                     if failure is not None:
                         break
             if failure is None and translation is not None and not translation.finished and not scope.expired:
-                failure = _UpstreamSaid("", "the upstream's stream ended before message_stop")
-            if failure is not None or scope.expired:
-                reason = "timeout" if failure is None else _late_reason(failure, committed.candidate.key)
+                failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
+            if not ended and (failure is not None or scope.expired):  # after the end, nothing is lost
+                reason = "timeout" if failure is None else late_reason(failure, committed.candidate.key)
                 detail = (
                     str(failure)
-                    if isinstance(failure, _UpstreamSaid)
+                    if isinstance(failure, UpstreamSaid)
                     else "the router failed; see the server log"
                     if reason == "router_error"
                     else "upstream connection broke"
@@ -172,7 +203,7 @@ async def relay_stream(
                 await send(
                     {
                         "type": "http.response.body",
-                        "body": _event_boundary(last) + error_event(committed.candidate.key, reason, detail),
+                        "body": event_boundary(last) + error_event(committed.candidate.key, reason, detail),
                         "more_body": False,
                     }
                 )
@@ -183,7 +214,7 @@ async def relay_stream(
             if complete is not None:
                 complete()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return RelayResult(sent, "client_disconnected", count, before_last, last)
+            return RelayResult(sent, "served" if ended else "client_disconnected", count, before_last, last)
         return RelayResult(sent, "served", count, before_last, last)
     finally:
         if progress is not None:

@@ -192,6 +192,8 @@ class Resolver:
                 group.hedge_budget,
                 group.degraded,
                 {member.key: member.limits for member in members if member.limits != Limits()},
+                {member.ref: member.resume for member in settings.flat_member_settings(name) if member.resume},
+                group.max_resumes,
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)

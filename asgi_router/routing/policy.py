@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from asgi_router.config.degraded_settings import DegradedSettings
+from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.resilience.stats import Limits
 
 __all__ = ["GroupPolicy"]
@@ -31,3 +32,7 @@ class GroupPolicy:
     degraded: DegradedSettings | None = None
     #: rpm/tpm budgets of the members that have one, by ``provider/model-id``.
     limits: Mapping[str, Limits] = field(default_factory=dict)
+    #: The members whose table sets ``resume`` (overriding their provider's), by ``provider/model-id``.
+    resume: Mapping[str, ResumeMode] = field(default_factory=dict)
+    #: Continuations of a broken stream per request (``None``: the router's ``max_resumes``).
+    max_resumes: int | None = None

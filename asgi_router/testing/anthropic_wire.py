@@ -99,6 +99,14 @@ class AnthropicWire(JSONWire):
             return 400, "max_tokens: Field required"
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return 400, "messages: Field required"
+        last = body["messages"][-1]
+        if isinstance(last, dict) and last.get("role") == "assistant":
+            content = last.get("content")
+            text = content if isinstance(content, str) else ""
+            if isinstance(content, list) and content and isinstance(content[-1], dict):
+                text = str(content[-1].get("text", ""))
+            if text != text.rstrip():
+                return 400, "messages: final assistant content cannot end with trailing whitespace"
         return None
 
     def usage(self, body: Any, completion_tokens: int) -> dict[str, int]:

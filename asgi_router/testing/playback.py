@@ -30,6 +30,7 @@ from asgi_router.testing.reply import (
     BrokenStream,
     Ok,
     Raw,
+    RejectsPrefill,
     Reply,
     Slow,
     SplitWrites,
@@ -41,7 +42,7 @@ from asgi_router.testing.reply import (
 )
 from asgi_router.testing.wire_format import ScriptedAnswer, ToolUse, Wire, choices_asked, pieces
 
-__all__ = ["DroppedConnection", "PlayedCall", "awkward_pieces", "play"]
+__all__ = ["DroppedConnection", "PlayedCall", "awkward_pieces", "play", "prefilled"]
 
 _JSON: Final = "application/json"
 _SSE: Final = "text/event-stream; charset=utf-8"
@@ -152,6 +153,14 @@ async def play(reply: Reply, call: PlayedCall, wire: Wire) -> None:
     if isinstance(reply, Slow):
         if await call.pause(reply.seconds):
             await play(reply.then, call, wire)
+    elif isinstance(reply, RejectsPrefill):
+        if prefilled(hit.body) is not None:
+            message = (
+                "This model does not support assistant message prefill: the conversation must end with a user message."
+            )
+            await _status(call, wire, Status(400), message)
+        else:
+            await play(reply.then, call, wire)
     elif isinstance(reply, SplitWrites):
         call.split = reply.interval
         await play(reply.then, call, wire)
@@ -184,6 +193,9 @@ def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> ScriptedAnswer:
     """What ``reply`` says to ``hit``, for the wire to spell."""
     if isinstance(reply, Ok):
         text = reply.text if reply.text is not None else _greeting(hit.model)
+        prefill = prefilled(hit.body)
+        if prefill and text.startswith(prefill):  # asked to continue: the rest of the text
+            text = text[len(prefill) :]
         parts = pieces(text, reply.chunks)
         usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
         return ScriptedAnswer(hit.model, text, parts, usage, choices=choices_asked(hit.body))
@@ -194,9 +206,24 @@ def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> ScriptedAnswer:
     return ScriptedAnswer(hit.model, text, parts, usage, tool, choices=choices_asked(hit.body))
 
 
-def _cut_short(hit: Hit, wire: Wire, sent: int) -> ScriptedAnswer:
-    """The answer ``ok()`` gives, its words repeated so that more is to come after ``sent``
-    chunks, for a reply that cuts a stream short."""
+def prefilled(body: object) -> str | None:
+    """The text of the assistant message a request ends with (it asks to continue it), if any."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    content = last.get("content")
+    if isinstance(content, list):
+        texts = [part.get("text") for part in content if isinstance(part, dict)]
+        content = "".join(text for text in texts if isinstance(text, str))
+    return content if isinstance(content, str) else None
+
+
+def _cut_short(hit: Hit, wire: Wire, sent: int, text: str | None = None) -> ScriptedAnswer:
+    """The answer ``ok(text)`` gives (without ``text``: ``ok()``'s, its words repeated so that
+    more is to come after ``sent`` chunks), for a reply that cuts a stream short."""
+    if text is not None:
+        return ScriptedAnswer(hit.model, text, pieces(text, None), wire.usage(hit.body, len(pieces(text, None))))
     words = pieces(_greeting(hit.model), None)
     words = words * (sent // len(words) + 2)
     return ScriptedAnswer(hit.model, "".join(words), words, wire.usage(hit.body, len(words)))
@@ -205,10 +232,14 @@ def _cut_short(hit: Hit, wire: Wire, sent: int) -> ScriptedAnswer:
 async def _break(reply: StallAfterHeaders | BrokenStream, call: PlayedCall, wire: Wire) -> None:
     """Start the answer ``ok()`` would give, send part of it, then (after a stall) drop it."""
     hit = call.hit
-    answer = _cut_short(hit, wire, reply.after_chunks)
+    answer = _cut_short(hit, wire, reply.after_chunks, reply.text)
     if hit.stream:
         await call.start(200, _SSE, {}, None)
-        frames = wire.stream(hit.body, answer)[: reply.after_chunks]
+        stream = wire.stream(hit.body, answer)
+        frames = stream[: reply.after_chunks]
+        if isinstance(reply, BrokenStream) and reply.mid_event and reply.after_chunks < len(stream):
+            cut = stream[reply.after_chunks]
+            frames = [*frames, cut[: len(cut) // 2]]
         if not await call.events(frames, reply.interval, end=False):
             return
     else:

@@ -7,14 +7,17 @@ protocol, and a reply can be built before anyone knows which model or request it
 
 ========================================  =====================================================
 ``ok(text=None, chunks=None)``            200 with ``text`` (default: one naming the model);
-                                          streamed one chunk per word, or cut into ``chunks``
+                                          streamed one chunk per word, or cut into ``chunks``;
+                                          asked to continue a prefix of it, the rest
 ``tool_call(name, arguments)``            200 calling tool ``name`` with ``arguments``
 ``status(code, retry_after=None,          that status; ``body`` a dict (JSON), str (plain
 body=None)``                              text) or bytes (sent as they are); default: an
                                           error shaped as the protocol's own
 ``stall(seconds)``                        accepts the request, sends nothing
 ``stall_after_headers(seconds)``          the status line and headers, then nothing
-``broken_stream(after_chunks)``           that many chunks, then the connection is dropped
+``broken_stream(after_chunks)``           that many chunks (``mid_event``: and half of the
+                                          next), then the connection is dropped
+``rejects_prefill(then=ok())``            a 400 to a request ending in an assistant message
 ``stream_error(after_chunks, code=500)``  that many chunks, then the protocol's in-stream error
 ``slow(seconds, then=ok())``              waits before the status line, then answers ``then``
 ``raw(*writes)``                          exactly these bytes, one write each
@@ -23,8 +26,13 @@ body=None)``                              text) or bytes (sent as they are); def
 
 Beyond those, keyword-only arguments cover what scripted tests keep needing: ``headers`` (a
 provider's request id, rate-limit headers), ``usage`` (the token counts an answer reports),
-``interval`` (seconds between a stream's chunks) and ``after_chunks`` on
-:func:`stall_after_headers` (a stream that goes quiet midway).
+``interval`` (seconds between a stream's chunks), ``after_chunks`` on
+:func:`stall_after_headers` (a stream that goes quiet midway) and ``text`` on the replies that
+cut a stream short (the answer they cut).
+
+A request that ends in an assistant message asks the model to continue it (a router resuming a
+broken stream sends one: Anthropic's prefill, OpenAI-compatible servers' ``prefix``). :func:`ok`
+honours it: when that message's text is a prefix of the reply's text, the answer is the rest.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ __all__ = [
     "BrokenStream",
     "Ok",
     "Raw",
+    "RejectsPrefill",
     "Reply",
     "Slow",
     "SplitWrites",
@@ -50,6 +59,7 @@ __all__ = [
     "broken_stream",
     "ok",
     "raw",
+    "rejects_prefill",
     "slow",
     "split_writes",
     "stall",
@@ -105,12 +115,20 @@ class StallAfterHeaders(Reply):
     seconds: float
     after_chunks: int = 0
     interval: float = 0.0
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BrokenStream(Reply):
     after_chunks: int
     interval: float = 0.0
+    text: str | None = None
+    mid_event: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RejectsPrefill(Reply):
+    then: Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,24 +285,31 @@ def stall(seconds: float) -> Stall:
     return Stall(_seconds("seconds", seconds))
 
 
-def stall_after_headers(seconds: float, *, after_chunks: int = 0, interval: float = 0.0) -> StallAfterHeaders:
-    """Send the status line and headers (and, streaming, the first ``after_chunks`` chunks),
-    then nothing for ``seconds``; then drop the connection without a proper end."""
+def stall_after_headers(
+    seconds: float, *, after_chunks: int = 0, interval: float = 0.0, text: str | None = None
+) -> StallAfterHeaders:
+    """Send the status line and headers (and, streaming, the first ``after_chunks`` chunks of
+    the stream ``ok(text)`` would send), then nothing for ``seconds``; then drop the connection
+    without a proper end."""
     return StallAfterHeaders(
-        _seconds("seconds", seconds), _count("after_chunks", after_chunks), _seconds("interval", interval)
+        _seconds("seconds", seconds), _count("after_chunks", after_chunks), _seconds("interval", interval), text
     )
 
 
-def broken_stream(after_chunks: int, *, interval: float = 0.0) -> BrokenStream:
-    """Send ``after_chunks`` chunks of the stream :func:`ok` would send, then drop the connection
+def broken_stream(
+    after_chunks: int, *, interval: float = 0.0, text: str | None = None, mid_event: bool = False
+) -> BrokenStream:
+    """Send ``after_chunks`` chunks of the stream ``ok(text)`` would send (with ``mid_event``,
+    and the first half of the next one: a cut inside an event), then drop the connection
     without a proper end, as a crashing upstream does: the client sees an error, not an end.
 
     Chunks count every event, the first being the one that opens the answer (OpenAI's
     assistant-role chunk, Anthropic's ``message_start``), so ``broken_stream(0)`` drops right
-    after the headers. Asked without ``stream``, the fake sends the headers and half of the JSON
-    body before the drop.
+    after the headers. Without ``text`` the answer is the one :func:`ok` gives, repeated so
+    that more is always to come. Asked without ``stream``, the fake sends the headers and half
+    of the JSON body before the drop.
     """
-    return BrokenStream(_count("after_chunks", after_chunks), _seconds("interval", interval))
+    return BrokenStream(_count("after_chunks", after_chunks), _seconds("interval", interval), text, bool(mid_event))
 
 
 def stream_error(
@@ -307,6 +332,14 @@ def stream_error(
 
 
 _OK: Final = ok()
+
+
+def rejects_prefill(then: Reply = _OK) -> RejectsPrefill:
+    """A model that cannot continue an assistant message: a request ending in one gets a 400
+    in the protocol's shape (as many models answer prefill); any other is answered ``then``."""
+    if not isinstance(then, Reply):
+        raise TypeError(f"then must be a reply, not {type(then).__name__}")
+    return RejectsPrefill(then)
 
 
 def slow(seconds: float, then: Reply = _OK) -> Slow:

@@ -1,0 +1,135 @@
+"""Whether a stream has said something a client shows yet: the commit rule for relayed streams.
+
+A stream commits on its first *real* event: one carrying content, a tool call, a finish or an
+error. What comes before (OpenAI's role-only first delta, Anthropic's ``message_start`` and
+``ping``, SSE comments sent as keep-alives) says nothing yet: a stream that sends only that and
+then breaks, stalls or reports an error can still fail over, because nothing has gone to the
+client. :class:`FirstEvent` is fed the stream's chunks until it answers; the chunks read so far
+are sent at commit, byte-exact. When the first real event is an error (``data: {"error": ...}``
+on the chat route, ``event: error`` on the Messages route) it says which status the error
+stands for, so the attempt fails over as that status would (Anthropic's ``overloaded_error`` as a
+529, ``rate_limit_error`` as a 429; an OpenAI error by its numeric ``code``, else its type).
+Only the stream's first events are parsed, once per stream; everything after commit is relayed
+without a look.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from asgi_router.protocols.anthropic_errors import status_of_error_type
+from asgi_router.protocols.sse import EventSplitter
+
+__all__ = ["REAL", "FirstEvent"]
+
+#: :meth:`FirstEvent.feed`'s answer once an event a client shows has arrived.
+REAL: Final = 0
+# The bytes of a chat chunk's non-empty ``content``, and of an empty one (the role-only delta's).
+_SAYS_TEXT: Final = b'"content":"'
+_SAYS_NOTHING: Final = b'"content":""'
+# Anthropic events that say nothing a client shows.
+_PREAMBLE: Final = frozenset({"message_start", "ping"})
+# OpenAI error types (and codes) that are not a server error.
+_OPENAI_TYPES: Final[dict[str, int]] = {
+    "rate_limit_exceeded": 429,
+    "requests": 429,
+    "tokens": 429,
+    "insufficient_quota": 429,
+    "invalid_api_key": 401,
+    "authentication_error": 401,
+    "permission_error": 403,
+}
+
+
+class FirstEvent:
+    """Reads a stream's leading events until one that a client shows."""
+
+    __slots__ = ("_anthropic", "_splitter", "saw_events")
+
+    def __init__(self, *, anthropic: bool) -> None:
+        self._anthropic = anthropic
+        self._splitter = EventSplitter()
+        #: Whether any event came at all: a body that is not an event stream (a server that
+        #: ignored ``stream``) is not ours to judge, and is relayed as it is once it ends.
+        self.saw_events = False
+
+    def feed(self, chunk: bytes) -> int | None:
+        """``None``: nothing shown yet, read on; :data:`REAL`: commit; else the HTTP status the
+        stream's first real event, an error, stands for."""
+        for data in self._splitter.feed(chunk):
+            self.saw_events = True
+            verdict = self._event(data)
+            if verdict is not None:
+                return verdict
+        return None
+
+    def _event(self, data: bytes) -> int | None:
+        if data == b"[DONE]":
+            return REAL
+        if not self._anthropic and _SAYS_TEXT in data and _SAYS_NOTHING not in data and b'"error"' not in data:
+            # A content delta, as nearly every stream's second event is: no parse needed (a
+            # quote inside a JSON string is escaped, so this cannot match inside a value).
+            return REAL
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return REAL  # not ours to judge: the client gets it as it is
+        if not isinstance(event, dict):
+            return REAL
+        if self._anthropic:
+            return _anthropic_event(event)
+        error = event.get("error")
+        if error is not None:
+            return _openai_error_status(error)
+        return _openai_chunk(event)
+
+
+def _anthropic_event(event: dict[str, Any]) -> int | None:
+    kind = event.get("type")
+    if kind in _PREAMBLE:
+        return None
+    if kind == "error":
+        error = event.get("error")
+        return status_of_error_type(error.get("type") if isinstance(error, dict) else None)
+    if kind == "content_block_start":
+        block = event.get("content_block")
+        if isinstance(block, dict) and block.get("type") == "text" and not block.get("text"):
+            return None  # an empty text block opening: nothing to show yet
+    return REAL
+
+
+def _openai_chunk(event: dict[str, Any]) -> int | None:
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return REAL
+    if not choices:
+        return REAL if event.get("usage") is not None else None
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+            return REAL
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return REAL
+        for key, value in delta.items():
+            if key != "role" and value:  # content, a tool call, a refusal, reasoning...
+                return REAL
+    return None
+
+
+def _openai_error_status(error: object) -> int:
+    if not isinstance(error, dict):
+        return 500
+    for key in ("status", "code"):
+        value = error.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str):
+            if value in _OPENAI_TYPES:
+                return _OPENAI_TYPES[value]
+            status = status_of_error_type(value)
+            if status != 500:
+                return status
+    return 500

@@ -1,0 +1,202 @@
+"""Relaying a stream that may be continued after a break: whole events only, then one stream.
+
+Used instead of :func:`~asgi_router.responses.relay.relay_stream` when (and only when) the plan
+has a candidate whose ``resume`` is not ``"none"`` and the request can be continued at all
+(chat completions, ``n`` of 1, no ``logprobs``). Two things differ from the byte-exact relay:
+
+* **Whole events.** Each chunk is sent up to its last event delimiter (a blank line); the tail
+  after it is held until the event completes. A scan for the delimiter, not a parse: this is
+  the only per-chunk cost. So when the upstream breaks, the client never has half an event,
+  and the continuation's events can follow on an event boundary.
+* **Continuation.** When the stream breaks (``stream_interrupted``) or stalls (the ``idle``
+  timeout; not ``total``) before its end, the events sent so far are read
+  (:func:`~asgi_router.protocols.continuation.said_so_far`, or
+  :func:`~asgi_router.protocols.continuation_messages.said_in_messages` on ``/v1/messages``);
+  plain text is asked to be
+  continued (:class:`~asgi_router.responses.resuming.StreamResumer`), and the first candidate
+  that commits is relayed on, its events rewritten into the same stream
+  (:class:`~asgi_router.protocols.continuation.Splice`): one ``id``, one ``created``, one
+  finish, one usage, one ``data: [DONE]`` (on ``/v1/messages``, one message). Up to
+  ``max_resumes`` breaks are continued; past them, or when nothing can continue, the client gets
+  the in-band error the byte-exact relay writes, naming the break (never a refused
+  continuation's 400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.types import Send
+
+from asgi_router.attempts.outcomes import Committed
+from asgi_router.attempts.usage import Tail
+from asgi_router.core.deadlines import Deadline
+from asgi_router.core.reasons import Reason
+from asgi_router.protocols.continuation import Said
+from asgi_router.responses.relay import ENDINGS, RelayResult, UpstreamSaid, event_boundary, late_reason
+from asgi_router.responses.resuming import Spliced, StreamResumer
+from asgi_router.transports.transport import close_response
+
+__all__ = ["complete_events", "relay_resumable"]
+
+
+def complete_events(data: bytes) -> int:
+    """Where the complete events of ``data`` end: just past its last blank line (0: none)."""
+    at = data.rfind(b"\n\n")
+    cut = at + 2 if at >= 0 else 0
+    if b"\r" in data:  # CRLF line ends: a blank line is \r\n\r\n
+        crlf = data.rfind(b"\r\n\r\n")
+        if crlf >= 0 and crlf + 4 > cut:
+            cut = crlf + 4
+    return cut
+
+
+class _Sent:
+    """What the client has been sent: bytes, chunks, the last two chunks, the events (kept to
+    read the text so far at a break), and whether the stream's end went out."""
+
+    __slots__ = ("before_last", "bytes", "chunks", "ended", "events", "last")
+
+    def __init__(self) -> None:
+        self.bytes = self.chunks = 0
+        self.before_last = self.last = b""
+        self.events: list[bytes] = []
+        self.ended = False
+
+
+async def relay_resumable(
+    send: Send,
+    committed: Committed,
+    headers: list[tuple[bytes, bytes]],
+    clock: Callable[[], float],
+    resumer: StreamResumer,
+    error_event: Callable[[str, Reason, str], bytes],
+    tail: Tail | None = None,
+    complete: Callable[[], None] | None = None,
+) -> tuple[RelayResult, Committed]:
+    """Relay ``committed`` whole event by whole event, continuing it after a break; the result
+    and the call that ended the stream (``committed`` itself when it was never continued)."""
+    sent = _Sent()
+    current = committed
+    splice: Spliced | None = None
+    held = b""
+
+    async def out(data: bytes) -> None:
+        """Send ``data``'s complete events (rewritten after a continuation); hold its tail."""
+        nonlocal held
+        data = held + data if held else data
+        cut = complete_events(data)
+        held = data[cut:]
+        if not cut:
+            return
+        events = data[:cut] if cut < len(data) else data
+        if splice is not None:
+            events = splice.feed(events)
+            if not events:
+                return
+        await send({"type": "http.response.body", "body": events, "more_body": True})
+        sent.bytes += len(events)
+        sent.chunks += 1
+        sent.before_last, sent.last = sent.last, events
+        sent.events.append(events)
+        if tail is not None:
+            tail.add(events)
+        if not sent.ended and events.endswith(ENDINGS):
+            sent.ended = True
+            if complete is not None:
+                complete()
+
+    try:
+        try:
+            await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
+            del headers
+            await out(committed.body)
+            while True:
+                failure, expired, total = await _relay_one(current, clock, out)
+                if not sent.ended and failure is None and not expired and held.strip():
+                    failure = UpstreamSaid("", "the upstream's stream ended inside an event")
+                if sent.ended or (failure is None and not expired):
+                    break
+                reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
+                said = resumer.said(b"".join(sent.events)) if reason in ("stream_interrupted", "timeout") else None
+                continued = None
+                if isinstance(said, Said) and not total and resumer.can_resume():
+                    continued = await resumer.resume(current, reason, said.text)
+                if continued is None:
+                    resumer.failed()
+                    detail = _detail(failure, reason, total)
+                    body = event_boundary(sent.last) + error_event(current.candidate.key, reason, detail)
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                    if complete is not None:
+                        complete()
+                    return _result(sent, reason), current
+                closing = close_response(current.response)
+                if closing is not None:
+                    await closing
+                current, held = continued.committed, b""
+                assert isinstance(said, Said)
+                splice = resumer.splice(said, continued.skip)
+                await out(current.body)
+            if held:  # an upstream that ended without a final blank line: its last event as it is
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+                sent.bytes += len(held)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if complete is not None:
+                complete()
+            resumer.served()
+        except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
+            if sent.ended:
+                resumer.served()
+            return _result(sent, "served" if sent.ended else "client_disconnected"), current
+        return _result(sent, "served"), current
+    finally:
+        resumer.context.bytes_relayed = sent.bytes
+        closing = close_response(current.response)
+        if closing is not None:
+            await closing
+
+
+async def _relay_one(
+    committed: Committed, clock: Callable[[], float], out: Callable[[bytes], Awaitable[None]]
+) -> tuple[Exception | None, bool, bool]:
+    """Relay one call's chunks after its first; ``(failure, idle or total expired, total ran out)``."""
+    chunks = committed.response.chunks
+    translation = committed.translation
+    idle, deadline = committed.provider.timeouts.idle, committed.deadline
+    failure: Exception | None = None
+    with Deadline() as scope:
+        while True:
+            scope.arm(min(idle, deadline - clock()))
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                failure = exc
+                break
+            scope.disarm()
+            if translation is not None:
+                chunk = translation.feed(chunk)
+                if translation.failure is not None:
+                    failure = UpstreamSaid(*translation.failure)
+            if chunk:
+                await out(chunk)
+            if failure is not None:
+                break
+    if failure is None and translation is not None and not translation.finished and not scope.expired:
+        failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
+    return failure, scope.expired, scope.expired and clock() >= deadline
+
+
+def _detail(failure: Exception | None, reason: Reason, total: bool) -> str:
+    if isinstance(failure, UpstreamSaid):
+        return str(failure)
+    if reason == "router_error":
+        return "the router failed; see the server log"
+    if reason != "timeout":
+        return "upstream connection broke"
+    return "the attempt's total timeout ran out" if total else "no data within the idle timeout"
+
+
+def _result(sent: _Sent, reason: Reason) -> RelayResult:
+    return RelayResult(sent.bytes, reason, sent.chunks, sent.before_last, sent.last)

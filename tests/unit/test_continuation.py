@@ -1,0 +1,125 @@
+"""Continuing a broken stream, piece by piece: the candidate order, what a stream said, the splice,
+and the commit rule's reading of a stream's first events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asgi_router.attempts.decisions import resume_order
+from asgi_router.core.candidate import Candidate
+from asgi_router.protocols.continuation import Said, Splice, said_so_far
+from asgi_router.protocols.first_event import REAL, FirstEvent
+from asgi_router.responses.resume_relay import complete_events
+
+A, B, C, D = (Candidate(name, "m") for name in "abcd")
+
+
+@pytest.mark.parametrize(
+    ("modes", "broken", "reason", "expected"),
+    [
+        # after a cut: the same candidate first, then the others in plan order
+        (("prefill", "prefill", "prefill", "prefill"), B, "stream_interrupted", [B, A, C, D]),
+        # after a stall: the next resumable one first, then the rest in plan order, not the stalled one
+        (("prefill", "prefill", "prefill", "prefill"), B, "timeout", [C, A, D]),
+        (("prefill", "prefill", "none", "prefix"), B, "timeout", [D, A]),
+        # the broken candidate cannot continue: the others do
+        (("prefill", "none", "prefill", "none"), B, "stream_interrupted", [A, C]),
+        # a stall on the last candidate: nothing comes after it, so plan order from the top
+        (("prefill", "prefill", "prefill", "prefill"), D, "timeout", [A, B, C]),
+        (("none", "none", "none", "none"), A, "stream_interrupted", []),
+    ],
+)
+def test_resume_order(modes: tuple[str, ...], broken: Candidate, reason: str, expected: list[Candidate]) -> None:
+    order = resume_order((A, B, C, D), modes, broken, reason)  # type: ignore[arg-type]
+    assert [candidate for candidate, _ in order] == expected
+    assert all(mode != "none" for _, mode in order)
+
+
+def _chunk(delta: dict[str, object], **extra: object) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None, **extra}
+    return b"data: " + json.dumps({"id": "x1", "created": 5, "model": "m", "choices": [choice]}).encode() + b"\n\n"
+
+
+def test_said_so_far_reads_the_text_and_refuses_what_cannot_be_continued() -> None:
+    role, hello, world = (
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"content": "Hel"}),
+        _chunk({"content": "lo"}),
+    )
+    assert said_so_far(role + hello + world) == Said("Hello", "x1", 5)
+    tool = _chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": ""}}]})
+    assert said_so_far(role + hello + tool) == "a tool call or reasoning had started"
+    assert said_so_far(role + _chunk({"reasoning_content": "hmm"})) == "a tool call or reasoning had started"
+    assert said_so_far(role + _chunk({"content": "a"}, logprobs={"content": []})) == "logprobs were asked for"
+    assert said_so_far(role + _chunk({"content": "a"}, index=1)) == "more than one choice"
+    assert said_so_far(role) == "no text had been sent"
+
+
+def test_the_splice_keeps_one_id_drops_the_role_delta_and_what_the_prefill_lost_and_sums_usage() -> None:
+    splice = Splice(Said("Hello ", "x1", 5), " ", (10, 2))
+    head = b'data: {"id":"y","created":9,"model":"n","choices":'
+    usage = b'{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}'
+    events = (
+        head
+        + b'[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":null}\n\n'
+        + head
+        + b'[{"index":0,"delta":{"content":" world"}}],"usage":null}\n\n'
+        + head
+        + b'[],"usage":'
+        + usage
+        + b"}\n\n"
+        + b"data: [DONE]\n\n"
+    )
+    out = [json.loads(e.removeprefix(b"data: ")) for e in splice.feed(events).split(b"\n\n")[:-2]]
+    assert [(c["id"], c["created"], c["model"]) for c in out] == [("x1", 5, "n"), ("x1", 5, "n")]
+    assert out[0]["choices"][0]["delta"] == {"content": "world"}
+    assert out[1]["usage"] == {"prompt_tokens": 22, "completion_tokens": 5, "total_tokens": 27}
+    assert splice.feed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("anthropic", "events", "verdict"),
+    [
+        (False, [b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'], None),
+        (False, [b": keep-alive\n\n", b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n'], REAL),
+        (False, [b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n'], REAL),
+        (False, [b'data: {"error":{"message":"x","type":"server_error","code":null}}\n\n'], 500),
+        (False, [b'data: {"error":{"message":"x","type":"requests","code":"rate_limit_exceeded"}}\n\n'], 429),
+        (False, [b'data: {"error":{"message":"x","code":503}}\n\n'], 503),
+        (False, [b"data: [DONE]\n\n"], REAL),
+        (
+            True,
+            [
+                b'event: message_start\ndata: {"type":"message_start","message":{}}\n\n',
+                b'event: ping\ndata: {"type":"ping"}\n\n',
+            ],
+            None,
+        ),
+        (True, [b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"x"}}\n\n'], 529),
+        (True, [b'event: error\ndata: {"type":"error","error":{"type":"rate_limit_error","message":"x"}}\n\n'], 429),
+        (True, [b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'], None),
+        (
+            True,
+            [b'data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t"}}\n\n'],
+            REAL,
+        ),
+        (True, [b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n'], REAL),
+    ],
+)
+def test_a_stream_commits_on_its_first_real_event(anthropic: bool, events: list[bytes], verdict: int | None) -> None:
+    reader = FirstEvent(anthropic=anthropic)
+    said = None
+    for event in events:  # and each event cut in two, as the network may hand it over
+        said = reader.feed(event[:7])
+        assert said is None
+        said = reader.feed(event[7:])
+    assert said == verdict
+
+
+def test_the_hold_back_cuts_after_the_last_blank_line() -> None:
+    assert complete_events(b"data: a\n\ndata: b") == len(b"data: a\n\n")
+    assert complete_events(b"data: a\r\n\r\ndata: b") == len(b"data: a\r\n\r\n")
+    assert complete_events(b"data: a\n") == 0
+    assert complete_events(b"data: a\n\n") == len(b"data: a\n\n")
