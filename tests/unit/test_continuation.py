@@ -123,3 +123,17 @@ def test_the_hold_back_cuts_after_the_last_blank_line() -> None:
     assert complete_events(b"data: a\r\n\r\ndata: b") == len(b"data: a\r\n\r\n")
     assert complete_events(b"data: a\n") == 0
     assert complete_events(b"data: a\n\n") == len(b"data: a\n\n")
+
+
+def test_the_decision_point_continues_only_a_cut_or_a_stall_within_max_resumes() -> None:
+    from asgi_router.attempts.decisions import Continue, Decisions
+
+    modes = ("prefill", "prefix", "none", "continue_final_message")
+    cut = Decisions.resume((A, B, C, D), modes, A, "stream_interrupted", 0, 2)  # type: ignore[arg-type]
+    assert cut == Continue(((A, "prefill"), (B, "prefix"), (D, "continue_final_message")))
+    assert Decisions.resume((A, B, C, D), modes, A, "timeout", 1, 2) == Continue(  # type: ignore[arg-type]
+        ((B, "prefix"), (D, "continue_final_message"))
+    )
+    assert Decisions.resume((A, B, C, D), modes, A, "stream_interrupted", 2, 2) is None  # type: ignore[arg-type]
+    assert Decisions.resume((A, B, C, D), modes, A, "router_error", 0, 2) is None  # type: ignore[arg-type]
+    assert Decisions.resume((A,), ("none",), A, "timeout", 0, 2) is None  # type: ignore[arg-type]
