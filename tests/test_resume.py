@@ -320,7 +320,7 @@ def test_prefix_and_continue_final_message_are_refused_on_an_anthropic_provider_
     for mode in ("prefix", "continue_final_message"):
         with pytest.raises(ValueError, match=f'resume = "{mode}" is not for kind = "anthropic"'):
             RouterSettings(allow_unauthenticated=True, providers={"claude": {**base, "resume": mode}})
-        with pytest.raises(ValueError, match=r"members\[0\]\.resume"):
+        with pytest.raises(ValueError, match=r"groups\.g\.members\.0\.resume"):
             RouterSettings(
                 allow_unauthenticated=True,
                 providers={"claude": base},

@@ -143,6 +143,11 @@ class RouterSettings(BaseSettings):
         description="The longest upstream wait hint (`Retry-After`, ...) waited out, in seconds; past it the "
         "router fails over at once (or answers 429).",
     )
+    max_resumes: NonNegativeInt = Field(
+        default=2,
+        description='Continuations of a broken stream per request, on candidates whose `resume` is not `"none"` '
+        "(a group may override it); independent of `retries`.",
+    )
     max_attempts: PositiveInt = Field(default=10, description="Attempts per request, retries and hedges included.")
     deadline: PositiveFloat = Field(
         default=300.0, description="Seconds from the start of the first attempt to commit, backoff included."
