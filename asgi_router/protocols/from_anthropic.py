@@ -32,6 +32,7 @@ import re
 import time
 from typing import Any, Final
 
+from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.protocols.anthropic_errors import error_event_words
 from asgi_router.protocols.sse import EventSplitter
 
@@ -70,14 +71,15 @@ def _encode(value: object) -> bytes:
 
 def usage_of(usage: object, prompt: int = 0, completion: int = 0) -> tuple[int, int]:
     """``(prompt_tokens, completion_tokens)`` from an Anthropic ``usage`` object, keeping what it
-    does not say."""
+    does not say (or says implausibly: ``core/usage_bounds.py``)."""
     if not isinstance(usage, dict):
         return prompt, completion
-    counts = [usage.get(key) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-    if isinstance(counts[0], int):
-        prompt = sum(count for count in counts if isinstance(count, int))
-    output = usage.get("output_tokens")
-    return prompt, output if isinstance(output, int) else completion
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    counts = [plausible_tokens(usage.get(key)) for key in keys]
+    if counts[0] is not None:
+        prompt = sum(count for count in counts if count is not None)
+    output = plausible_tokens(usage.get("output_tokens"))
+    return prompt, completion if output is None else output
 
 
 def _usage_json(prompt: int, completion: int) -> dict[str, int]:
