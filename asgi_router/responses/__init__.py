@@ -7,5 +7,6 @@ answer phase: the winner's response sent or relayed, a refusal passed through, a
 the router's error, then what the response used counted; ``relay.py`` hands a committed
 upstream's bytes to the client unchanged (and ends a stream that breaks with an in-band error);
 ``headers.py`` filters what an upstream's headers may say to the client; ``degraded.py`` builds
-a group's canned reply.
+a group's canned reply; ``client_gone.py`` ends a request whose client left before the first
+byte with a 499 the server can drop.
 """
