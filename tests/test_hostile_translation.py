@@ -5,7 +5,9 @@ after it, without holding the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,7 +38,7 @@ def claude_up() -> Iterator[FakeUpstream]:
 
 @asynccontextmanager
 async def routed(
-    claude: FakeUpstream, openai: FakeUpstream | None = None, **settings: Any
+    claude: FakeUpstream, openai: FakeUpstream | None = None, client_timeout: float = 60, **settings: Any
 ) -> AsyncIterator[httpx2.AsyncClient]:
     providers = {"claude": claude.provider()}
     members = ["claude/m"]
@@ -47,7 +49,7 @@ async def routed(
     router = ModelRouter(host_app(), settings=make_settings("http://127.0.0.1:9", providers=providers, **settings))
     async with LifespanManager(router):
         transport = httpx2.ASGITransport(app=router)
-        async with httpx2.AsyncClient(transport=transport, base_url="http://router", timeout=60) as client:
+        async with httpx2.AsyncClient(transport=transport, base_url="http://router", timeout=client_timeout) as client:
             yield client
 
 
@@ -114,3 +116,81 @@ async def test_an_error_events_megabyte_type_reaches_the_client_bounded(claude_u
     assert "hello" in response.text  # committed: the error is in-band
     assert len(response.content) < 4000, len(response.content)
     assert "overloadedxxx" in response.text  # the type, cut short
+
+
+# --- 4. events bounded, translation linear ---------------------------------------------------------------
+
+
+def _big_text_event(size: int) -> bytes:
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "y" * size}}
+    return b"event: content_block_delta\ndata: " + json.dumps(delta).encode() + b"\n\n"
+
+
+def _pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[at : at + size] for at in range(0, len(data), size)]
+
+
+async def test_an_event_over_max_event_bytes_before_commit_fails_over_as_upstream_5xx(
+    claude_up: FakeUpstream, openai_up: FakeUpstream
+) -> None:
+    claude_up.script("m", reply.raw(*_events(_START), _big_text_event(2 * 1024 * 1024)))  # default bound: 1 MiB
+    async with routed(claude_up, openai_up) as client:
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "group/g", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "gpt/m"
+    assert response.headers["x-router-attempts"] == "2"
+
+
+async def test_an_event_over_max_event_bytes_after_commit_ends_the_stream_with_an_in_band_error(
+    claude_up: FakeUpstream,
+) -> None:
+    # Written apart (interval): the text commits before the big event begins.
+    claude_up.script("m", reply.raw(*_events(_START, _TEXT), *_pieces(_big_text_event(5000), 700), interval=0.05))
+    async with routed(claude_up, max_event_bytes=4096) as client:
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "group/g", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert response.status_code == 200
+    assert "hello" in response.text
+    assert '"error"' in response.text and "larger than 4096 bytes" in response.text
+    assert "data: [DONE]" not in response.text and "yyyy" not in response.text
+
+
+@pytest.mark.load
+async def test_a_huge_event_in_small_pieces_costs_linear_time_and_never_holds_the_loop(
+    claude_up: FakeUpstream,
+) -> None:
+    """30 MB of one event in 16 KiB pieces: refused at the bound, quickly, while a ticker on the
+    same event loop keeps ticking (the translation never holds the loop for long)."""
+    pieces = _pieces(_big_text_event(30 * 1024 * 1024), 16 * 1024)
+    claude_up.script("m", reply.raw(*_events(_START, _TEXT), *pieces))
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.ensure_future(tick())
+    started = time.monotonic()
+    try:
+        async with routed(claude_up, client_timeout=20) as client:
+            response = await client.post(
+                "/v1/chat/completions",
+                json={"model": "group/g", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+            )
+    finally:
+        stop.set()
+        await ticker
+    assert response.status_code == 200
+    assert "larger than 1048576 bytes" in response.text
+    assert time.monotonic() - started < 20
+    assert max(gaps) < 0.5, max(gaps)  # generous: two shared cores

@@ -191,6 +191,9 @@ configs = st.one_of(
             "aliases": st.dictionaries(names, refs | json_values, max_size=2),
             "routes": st.lists(st.sampled_from(["/v1/chat/completions", "v1/x", ""]), max_size=2) | json_values,
             "max_body_bytes": json_values,
+            "max_event_bytes": json_values,
+            "state_url": json_values
+            | st.sampled_from([f"redis://:{SECRET_MARK[:9]}#{SECRET_MARK[9:]}@h/0", "redis://h:x"]),
             "body_timeout": json_values,
             "api_keys": st.lists(st.sampled_from([SECRET_MARK, "short", ""]), max_size=2) | json_values,
             "allow_unauthenticated": json_values,

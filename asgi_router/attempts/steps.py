@@ -197,7 +197,11 @@ class RequestAttempts:
         headers = request_headers_for_upstream(
             self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
         )
-        translation = StreamTranslation(include_usage(self._payload)) if target.translated and self._stream else None
+        translation = (
+            StreamTranslation(include_usage(self._payload), context.max_event_bytes)
+            if target.translated and self._stream
+            else None
+        )
         if self._trace is not None:  # the attempt's span, and its traceparent in the headers
             self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
         try:

@@ -36,7 +36,10 @@ from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.protocols.anthropic_errors import error_event_words
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["FINISH_REASONS", "StreamTranslation", "completion_from_message", "usage_of"]
+__all__ = ["FINISH_REASONS", "MAX_EVENT_BYTES", "StreamTranslation", "completion_from_message", "usage_of"]
+
+#: The largest stream event translated unless the settings say otherwise (``max_event_bytes``).
+MAX_EVENT_BYTES: Final = 1024 * 1024
 
 #: Anthropic's ``stop_reason`` and the ``finish_reason`` it becomes (anything else: ``stop``).
 FINISH_REASONS: Final[dict[str, str]] = {
@@ -152,8 +155,8 @@ class StreamTranslation:
         "usage",
     )
 
-    def __init__(self, include_usage: bool) -> None:
-        self._events = EventSplitter()
+    def __init__(self, include_usage: bool, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._events = EventSplitter(max_event_bytes)
         self._include_usage = include_usage
         self._head = self._content = b""
         self._set_head("chatcmpl-router", "", int(time.time()))
@@ -207,6 +210,10 @@ class StreamTranslation:
             out += self._translate(event)
             if self.finished or self.failure is not None:
                 break
+        if self._events.too_large and self.failure is None and not self.finished:
+            # Failed as the upstream's own server error: before commit the next member is tried,
+            # after it the client's stream ends with the in-band error.
+            self.failure = ("api_error", f"the upstream sent an event larger than {self._events.limit} bytes")
         return out
 
     def _translate(self, event: dict[str, Any]) -> bytes:
