@@ -145,6 +145,7 @@ def assemble(
             transport=upstream,
             providers=providers,
             max_response_bytes=resolved.max_response_bytes,
+            max_event_bytes=resolved.max_event_bytes,
             clock=clock,
             book=book,
             gate=gate,

@@ -80,10 +80,10 @@ print()
 def _fleet_lines(workers: int, state_url: str | None) -> list[str]:
     """What to watch when the host app runs in several workers."""
     if state_url:
-        from asgi_router.fleet.link import masked
+        from asgi_router.core.store_url import mask_store_url
 
         return [
-            f"{workers} workers share breakers, rotation and budgets through {masked(state_url)}.",
+            f"{workers} workers share breakers, rotation and budgets through {mask_store_url(state_url)}.",
             "Ask for group/rotate a few times: the log's [worker N] changes from call to call, and",
             "steady/mock-a and steady/mock-b still take turns, as in one process.",
         ]

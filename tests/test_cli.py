@@ -177,7 +177,7 @@ def test_replay_shows_a_progress_bar_and_skips_lines_that_are_not_records(
         timeout=60,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2, result.stderr  # some lines were not records: the status says so
     assert b"3,000 route the same" in result.stdout and b"1 lines were not records" in result.stdout
     assert result.stderr.startswith(b"\r[") and result.stderr.endswith(b"\r[" + b"#" * 30 + b"] 100%  3,001 lines\n")
 
@@ -382,3 +382,31 @@ def test_serve_refuses_one_record_file_for_several_workers_and_replay_a_glob_mat
     )
     nothing = _run("replay", config, str(tmp_path / "none-*.jsonl"))
     assert nothing.returncode == 1 and f"no records match '{tmp_path / 'none-*.jsonl'}'" in nothing.stderr
+
+
+def test_replay_counts_mis_shaped_records_and_escapes_what_it_prints(tmp_path: Path, upstream: MockUpstream) -> None:
+    good = {"request_id": "r", "ref": "group/small", "facts": {}, "route": "default", "plan": ["mock/ok", "mock2/ok"]}
+    hostile = [
+        {**good, "facts": {"headers": ["x-tier"]}},  # facts of the wrong shape
+        {**good, "facts": {"headers": 5}},
+        {**good, "facts": {"metadata": "tier"}},
+        {**good, "facts": {"headers": {"x-tier": "\u2603 snow"}}},  # not latin-1
+        {**good, "facts": {"headers": {"x-tier": 7}}},
+    ]
+    tampered = {**good, "request_id": "\x1b]0;owned\x07\x1b[2J", "plan": ["\x1b[31mred"]}
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps(record) + "\n" for record in [good, *hostile, tampered]))
+    result = _run("replay", _config(tmp_path, upstream), records)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "lines were not records" in result.stdout
+    assert "\x1b" not in result.stdout and "\\x1b" in result.stdout  # escaped, not sent to the terminal
+
+
+def test_explain_refuses_a_body_nested_too_deep_as_the_router_does(tmp_path: Path, upstream: MockUpstream) -> None:
+    body = tmp_path / "deep.json"
+    body.write_text('{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    result = _run("explain", _config(tmp_path, upstream), "group/auto", "--body", body)
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode != 0
+    assert "nests deeper than" in result.stderr

@@ -20,8 +20,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from asgi_router.config.resilience_settings import BreakerSettings
+from asgi_router.core.store_url import mask_store_url as masked
 from asgi_router.fleet import shared_state as fleet_state
-from asgi_router.fleet.link import REQUEST_TIMEOUT, SLOW_CALLS, masked
+from asgi_router.fleet.link import REQUEST_TIMEOUT, SLOW_CALLS
 from asgi_router.fleet.shared_state import SharedState
 from asgi_router.resilience.breaker import Phase
 from asgi_router.resilience.stats import Limits

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -191,6 +191,9 @@ configs = st.one_of(
             "aliases": st.dictionaries(names, refs | json_values, max_size=2),
             "routes": st.lists(st.sampled_from(["/v1/chat/completions", "v1/x", ""]), max_size=2) | json_values,
             "max_body_bytes": json_values,
+            "max_event_bytes": json_values,
+            "state_url": json_values
+            | st.sampled_from([f"redis://:{SECRET_MARK[:9]}#{SECRET_MARK[9:]}@h/0", "redis://h:x"]),
             "body_timeout": json_values,
             "api_keys": st.lists(st.sampled_from([SECRET_MARK, "short", ""]), max_size=2) | json_values,
             "allow_unauthenticated": json_values,
@@ -428,3 +431,252 @@ def test_lone_surrogate_escapes_are_valid_json_and_reach_the_upstream_as_escapes
     wire.decode("utf-8")  # what the upstream gets is UTF-8 ...
     assert json.loads(wire) == {**json.loads(body), "model": "x"}  # ... with the same (escaped) text
     assert b"\\ud800" in wire
+
+
+# --- the OpenAI <-> Anthropic translation, over arbitrary JSON in every field it reads --------------
+
+_hostile_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=10,
+)
+_ROLES_SEEN = st.sampled_from(["user", "assistant", "assistant", "system", "developer", "tool", "function", ""])
+_tool_call_values = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "id": _hostile_json,
+            "type": _hostile_json,
+            "function": st.fixed_dictionaries({}, optional={"name": _hostile_json, "arguments": _hostile_json})
+            | _hostile_json,
+        },
+    )
+    | _hostile_json,
+    max_size=3,
+)
+_part_values = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "image_url", "refusal", "input_audio"]) | _hostile_json},
+        optional={"text": _hostile_json, "image_url": _hostile_json, "refusal": _hostile_json},
+    )
+    | _hostile_json,
+    max_size=3,
+)
+_hostile_messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": _ROLES_SEEN},
+        optional={
+            "content": st.text(max_size=8) | _part_values | _hostile_json,
+            "tool_calls": _tool_call_values | st.integers() | st.booleans() | _hostile_json,
+            "tool_call_id": _hostile_json,
+            "function_call": _hostile_json,
+            "audio": _hostile_json,
+            "name": _hostile_json,
+        },
+    )
+    | _hostile_json,
+    max_size=4,
+)
+_hostile_tools = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.just("function") | _hostile_json},
+        optional={
+            "function": st.fixed_dictionaries(
+                {},
+                optional={
+                    "name": _hostile_json,
+                    "description": _hostile_json,
+                    "parameters": _hostile_json,
+                    "strict": _hostile_json,
+                },
+            )
+            | _hostile_json
+        },
+    )
+    | _hostile_json,
+    max_size=3,
+)
+
+
+def _translated_fields() -> dict[str, Any]:
+    from asgi_router.protocols.to_anthropic import AT_DEFAULT_ONLY, IGNORED, TRANSLATED
+
+    fields: dict[str, Any] = {name: _hostile_json for name in (*TRANSLATED, *AT_DEFAULT_ONLY, *IGNORED)}
+    fields.pop("messages")  # always present: most of the translation reads it
+    fields["tools"] = _hostile_tools | _hostile_json
+    return fields
+
+
+@_FAST
+# The red-team pass's cases, always run: tool_calls a number or true was a TypeError (a 500).
+@example(payload={"messages": [{"role": "assistant", "tool_calls": 5}]}, extra={})
+@example(payload={"messages": [{"role": "assistant", "content": "x", "tool_calls": True}]}, extra={})
+@example(
+    payload={
+        "messages": [{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": 7}}]}]
+    },
+    extra={},
+)
+@example(
+    payload={"messages": [{"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": 5}]}]}, extra={}
+)
+@given(
+    payload=st.fixed_dictionaries({"messages": _hostile_messages | _hostile_json}, optional=_translated_fields()),
+    extra=st.dictionaries(st.text(max_size=6), _hostile_json, max_size=2),
+)
+def test_the_translation_to_anthropic_answers_any_json_in_any_field_with_a_request_or_a_reason(
+    payload: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    from asgi_router.protocols.to_anthropic import Untranslatable, to_messages_request
+
+    result = to_messages_request({**payload, **extra}, 4096)
+    if isinstance(result, Untranslatable):
+        assert result.detail.isprintable() and len(result.detail) < 400
+    else:
+        json.dumps(result)  # what goes on the wire is JSON
+        assert isinstance(result["messages"], list) and isinstance(result["max_tokens"], int)
+
+
+_anthropic_blocks = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "thinking", "tool_use", "image"]) | _hostile_json},
+        optional={
+            "text": _hostile_json,
+            "thinking": _hostile_json,
+            "input": _hostile_json,
+            "name": _hostile_json,
+            "id": _hostile_json,
+        },
+    )
+    | _hostile_json,
+    max_size=3,
+)
+_anthropic_usage = st.fixed_dictionaries(
+    {},
+    optional={
+        key: _hostile_json | st.sampled_from([10**300, -1, True])
+        for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    },
+)
+_anthropic_messages = st.fixed_dictionaries(
+    {"type": st.just("message") | _hostile_json, "content": _anthropic_blocks | _hostile_json},
+    optional={
+        "id": _hostile_json,
+        "model": _hostile_json,
+        "stop_reason": _hostile_json,
+        "usage": _anthropic_usage | _hostile_json,
+    },
+)
+
+
+@_FAST
+@given(message=_anthropic_messages)
+def test_an_anthropic_message_of_any_shape_becomes_a_completion_or_none_never_an_error(message: dict[str, Any]) -> None:
+    from asgi_router.core.usage_bounds import MAX_PLAUSIBLE_TOKENS
+    from asgi_router.protocols.from_anthropic import completion_from_message
+
+    out = completion_from_message(json.dumps(message).encode())
+    if out is not None:
+        completion = json.loads(out)
+        usage = completion["usage"]
+        assert all(0 <= usage[key] <= 3 * MAX_PLAUSIBLE_TOKENS for key in ("prompt_tokens", "completion_tokens"))
+
+
+_anthropic_events = st.lists(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(
+                [
+                    "message_start",
+                    "content_block_start",
+                    "content_block_delta",
+                    "message_delta",
+                    "message_stop",
+                    "error",
+                    "ping",
+                ]
+            )
+            | _hostile_json
+        },
+        optional={
+            "message": _anthropic_messages | _hostile_json,
+            "index": st.integers(-1, 3) | _hostile_json,
+            "content_block": st.fixed_dictionaries(
+                {"type": st.sampled_from(["text", "tool_use"]) | _hostile_json},
+                optional={"text": _hostile_json, "id": _hostile_json, "name": _hostile_json},
+            )
+            | _hostile_json,
+            "delta": st.fixed_dictionaries(
+                {"type": st.sampled_from(["text_delta", "input_json_delta", "thinking_delta"]) | _hostile_json},
+                optional={
+                    "text": _hostile_json,
+                    "partial_json": _hostile_json,
+                    "thinking": _hostile_json,
+                    "stop_reason": _hostile_json,
+                },
+            )
+            | _hostile_json,
+            "usage": _anthropic_usage | _hostile_json,
+            "error": st.fixed_dictionaries({}, optional={"type": _hostile_json, "message": _hostile_json})
+            | _hostile_json,
+        },
+    )
+    | _hostile_json,
+    max_size=6,
+)
+
+
+@_FAST
+@given(events=_anthropic_events, cuts=st.lists(st.integers(1, 40), max_size=6), include_usage=st.booleans())
+def test_an_anthropic_stream_of_any_events_cut_anywhere_translates_without_an_error(
+    events: list[Any], cuts: list[int], include_usage: bool
+) -> None:
+    from asgi_router.protocols.from_anthropic import StreamTranslation
+
+    stream = b"".join(b"event: x\ndata: " + json.dumps(event).encode() + b"\n\n" for event in events)
+    translation = StreamTranslation(include_usage)
+    out, at = b"", 0
+    for size in [*cuts, len(stream)]:
+        out += translation.feed(stream[at : at + size])
+        at += size
+    for line in out.split(b"\n"):
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            json.loads(line[6:])  # every chunk the client gets is JSON
+    if translation.failure is not None:
+        kind, message = translation.failure
+        assert len(kind) <= 500 and len(message) <= 500
+
+
+@_FAST
+# The red-team pass's cases: a password with an unencoded '#', '/' or '?', a malformed Sentinel URL.
+@example(url=f"redis://:{SECRET_MARK[:9]}#{SECRET_MARK[9:]}@h:6379/0")
+@example(url=f"redis://u:{SECRET_MARK[:9]}/{SECRET_MARK[9:]}@h:6379/0")
+@example(url=f"redis://u:{SECRET_MARK[:9]}?{SECRET_MARK[9:]}@h:6379/0")
+@example(url=f"redis+sentinel://u:{SECRET_MARK}@h:x/primary")
+@example(url=f"unix:///run/redis.sock?password={SECRET_MARK}#{SECRET_MARK}")
+@given(
+    url=st.builds(
+        # A secret in the user part is followed by its '@' (without one it would be the host).
+        lambda scheme, user, at, rest: f"{scheme}{user}{'@' if SECRET_MARK[:5] in user else at}{rest}",
+        st.sampled_from(["redis://", "rediss://", "unix://", "redis+sentinel://", "memory://", "http://", ""]),
+        st.sampled_from(
+            ["", ":", "u:", "u:" + SECRET_MARK, ":" + SECRET_MARK[:9] + "#" + SECRET_MARK[9:], SECRET_MARK]
+        ),
+        st.sampled_from(["", "@"]),
+        st.text(alphabet="ab1:/?#@=&%,. ", max_size=20)
+        | st.sampled_from(["h:6379/0", "h:x/p", "/tmp/s.sock?password=" + SECRET_MARK]),
+    )
+)
+def test_any_state_url_is_accepted_and_masked_or_refused_without_the_secret(url: str) -> None:
+    from asgi_router.core.store_url import mask_store_url
+    from asgi_router.fleet.link import usable_url
+
+    try:
+        built = RouterSettings(allow_unauthenticated=True, state_url=url)
+    except ValidationError as exc:
+        assert SECRET_MARK[:9] not in str(exc)
+        return
+    if built.state_url is not None:
+        accepted = built.state_url.get_secret_value()
+        assert SECRET_MARK[:9] not in mask_store_url(accepted)
+        assert usable_url(accepted)  # what the settings accept, redis-py (or Sentinel) can parse

@@ -144,7 +144,11 @@ async def test_a_winner_the_client_never_receives_is_released(upstream: MockUpst
         [record] = [r for r in router.recent.snapshot() if r.request_id == "never-received"]
         state = router.state
     assert [r.closed for r in responses] == [True, True]
-    assert sent == []  # nothing reached the client
+    # nothing of the answer reached the client: only the 499 a server drops (responses/client_gone.py)
+    assert sent == [
+        {"type": "http.response.start", "status": 499, "headers": []},
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ]
     assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
         ("mock/a", "aborted", "client_disconnected"),
         ("mock2/b", "aborted", "client_disconnected"),

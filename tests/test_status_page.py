@@ -159,3 +159,29 @@ async def test_without_status_route_the_paths_are_the_host_apps(upstream: MockUp
         response = await client.get(_PAGE, headers=_AUTH)
     assert response.status_code == 404
     assert response.json() == {"detail": "Not Found"}  # FastAPI's, the host app's
+
+
+async def test_requests_refused_before_routing_are_counted_apart_and_cannot_crowd_out_routed_ones(
+    upstream: MockUpstream,
+) -> None:
+    async with router_client(upstream, **_status()) as (client, router):
+        routed = [
+            (await client.post("/v1/chat/completions", json=chat_body("mock/ok"), headers=_AUTH)).headers[
+                "x-request-id"
+            ]
+            for _ in range(3)
+        ]
+        for _ in range(120):  # unauthenticated: refused before any routing
+            assert (await client.post("/v1/chat/completions", json=chat_body("mock/ok"))).status_code == 401
+        bad = await client.post("/v1/chat/completions", json={"model": "no such thing", "messages": []}, headers=_AUTH)
+        assert bad.status_code == 400
+        data = (await client.get(f"{_PAGE}.json", headers=_AUTH)).json()
+        page = (await client.get(_PAGE, headers=_AUTH)).text
+    assert [request["request_id"] for request in data["recent"]] == routed[::-1]
+    refused = data["refused"]
+    assert refused["total"] == 121 and refused["by_status"] == {"400": 1, "401": 120}
+    assert refused["recent"][0]["status"] == 400 and len(refused["recent"]) == 10
+    assert 'id="refused"' in page
+    # The documented ring keeps its meaning: every finished request, routed or not, oldest first.
+    everything = router.recent.snapshot()
+    assert everything[-1].status == 400 and everything[-2].status == 401

@@ -32,6 +32,8 @@ class AttemptContext:
     providers: Mapping[str, ProviderRuntime]
     #: Largest non-streaming upstream body read before answering (a larger one fails over).
     max_response_bytes: int
+    #: Largest stream event parsed (an Anthropic member's, translated); a larger one fails.
+    max_event_bytes: int
     #: Monotonic seconds (tests move it by hand).
     clock: Callable[[], float]
     #: Statistics upkeep and the context-window and rpm/tpm admission checks.

@@ -199,7 +199,11 @@ class RequestAttempts:
         headers = request_headers_for_upstream(
             self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
         )
-        translation = StreamTranslation(include_usage(self._payload)) if target.translated and self._stream else None
+        translation = (
+            StreamTranslation(include_usage(self._payload), context.max_event_bytes)
+            if target.translated and self._stream
+            else None
+        )
         # A relayed stream commits on its first real event; a translated one already does.
         first_event = (
             FirstEvent(anthropic=is_anthropic(route_kind(self._route)))

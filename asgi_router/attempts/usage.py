@@ -8,7 +8,8 @@ Anthropic's Messages API always does, as ``input_tokens`` and ``output_tokens``)
 The relay must not parse what it forwards, so a streamed response only feeds a :class:`Tail`:
 the last :data:`TAIL_BYTES` of the stream, kept as references to the chunks already sent (no
 copy) and a chunk counter. Once the stream has ended, :func:`find_usage` looks for the last
-``"usage"`` object in that tail. Without one the count is estimated: the prompt from the
+``"usage"`` object in that tail (a count that cannot be one, see ``core/usage_bounds.py``, is
+no count). Without one the count is estimated: the prompt from the
 request's own estimate, the completion from the number of chunks (about one token per event)
 or from the body's size.
 """
@@ -20,6 +21,8 @@ import re
 from collections import deque
 from collections.abc import Callable
 from typing import Final, NamedTuple
+
+from asgi_router.core.usage_bounds import plausible_tokens
 
 __all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
@@ -82,12 +85,15 @@ def _counts(usage: object) -> tuple[int | None, int | None]:
     prompt is its input plus the cache's reads and writes)."""
     if not isinstance(usage, dict):
         return None, None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return (prompt, completion) if prompt >= 0 and completion >= 0 else (None, None)
-    output, parts = usage.get("output_tokens"), [usage.get(key) for key in _ANTHROPIC_INPUT]
-    read = sum(part for part in parts if isinstance(part, int) and part >= 0)
-    return (read if isinstance(parts[0], int) else None), (output if isinstance(output, int) and output >= 0 else None)
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        prompt, completion = (
+            plausible_tokens(usage.get("prompt_tokens")),
+            plausible_tokens(usage.get("completion_tokens")),
+        )
+        return (prompt, completion) if prompt is not None and completion is not None else (None, None)
+    parts = [plausible_tokens(usage.get(key)) for key in _ANTHROPIC_INPUT]
+    read = sum(part for part in parts if part is not None)
+    return (read if parts[0] is not None else None), plausible_tokens(usage.get("output_tokens"))
 
 
 def find_usage(data: bytes) -> tuple[int | None, int] | None:
@@ -101,7 +107,8 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     """
     at = data.rfind(b'"usage"')
     if at >= 0 and (usual := _USUAL_USAGE.match(data, at)) is not None:  # OpenAI's own order of keys
-        return int(usual[1]), int(usual[2])
+        said = plausible_tokens(int(usual[1])), plausible_tokens(int(usual[2]))
+        return None if said[0] is None or said[1] is None else (said[0], said[1])
     end = len(data)
     completion: int | None = None
     while True:

@@ -23,8 +23,10 @@ from asgi_router.config.group_settings import GroupSettings, MemberSettings
 from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.settings import RouterSettings
+from asgi_router.config.state_settings import shared_store_url
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
+from asgi_router.core.store_url import mask_store_url
 from asgi_router.protocols.routes import RouteKind, route_kind
 
 __all__ = ["STRATEGY_NOTES", "describe", "describe_group", "describe_reasons", "describe_rule"]
@@ -126,6 +128,13 @@ def _auth(settings: RouterSettings) -> str:
     return "none: allow_unauthenticated = true (development only)"
 
 
+def _state(settings: RouterSettings) -> str:
+    url = shared_store_url(settings.state_url)
+    if url is None:
+        return "this process only (no state_url)"
+    return f"shared through {mask_store_url(url)} (key prefix {settings.state_key_prefix!r})"
+
+
 def describe(settings: RouterSettings, path: Path) -> str:
     """The report ``check`` prints for valid ``settings`` loaded from ``path``."""
     lines = [f"{path}: valid", "", "providers:"]
@@ -149,6 +158,7 @@ def describe(settings: RouterSettings, path: Path) -> str:
     if settings.status_route is not None:
         lines.append(f"  GET  {settings.status_route}  (status page; .json: its data)")
     lines += ["", f"inbound auth: {_auth(settings)}"]
+    lines.append(f"state: {_state(settings)}")
     warned = advisories(settings)
     if warned:
         lines += ["", "warnings (check --strict fails on them):"]

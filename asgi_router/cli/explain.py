@@ -14,7 +14,6 @@ gets no rules section. Nothing is sent anywhere.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,6 +23,7 @@ from asgi_router.config.config_error import ConfigError
 from asgi_router.config.rules_settings import DEFAULT_ROUTE
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
+from asgi_router.inbound.safejson import JsonRefused, loads
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
@@ -51,9 +51,11 @@ def read_body(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        payload = loads(path.read_bytes())  # the router's own parse: its depth and size bounds
+    except OSError as exc:
         raise ConfigError(f"--body {path}: not a readable JSON file ({exc})") from None
+    if isinstance(payload, JsonRefused):
+        raise ConfigError(f"--body {path}: not a readable JSON file ({payload.message})")
     if not isinstance(payload, dict):
         raise ConfigError(f"--body {path}: a chat request body is a JSON object")
     return payload

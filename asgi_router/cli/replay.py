@@ -33,10 +33,12 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 from asgi_router.routing.recorded import recorded_facts, rule_inputs
 
-__all__ = ["LONG_FILE", "Change", "Progress", "expand", "replay"]
+__all__ = ["LONG_FILE", "NOT_RECORDS", "Change", "Progress", "expand", "replay"]
 
 #: Files at least this long get a progress bar on a terminal.
 LONG_FILE: Final = 1024 * 1024
+#: The exit status when some lines were not records (and nothing else failed the run).
+NOT_RECORDS: Final = 2
 _FIXED: Final = frozenset({"order"})
 _BAR: Final = 30
 
@@ -130,6 +132,27 @@ def _unseen_inputs(settings: RouterSettings, headers: set[str], metadata: set[st
     ]
 
 
+def _replayed(resolver: Resolver, line: bytes) -> tuple[dict[str, Any], str, dict[str, Any], str, Plan | ResolveError]:
+    """One line's record, ref, facts, recorded plan (as text) and the plan it gets now; raises
+    on a line that is not a record."""
+    record = json.loads(line)
+    ref, facts = str(record["ref"]), record.get("facts") or {}
+    was = _plan_text(str(record.get("route", "default")), [str(key) for key in record.get("plan", [])])
+    if not isinstance(facts, dict) or not all(
+        isinstance(facts.get(key) or {}, dict) for key in ("headers", "metadata")
+    ):
+        raise TypeError("facts")
+    return record, ref, facts, was, resolver.resolve_string(ref, recorded_facts(facts))
+
+
+def _shown(text: str) -> str:
+    """``text`` safe for a terminal: what is not printable (escape sequences, control
+    characters) is written as its Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 def _open(records: Sequence[Path], stack: ExitStack) -> tuple[list[BinaryIO], int]:
     handles: list[BinaryIO] = []
     size = 0
@@ -181,17 +204,14 @@ def _replay(
     metadata_seen: set[str] = set()
     for where, line in _lines(handles, Progress(size, err) if progress else None):
         try:
-            record = json.loads(line)
-            ref, facts = str(record["ref"]), record.get("facts") or {}
-            was = _plan_text(str(record.get("route", "default")), [str(key) for key in record.get("plan", [])])
-            if not isinstance(facts, dict):
-                raise TypeError("facts")
-        except (ValueError, KeyError, TypeError, AttributeError):
+            record, ref, facts, was, plan = _replayed(resolver, line)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            # Not a record this version wrote (mis-shaped facts, a header value that is not
+            # latin-1, ...): counted, never a traceback.
             unreadable += 1
             continue
-        headers_seen.update(facts.get("headers") or {})
-        metadata_seen.update(facts.get("metadata") or {})
-        plan = resolver.resolve_string(ref, recorded_facts(facts))
+        headers_seen.update(str(name) for name in facts.get("headers") or {})
+        metadata_seen.update(str(key) for key in facts.get("metadata") or {})
         if isinstance(plan, ResolveError):
             now = f"refused: {plan.status} {plan.code}"
         elif _differs(settings, record, plan):
@@ -199,8 +219,9 @@ def _replay(
         else:
             same += 1
             continue
-        changes.append(Change(str(record.get("request_id", where)), ref, was, now))
-        summary[f"{ref}: {was} -> {now}"] += 1
+        request_id = str(record.get("request_id", where))
+        changes.append(Change(_shown(request_id), _shown(ref), _shown(was), _shown(now)))
+        summary[f"{_shown(ref)}: {_shown(was)} -> {_shown(now)}"] += 1
     total = same + len(changes)
     refused = sum(1 for change in changes if change.now.startswith("refused"))
     lines = [
@@ -221,4 +242,6 @@ def _replay(
         lines += ["", f"the first {min(show, len(changes))}:"]
         lines += [f"  {c.request_id}  {c.ref}: {c.was} -> {c.now}" for c in changes[:show]]
     print("\n".join(lines), file=out)
-    return 1 if fail_on_change and changes else 0
+    if fail_on_change and changes:
+        return 1
+    return NOT_RECORDS if unreadable else 0

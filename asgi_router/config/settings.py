@@ -114,6 +114,12 @@ class RouterSettings(BaseSettings):
         description="The largest non-streaming upstream body read before answering; a larger one counts as "
         "`upstream_5xx` and fails over.",
     )
+    max_event_bytes: PositiveInt = Field(
+        default=1024 * 1024,
+        description="The largest single server-sent event of an upstream stream the router parses (an Anthropic "
+        "member's stream, translated for an OpenAI client); a larger one fails the attempt as `upstream_5xx` before "
+        "anything was sent, and ends the stream with an in-band error after.",
+    )
     pool: PoolSettings = Field(default=PoolSettings(), description="The shared upstream connection pool.")
     transport: Literal["aiohttp", "httpx"] = Field(
         default="aiohttp",

@@ -4,14 +4,17 @@
 rotation counters and budgets. ``redis://``, ``rediss://`` (TLS), ``unix://`` (a socket) or
 ``redis+sentinel://`` (a Sentinel-watched primary): every process that names the same store
 and key prefix shares them (``asgi_router.fleet``). The URL may carry an ACL user and
-password, so it is a secret: it is never echoed, and a refusal names only its scheme.
+password, so it is a secret: it is never echoed, and a refusal names only its scheme and what is
+wrong with it. A URL redis-py cannot parse (a password with an unencoded ``#``, ``/`` or ``?``
+is the usual cause) is refused here, when the settings are built, rather than failing at the
+first connection.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import SecretStr
 
@@ -21,6 +24,7 @@ MEMORY: Final = "memory"
 #: The schemes that share state through Redis.
 REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+sentinel"})
 
+_ENCODE: Final = "; if the password holds '#', '/', '?', '@' or ':', percent-encode it (e.g. '#' is %23, '/' is %2F)"
 _NO_REDIS: Final = (
     "state_url: sharing state through Redis needs the redis package (redis-py); install the extra: "
     "pip install 'asgi-router[redis]'"
@@ -46,10 +50,66 @@ def check_state_url(value: SecretStr | None) -> SecretStr | None:
             "redis://, rediss://, unix:// or redis+sentinel://"
         )
     if scheme != "unix" and not urlsplit(url).netloc.rpartition("@")[2]:
-        raise ValueError(f"state_url: a {scheme}:// URL needs a host")
+        raise ValueError(f"state_url: a {scheme}:// URL needs a host{_ENCODE}")
     if importlib.util.find_spec("redis") is None:
         raise ValueError(_NO_REDIS)
+    problem = _unparsable(url, scheme)
+    if problem:
+        raise ValueError(f"state_url: {problem}{_ENCODE}")
     return SecretStr(url)
+
+
+def _unparsable(url: str, scheme: str) -> str | None:
+    """What keeps redis-py (or the router, for ``redis+sentinel://``) from connecting to ``url``
+    as meant, said without quoting any of it; ``None`` when it parses."""
+    if "#" in url:
+        return "it holds an unencoded '#' (everything after it would be dropped)"
+    if any(ord(c) < 33 or ord(c) == 127 for c in url):
+        return "it holds spaces or control characters"
+    parts = urlsplit(url)
+    host_part = parts.netloc.rpartition("@")[2]
+    if "@" in parts.path or "@" in parts.query.partition("&")[0].partition("=")[0]:
+        return "its user part ends after the host (an unencoded '/' or '?' before an '@')"
+    if scheme == "redis+sentinel":
+        return _sentinel_problem(host_part, parts.path, parts.query)
+    try:
+        parts.port  # noqa: B018 -- urllib raises on a port that is not a number
+    except ValueError:
+        return "its port is not a number"
+    if scheme == "unix" and not parts.path:
+        return "a unix:// URL needs the socket's path"
+    for name, value in parse_qsl(parts.query):
+        if name in _NUMBERS and not _is_number(value):
+            return f"its query option {name!r} is not a number"
+    return None
+
+
+#: The query options redis-py reads as numbers (it refuses the URL when one is not).
+_NUMBERS: Final = frozenset(
+    {"db", "socket_timeout", "socket_connect_timeout", "health_check_interval", "max_connections"}
+)
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _sentinel_problem(hosts: str, path: str, query: str) -> str | None:
+    for address in hosts.split(","):
+        host, colon, port = address.rpartition(":") if ":" in address else (address, "", "")
+        if not host or (colon and not port.isdigit()):
+            return "redis+sentinel:// needs host:port pairs separated by commas"
+    segments = [segment for segment in path.split("/") if segment]
+    if not segments or len(segments) > 2:
+        return "redis+sentinel:// needs the primary's name as its path (and optionally /db)"
+    db = segments[1] if len(segments) > 1 else dict(parse_qsl(query)).get("db", "0")
+    if not db.isdigit():
+        return "redis+sentinel://'s database is not a number"
+    return None
 
 
 def check_key_prefix(value: str) -> str:

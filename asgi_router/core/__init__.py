@@ -6,5 +6,7 @@ default), the router's own error and its OpenAI shape (``router_errors.py``), th
 transports raise (``upstream_errors.py``), parsed model references (``refs.py``), a candidate
 (``candidate.py``), a skip (``skip.py``), the header names that never cross the router
 (``header_names.py``), and the deadline every read is bounded with (``deadlines.py``).
+``store_url.py`` masks the shared store's URL wherever it is shown; ``usage_bounds.py`` decides
+which token counts an upstream's ``usage`` may state.
 Nothing here performs I/O or knows about settings.
 """

@@ -18,6 +18,7 @@ from typing import Final
 
 import anyio
 
+from asgi_router.observability.events import logger
 from asgi_router.observability.metrics import CONTENT_TYPE, Readings, RouterMetrics
 from asgi_router.observability.sinks import EventBus
 from asgi_router.resilience.overview import Overview
@@ -55,7 +56,10 @@ class MetricsEndpoint:
             return
         try:
             while True:
-                self.metrics.flush()
+                try:
+                    self.metrics.flush()
+                except Exception:  # never the end of this task: the next flush tries again
+                    logger.exception("asgi_router: writing this worker's metrics failed")
                 await anyio.sleep(REFRESH_EVERY)
         finally:
             self.metrics.close()

@@ -125,8 +125,13 @@ class StatusEndpoint:
     def data(self) -> dict[str, object]:
         """What the page shows, as JSON-able data."""
         overview = self._overview
-        recent = self._recent.snapshot()[-RECENT_SHOWN:]
+        # Routed requests only: those refused before routing are counted apart below, so that a
+        # flood of them (unauthenticated clients) cannot push routed traffic out of view.
+        recent = self._recent.routed()[-RECENT_SHOWN:]
         recent.reverse()
+        refused = self._recent.refused()
+        refused.reverse()
+        by_status = self._recent.refused_by_status()
         return {
             "generated_at": round(self._wall_clock(), 3),
             "pid": os.getpid(),
@@ -153,6 +158,11 @@ class StatusEndpoint:
                 for provider in overview.providers()
             ],
             "recent": [_request(record) for record in recent],
+            "refused": {
+                "total": sum(by_status.values()),
+                "by_status": {str(status): count for status, count in sorted(by_status.items())},
+                "recent": [_request(record) for record in refused],
+            },
             "events": {"dropped": self._events.dropped, "failures": self._events.failures},
         }
 

@@ -154,6 +154,5 @@ class Leases:
             )
             held.exhausted_until = self._clock() + max(1, frees_in) if spent else 0.0
 
-        self._link.spawn(ask)
-        if not self._link.up:
+        if not self._link.spawn(ask) or not self._link.up:
             held.asking = False

@@ -6,9 +6,9 @@ Redis is never a single point of failure, so every call to it goes through :clas
   :data:`REQUEST_TIMEOUT` and the request uses the process's own counter; background calls give
   up after :data:`BACKGROUND_TIMEOUT`. The client never retries by itself: the circuit decides.
 * **A circuit, not a retry per request.** A failure (refused, reset, an answer that does not
-  parse, a background call timed out, or :data:`SLOW_CALLS` request-path calls in a row timed
-  out: one late answer on a busy event loop is not yet an outage) marks the store *down*: from
-  then on nobody asks it, every process
+  parse, or :data:`SLOW_CALLS` calls in a row timed out with no answer from the store meanwhile:
+  a late answer on a busy event loop, while the store answers other calls, is not an outage)
+  marks the store *down*: from then on nobody asks it, every process
   serves from its own view, and one line is logged (not one per request). A background task
   per event loop reconnects with jittered backoff (:data:`MIN_BACKOFF` doubling up to
   :data:`MAX_BACKOFF`); once it has subscribed again it resynchronises (``on_up``), marks the
@@ -17,68 +17,81 @@ Redis is never a single point of failure, so every call to it goes through :clas
   to ``on_message``: a breaker that opens in one process holds in the others as soon as the
   message arrives, one network hop, inside the 250 ms the docs promise. A message
   lost while the subscription was down is made good by the resynchronisation.
+* **Bounded background work.** At most :data:`MAX_BACKGROUND` background calls run at once per
+  event loop; the rest wait their turn in a queue of at most :data:`MAX_WAITING` (past it a
+  write is dropped: the store's view is then a little behind, never wrong for a request, and
+  the breaker's owner coalesces its writes so the queue holds one entry per breaker). A burst
+  of a thousand failures thus never drains the connection pool, and a pool that is busy
+  (``MaxConnectionsError``) skips that one call without marking the store down: only a store
+  that does not answer is down.
 * **One client per running event loop**, as for the upstream client
   (:class:`~asgi_router.transports.loop_clients.LoopClients`): made on that loop's first use
   (a request, lifespan or not), closed by :meth:`aclose` or when the loop ends.
 
-The URL may hold a password: only :func:`masked` forms of it are ever logged.
+The URL may hold a password: only its :func:`~asgi_router.core.store_url.mask_store_url` form is
+ever logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import MaxConnectionsError
 
+from asgi_router.core.store_url import mask_store_url
 from asgi_router.observability.events import logger
 from asgi_router.transports.loop_clients import LoopClients
 
-__all__ = ["BACKGROUND_TIMEOUT", "MAX_BACKOFF", "MIN_BACKOFF", "REQUEST_TIMEOUT", "SLOW_CALLS", "Link", "masked"]
+__all__ = [
+    "BACKGROUND_TIMEOUT",
+    "LATE",
+    "MAX_BACKGROUND",
+    "MAX_BACKOFF",
+    "MAX_WAITING",
+    "MIN_BACKOFF",
+    "REQUEST_TIMEOUT",
+    "SLOW_CALLS",
+    "Link",
+    "usable_url",
+]
 
 T = TypeVar("T")
 
 #: The longest a request waits on Redis (a rotate group's counter) before using its own.
 REQUEST_TIMEOUT: Final = 0.05
-#: Request-path calls timed out in a row that mark the store down.
+#: Calls timed out in a row (the store answering none meanwhile) that mark the store down.
 SLOW_CALLS: Final = 3
+#: Seconds after it was due that a timeout is noticed late: the event loop was busy (a burst of
+#: requests), and the store is not blamed for it.
+LATE: Final = 0.25
 #: The longest a background call (a breaker write, a budget slice) may take.
 BACKGROUND_TIMEOUT: Final = 1.0
 #: Reconnection backoff: the first wait, and the cap it doubles up to.
 MIN_BACKOFF: Final = 0.1
 MAX_BACKOFF: Final = 2.0
+#: Background calls (breaker writes, budget slices) running at once on one event loop.
+MAX_BACKGROUND: Final = 8
+#: Background calls waiting for their turn on one event loop; past it a new one is dropped.
+MAX_WAITING: Final = 20_000
 #: How often the listener looks up from the channel (to notice a failure elsewhere, to stop).
 _POLL: Final = 0.25
 
 
-def masked(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: the only form that is logged."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
-
-
-def _client(url: str) -> tuple[Redis, Sentinel | None]:
-    """A client for ``url`` that never retries on its own and fails fast (and the Sentinel it
-    asks for the primary, whose own connections are closed with it)."""
-    options: dict[str, Any] = {
-        "socket_timeout": BACKGROUND_TIMEOUT,
-        "socket_connect_timeout": BACKGROUND_TIMEOUT,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if not url.lower().startswith("redis+sentinel://"):
-        return Redis.from_url(url, **options), None
-    # redis+sentinel://[user:password@]host:port[,host:port...]/primary-name[/db]
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, str | None]]:
+    """``redis+sentinel://[user:password@]host:port[,host:port...]/primary-name[/db]``: the
+    sentinels, the primary's name, its database and credentials."""
     parts = urlsplit(url)
     hosts = []
     for address in parts.netloc.rpartition("@")[2].split(","):
@@ -92,22 +105,57 @@ def _client(url: str) -> tuple[Redis, Sentinel | None]:
         "username": unquote(parts.username) if parts.username else None,
         "password": unquote(parts.password) if parts.password else None,
     }
+    return hosts, path[0], db, credentials
+
+
+def usable_url(url: str) -> bool:
+    """Whether a client can be made for ``url`` (parsed only: nothing connects). The settings
+    refuse a URL that does not parse; this guards settings built without validation, so that
+    a bad URL costs the fleet's sharing, never the router's ability to serve."""
+    try:
+        if url.lower().startswith("redis+sentinel://"):
+            _sentinel_parts(url)
+        else:
+            parse_url(url)
+    except Exception:  # its message may quote the URL's password: never shown
+        return False
+    return True
+
+
+def _client(url: str) -> tuple[Redis, Sentinel | None]:
+    """A client for ``url`` that never retries on its own and fails fast (and the Sentinel it
+    asks for the primary, whose own connections are closed with it)."""
+    options: dict[str, Any] = {
+        "socket_timeout": BACKGROUND_TIMEOUT,
+        "socket_connect_timeout": BACKGROUND_TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if not url.lower().startswith("redis+sentinel://"):
+        return Redis.from_url(url, **options), None
+    hosts, name, db, credentials = _sentinel_parts(url)
     # The URL's user and password are the primary's; the sentinels are asked without them.
     sentinel = Sentinel(hosts, sentinel_kwargs=dict(options), **options)  # type: ignore[no-untyped-call]
-    primary = sentinel.master_for(path[0], redis_class=Redis, db=db, **credentials)  # type: ignore[arg-type]
+    primary = sentinel.master_for(name, redis_class=Redis, db=db, **credentials)  # type: ignore[arg-type]
     return cast(Redis, primary), sentinel
+
+
+#: A background call: the operation, and what to tell its owner if it never ran.
+_Job = tuple[Callable[[Redis], Awaitable[None]], Callable[[], None] | None]
 
 
 class _Connection:
     """One event loop's client and its listener task."""
 
-    __slots__ = ("client", "closed", "listener", "sentinel")
+    __slots__ = ("client", "closed", "listener", "running", "sentinel", "waiting")
 
     def __init__(self, client: Redis, sentinel: Sentinel | None) -> None:
         self.client = client
         self.sentinel = sentinel
         self.listener: asyncio.Task[None] | None = None
         self.closed = False
+        #: Background calls running now, and those waiting for their turn.
+        self.running = 0
+        self.waiting: collections.deque[_Job] = collections.deque()
 
 
 class Link:
@@ -122,7 +170,7 @@ class Link:
         on_message: Callable[[bytes], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.shown = masked(url)
+        self.shown = mask_store_url(url)
         self._url = url
         self._channel = channel
         self._on_up = on_up
@@ -133,8 +181,11 @@ class Link:
         self.up = False
         self._said_down = False
         self._backoff = MIN_BACKOFF
-        #: Request-path calls timed out in a row.
+        #: Calls timed out in a row, with no answer from the store meanwhile.
         self._slow = 0
+        #: Answers the store gave: a call that timed out while others were answered met a busy
+        #: event loop, not a store that is down.
+        self._answers = 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- connections, one per loop ------------------------------------------------------------
@@ -175,6 +226,8 @@ class Link:
 
     async def aclose(self) -> None:
         """Close the running loop's connection (lifespan shutdown)."""
+        for connection in self._connections.clients():
+            connection.waiting.clear()  # nothing new starts while the running calls are cancelled
         for task in list(self._tasks):
             task.cancel()
         await self._connections.aclose()
@@ -190,30 +243,74 @@ class Link:
         if not self.up:
             return None
         client = connection.client
+        answers = self._answers
+        limit = REQUEST_TIMEOUT if request else BACKGROUND_TIMEOUT
+        started = time.monotonic()
         try:
-            async with asyncio.timeout(REQUEST_TIMEOUT if request else BACKGROUND_TIMEOUT):
+            async with asyncio.timeout(limit):
                 answer = await op(client)
         except asyncio.CancelledError:
             raise
+        except MaxConnectionsError:
+            return None  # this process is busy, the store is not down: this one call is skipped
         except TimeoutError as exc:
+            if self._answers != answers or time.monotonic() - started > limit + LATE:
+                # The store answered other calls meanwhile, or the timeout itself ran late: this
+                # event loop is busy (a burst of requests), which says nothing about the store.
+                return None
             self._slow += 1
-            if not request or self._slow >= SLOW_CALLS:
+            if self._slow >= SLOW_CALLS:
                 self._went_down(exc)
             return None
         except Exception as exc:  # refused, reset, garbage: the store is down for now
             self._went_down(exc)
             return None
         self._slow = 0
+        self._answers += 1
         return answer
 
-    def spawn(self, op: Callable[[Redis], Awaitable[None]]) -> None:
-        """Run ``op`` in the background (a breaker write, a budget slice); never awaited by a request."""
-        self._connections.current()
+    def spawn(self, op: Callable[[Redis], Awaitable[None]], *, skipped: Callable[[], None] | None = None) -> bool:
+        """Run ``op`` in the background (a breaker write, a budget slice); never awaited by a
+        request. At most :data:`MAX_BACKGROUND` run at once. ``False`` when ``op`` will not run
+        (the store is down, or :data:`MAX_WAITING` calls already wait); ``skipped`` is called if
+        ``op`` was accepted but the store was down by its turn, so that its owner never waits
+        for an answer that will not come."""
+        connection = self._connections.current()
         if not self.up:
-            return
-        task = asyncio.get_running_loop().create_task(self.call(op))
+            return False
+        if connection.running < MAX_BACKGROUND:
+            self._run(connection, (op, skipped))
+        elif len(connection.waiting) < MAX_WAITING:
+            connection.waiting.append((op, skipped))
+        else:
+            return False
+        return True
+
+    def _run(self, connection: _Connection, job: _Job) -> None:
+        connection.running += 1
+        task = asyncio.get_running_loop().create_task(self._background(*job))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(partial(self._ran, connection))
+
+    async def _background(self, op: Callable[[Redis], Awaitable[None]], skipped: Callable[[], None] | None) -> None:
+        ran = False
+
+        async def run(client: Redis) -> None:
+            nonlocal ran
+            ran = True
+            await op(client)
+
+        await self.call(run)
+        if not ran and skipped is not None:
+            skipped()
+
+    def _ran(self, connection: _Connection, task: asyncio.Task[Any]) -> None:
+        """A background call ended: the next one waiting takes its place (down or not: a call
+        made while the store is down returns at once, and its owner learns it did not run)."""
+        self._tasks.discard(task)
+        connection.running -= 1
+        if connection.waiting and not connection.closed:
+            self._run(connection, connection.waiting.popleft())
 
     # --- the listener: pub/sub, health, reconnection --------------------------------------------
 

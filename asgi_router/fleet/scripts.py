@@ -7,16 +7,26 @@ share one clock for what they share, and each converts an age back to its own mo
 
 **Breaker** (``KEYS``: the breaker's hash, the index of breakers; ``ARGV``: the operation, the
 policy, the key's time to live, the most breakers kept, the channel, the breaker's name, whether
-this process opened it by its own failure-rate rule, the hash keys' prefix). Operations: ``fail``
-(a failure while closed; opens at the policy's count), ``ok`` (a success resets the count),
-``probe_ok`` / ``probe_fail`` (a half-open probe's result), ``trip`` / ``recover`` (health
+this process opened it by its own failure-rate rule, the hash keys' prefix, how many times the
+operation happened: a process coalesces a burst of one breaker's failures into one write).
+Operations: ``fail`` (failures while closed; opens at the policy's count), ``ok`` (a success
+resets the count), ``probe_ok`` / ``probe_fail`` (a half-open probe's result), ``trip`` / ``recover`` (health
 probes), ``claim`` (ask for one of the half-open probe slots, moving an open breaker whose time
 is up to half-open). Every write bumps a version (the store's clock in microseconds, never
 lower than the key's last); a change of phase, or of the count between zero and not, is
 published, so that every process knows whether its next success must reset the count. It answers
 ``[phase, seconds since it opened, open_for, consecutive failures, version, granted]``. The
 index (a sorted set by last write) bounds how many breakers the store keeps: past the bound, the
-least recently written is forgotten, as the in-memory table forgets.
+least recently written is forgotten, as the in-memory table forgets, at most ``TRIM_BATCH``
+per write: an index that something else filled far past the bound is trimmed a little on every
+write instead of in one long script that would hold Redis up for everyone.
+
+**Resync** (``KEYS``: the index of breakers; ``ARGV``: the hash keys' prefix, the first and last
+rank to read, most recently written first). Reads one batch of the index and the state of each
+breaker in it that still exists, in one round trip (a pipeline of one read per breaker costs
+the client far more than Redis), and answers ``[seconds, microseconds, how many names the batch
+held, [[name, phase, opened_at, open_for, consecutive, version], ...]]``. A batch is small: the
+script never holds Redis up for long, however large the index.
 
 **Lease** (``KEYS``: the requests and tokens windows, hashes of second → count; ``ARGV``: the
 rpm and tpm caps, ``-1`` for none, the slice wanted of each, what this process used beyond its
@@ -29,9 +39,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BREAKER", "LEASE"]
+__all__ = ["BREAKER", "LEASE", "RESYNC", "TRIM_BATCH"]
+
+#: The most index entries one breaker write forgets (each write adds at most one).
+TRIM_BATCH: Final = 16
 
 BREAKER: Final = """
+local TRIM_BATCH = @TRIM_BATCH@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local op = ARGV[1]
@@ -42,6 +56,7 @@ local probes_max = tonumber(ARGV[5])
 local probe_timeout = tonumber(ARGV[6])
 local ttl = tonumber(ARGV[7])
 local max_keys = tonumber(ARGV[8])
+local count = tonumber(ARGV[13]) or 1
 local h = KEYS[1]
 local st = redis.call('HMGET', h, 'phase', 'opened_at', 'open_for', 'consec', 'v', 'probes', 'ok')
 local phase = st[1] or 'closed'
@@ -64,14 +79,16 @@ local function close()
 end
 
 if op == 'fail' then
-  if phase == 'closed' then
+  for _ = 1, count do
+    if phase ~= 'closed' then break end
     consec = consec + 1
     if consec >= threshold or ARGV[11] == '1' then open(base_open) end
   end
 elseif op == 'ok' then
   if phase == 'closed' then consec = 0 end
 elseif op == 'probe_ok' then
-  if phase == 'half_open' then
+  for _ = 1, count do
+    if phase ~= 'half_open' then break end
     table.remove(probes, 1)
     ok = ok + 1
     if ok >= probes_max then close() end
@@ -109,7 +126,7 @@ redis.call('HSET', h, 'phase', phase, 'opened_at', string.format('%.6f', opened_
   'open_for', string.format('%.6f', open_for), 'consec', consec, 'v', version, 'probes', encoded, 'ok', ok)
 redis.call('EXPIRE', h, ttl)
 if redis.call('ZADD', KEYS[2], now, ARGV[10]) == 1 then
-  local extra = redis.call('ZCARD', KEYS[2]) - max_keys
+  local extra = math.min(redis.call('ZCARD', KEYS[2]) - max_keys, TRIM_BATCH)
   if extra > 0 then
     local evicted = redis.call('ZPOPMIN', KEYS[2], extra)
     for i = 1, #evicted, 2 do redis.call('DEL', ARGV[12] .. evicted[i]) end
@@ -123,6 +140,19 @@ if phase ~= before or counted_before ~= (consec > 0) then
   redis.call('PUBLISH', ARGV[9], cjson.encode({ARGV[10], phase, age, open_for, consec, version}))
 end
 return state
+""".replace("@TRIM_BATCH@", str(TRIM_BATCH))
+
+RESYNC: Final = """
+local t = redis.call('TIME')
+local names = redis.call('ZREVRANGE', KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local found = {}
+for _, name in ipairs(names) do
+  local st = redis.call('HMGET', ARGV[1] .. name, 'phase', 'opened_at', 'open_for', 'consec', 'v')
+  if st[1] and st[5] then
+    table.insert(found, {name, st[1], st[2] or '0', st[3] or '0', st[4] or '0', st[5]})
+  end
+end
+return {t[1], t[2], #names, found}
 """
 
 LEASE: Final = """

@@ -4,7 +4,8 @@ It *is* an :class:`~asgi_router.resilience.router_state.InMemoryState`: every qu
 is answered from this process's own view, synchronously, exactly as in one process. What is
 shared is kept fresh in the background:
 
-* **Breakers.** A failure is written to the store (``scripts.BREAKER``) as it is recorded here;
+* **Breakers.** A failure is written to the store (``scripts.BREAKER``) as it is recorded here
+  (a burst of one breaker's failures coalesced into one write, see :meth:`SharedState._write`);
   the store counts failures in a row across the fleet and opens the breaker at the policy's
   count, whichever process failed. A change of phase is published, and every process adopts
   it as the message arrives. A success costs nothing unless the fleet's count is above zero
@@ -43,17 +44,34 @@ from redis.commands.core import AsyncScript
 from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.fleet.budgets import Leases
 from asgi_router.fleet.link import Link
-from asgi_router.fleet.scripts import BREAKER
+from asgi_router.fleet.scripts import BREAKER, RESYNC
 from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
 from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
 
-__all__ = ["CLAIM_PAUSE", "ROTATION_TTL", "SharedState"]
+__all__ = ["CLAIM_PAUSE", "MAX_QUEUED_OPS", "RESYNC_BATCH", "ROTATION_TTL", "SharedState"]
 
 #: Seconds a rotate counter outlives its group's last request.
 ROTATION_TTL: Final = 86_400
 #: Seconds between two asks of one process for a half-open breaker's probe slot.
 CLAIM_PAUSE: Final = 0.1
+
+
+#: Breakers read per call when the store is (again) reachable.
+RESYNC_BATCH: Final = 500
+#: Distinct operations one breaker may have waiting for their turn (past it, one is dropped).
+MAX_QUEUED_OPS: Final = 8
+
+
+class _Op:
+    """One breaker operation waiting for its turn, and how many times it happened meanwhile."""
+
+    __slots__ = ("count", "op", "opened")
+
+    def __init__(self, op: str, opened: bool) -> None:
+        self.op = op
+        self.count = 1
+        self.opened = opened
 
 
 class SharedState(InMemoryState):
@@ -89,6 +107,8 @@ class SharedState(InMemoryState):
         self._claiming: set[str] = set()
         #: When a process refused a probe slot may ask for one again (bounded like the versions).
         self._claim_after: dict[str, float] = {}
+        #: Per breaker, the operations waiting for their write's turn (``_write``).
+        self._queued: dict[str, list[_Op]] = {}
         self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
 
     # --- lifespan -------------------------------------------------------------------------------
@@ -164,13 +184,54 @@ class SharedState(InMemoryState):
             self._write(key, policy, "recover")
 
     def _write(self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False) -> None:
-        """Run one breaker operation in the store, in the background, and adopt its answer."""
+        """Run one breaker operation in the store, in the background, and adopt its answer.
+
+        Coalesced per breaker: while a write of ``key`` waits for its turn, the operations that
+        follow join it (a repeat of the last one only raises its count), so a burst of failures
+        costs one write per breaker, not one per failure (``link.MAX_BACKGROUND`` bounds the
+        writes in flight across breakers).
+        """
         if not self.link.up:
             self._claiming.discard(key)
             return
+        queued = self._queued.get(key)
+        if queued is not None:
+            last = queued[-1]
+            if last.op == op and op != "claim":
+                last.count += 1
+                last.opened = last.opened or opened
+            elif len(queued) < MAX_QUEUED_OPS:
+                queued.append(_Op(op, opened))
+            elif op == "claim":
+                self._claiming.discard(key)  # dropped: this process may ask again
+            return
+        self._queued[key] = [_Op(op, opened)]
         keys = [self._breaker_key(key), f"{self._prefix}:breakers"]
-        args: list[str | int | float] = [
-            op,
+
+        async def write(client: Redis) -> None:
+            for step in self._queued.pop(key, []):  # taken as its turn comes: later ones queue anew
+                try:
+                    answer = await self._script(client)(keys=keys, args=self._args(key, policy, step))
+                finally:
+                    if step.op == "claim":
+                        self._claiming.discard(key)
+                phase, age, open_for, consecutive, version, granted = answer
+                self._adopt(key, phase, age, open_for, consecutive, version)
+                if int(granted):
+                    self._slots.add(key)
+                    self._claim_after.pop(key, None)
+
+        def skipped() -> None:
+            if any(step.op == "claim" for step in self._queued.pop(key, [])):
+                self._claiming.discard(key)
+
+        if not self.link.spawn(write, skipped=skipped):
+            skipped()
+
+    def _args(self, key: str, policy: BreakerSettings, step: _Op) -> list[str | int | float]:
+        """``scripts.BREAKER``'s arguments for ``step`` on ``key``."""
+        return [
+            step.op,
             policy.consecutive_failures,
             policy.open_for,
             policy.max_open_for,
@@ -180,23 +241,10 @@ class SharedState(InMemoryState):
             MAX_BREAKERS,
             f"{self._prefix}:breakers",
             key,
-            "1" if opened else "0",
+            "1" if step.opened else "0",
             f"{self._prefix}:br:",
+            step.count,
         ]
-
-        async def write(client: Redis) -> None:
-            try:
-                answer = await self._script(client)(keys=keys, args=args)
-            finally:
-                if op == "claim":
-                    self._claiming.discard(key)
-            phase, age, open_for, consecutive, version, granted = answer
-            self._adopt(key, phase, age, open_for, consecutive, version)
-            if int(granted):
-                self._slots.add(key)
-                self._claim_after.pop(key, None)
-
-        self.link.spawn(write)
 
     def _script(self, client: Redis) -> AsyncScript:
         script = self._scripts.get(client)
@@ -237,24 +285,28 @@ class SharedState(InMemoryState):
         self._slots.clear()
         self._claiming.clear()
         self._claim_after.clear()
-        names = await self.link.call(lambda c: c.zrange(f"{self._prefix}:breakers", 0, -1))
-        if names:
-            decoded = [name.decode() if isinstance(name, bytes) else str(name) for name in names]
-            await self.link.call(partial(self._adopt_all, decoded))
+        # The most recently written breakers only, as many as the table keeps, read in batches
+        # by a script: an index that something else filled far past the bound costs a bounded
+        # read, and no single call holds Redis (or waits on it) for long.
+        for start in range(0, MAX_BREAKERS, RESYNC_BATCH):
+            read = await self.link.call(partial(self._adopt_batch, start, min(start + RESYNC_BATCH, MAX_BREAKERS) - 1))
+            if not read:  # the index ends here, or the store went down
+                break
         self._leases.reset()
 
-    async def _adopt_all(self, names: list[str], client: Redis) -> None:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.time()
-            for name in names:
-                pipe.hmget(self._breaker_key(name), "phase", "opened_at", "open_for", "consec", "v")
-            now_pair, *states = await pipe.execute()
-        now = float(now_pair[0]) + float(now_pair[1]) / 1e6
-        for name, (phase, opened_at, open_for, consecutive, version) in zip(names, states, strict=True):
-            if phase is None or version is None:
-                continue  # expired meanwhile
-            age = now - float(opened_at or 0)
-            self._adopt(name, phase, age if phase != b"closed" else 0, open_for or 0, consecutive or 0, version)
+    async def _adopt_batch(self, first: int, last: int, client: Redis) -> int:
+        """Adopt the breakers ranked ``first`` to ``last`` in the index; how many names it held."""
+        index, hashes = f"{self._prefix}:breakers", f"{self._prefix}:br:"
+        answer = await client.register_script(RESYNC)(keys=[index], args=[hashes, first, last])
+        seconds, micros, held, found = answer
+        now = float(seconds) + float(micros) / 1e6
+        for name, phase, opened_at, open_for, consecutive, version in found:
+            closed = phase in (b"closed", "closed")
+            age = 0.0 if closed else now - float(opened_at)
+            self._adopt(
+                name.decode() if isinstance(name, bytes) else str(name), phase, age, open_for, consecutive, version
+            )
+        return int(held)
 
     # --- budgets --------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The state the settings ask for: in this process, or shared through Redis.
 
 ``SharedState`` (and so the ``redis`` package) is imported only when ``state_url`` names a Redis
-store: a router without one never needs redis-py.
+store: a router without one never needs redis-py. A URL that cannot be parsed (settings built
+without validation) leaves the router in-process, with one warning: Redis never makes the router
+unable to serve.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.config.state_settings import shared_store_url
+from asgi_router.core.store_url import mask_store_url
 from asgi_router.observability.events import logger
 from asgi_router.resilience.router_state import InMemoryState, RouterState
 from asgi_router.resilience.stats import Limits
@@ -39,12 +42,20 @@ def make_state(settings: RouterSettings, clock: Callable[[], float] = time.monot
     url = shared_store_url(settings.state_url)
     if url is None:
         return InMemoryState(clock, settings.latency_half_life)
-    from asgi_router.fleet.link import masked
-    from asgi_router.fleet.shared_state import SharedState  # needs redis-py: imported only when asked for
+    # Needs redis-py: imported only when asked for.
+    from asgi_router.fleet.link import usable_url
+    from asgi_router.fleet.shared_state import SharedState
 
+    if not usable_url(url):
+        logger.warning(
+            "asgi_router: state_url %s cannot be parsed (percent-encode a password that holds '#', '/' or '?'); "
+            "this router keeps its state in this process",
+            mask_store_url(url),
+        )
+        return InMemoryState(clock, settings.latency_half_life)
     # One line per process at start-up, so that a fleet's logs say which store each process
     # shares (the password masked).
-    logger.info("shared state: %s, prefix %s", masked(url), settings.state_key_prefix)
+    logger.info("shared state: %s, prefix %s", mask_store_url(url), settings.state_key_prefix)
     return SharedState(
         url, settings.state_key_prefix, settings.breaker, budgets_of(settings), clock, settings.latency_half_life
     )

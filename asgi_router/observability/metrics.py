@@ -42,6 +42,7 @@ files with it (:meth:`RouterMetrics.close`).
 
 from __future__ import annotations
 
+import math
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -59,6 +60,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.observability.events import RequestRecord
 
 __all__ = [
@@ -245,11 +247,13 @@ class RouterMetrics:
         if winner is not None and (record.tokens_measured or record.cost_usd):
             label = labels.get(winner) or self.candidate_label(winner)
             candidate = candidates.get(label) or tally.candidate(label)
-            if record.tokens_measured and record.prompt_tokens is not None and record.completion_tokens is not None:
-                candidate.prompt += record.prompt_tokens
-                candidate.completion += record.completion_tokens
+            # Bounded again here: a counter that cannot become a float fails every later scrape.
+            prompt, completion = plausible_tokens(record.prompt_tokens), plausible_tokens(record.completion_tokens)
+            if record.tokens_measured and prompt is not None and completion is not None:
+                candidate.prompt += prompt
+                candidate.completion += completion
                 candidate.counted = True
-            if record.cost_usd:
+            if record.cost_usd and math.isfinite(record.cost_usd) and record.cost_usd > 0:
                 candidate.cost += record.cost_usd
         if record.hedge is not None:
             tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1

@@ -22,9 +22,9 @@ import traceback
 import weakref
 from collections.abc import Iterable
 from typing import Final
-from urllib.parse import unquote, urlsplit
 
 from asgi_router.config.settings import RouterSettings
+from asgi_router.core.store_url import store_url_secrets
 from asgi_router.observability.events import logger
 
 __all__ = ["REDACTED", "SecretFilter", "scrub_while_alive", "secrets_of"]
@@ -95,9 +95,8 @@ def secrets_of(settings: RouterSettings) -> list[str]:
     inbound = settings.api_keys
     if inbound is not None:
         found += [key.get_secret_value() for key in (inbound.values() if isinstance(inbound, dict) else inbound)]
-    # The shared state's Redis password (the router logs its URL masked; this catches any other path).
+    # The shared state's Redis password, in every form the URL can carry it (the router logs the
+    # URL masked; this catches any other path).
     if settings.state_url is not None:
-        password = urlsplit(settings.state_url.get_secret_value()).password
-        if password and len(password) > 4:
-            found.append(unquote(password))
+        found += [text for text in store_url_secrets(settings.state_url.get_secret_value()) if len(text) > 4]
     return found

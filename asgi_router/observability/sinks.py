@@ -36,13 +36,17 @@ from anyio.abc import TaskStatus
 
 from asgi_router.observability.events import RequestRecord, log_request, logger
 
-__all__ = ["EventBus", "LogSink", "RecentRequests", "Sink", "default_sinks"]
+__all__ = ["REFUSED_KEPT", "EventBus", "LogSink", "RecentRequests", "Sink", "default_sinks"]
 
 #: A callable that receives each finished request; sync or async.
 Sink = Callable[[RequestRecord], Awaitable[None] | None]
 
 # Records handed to a synchronous sink in one thread hop.
 _BATCH: Final = 256
+
+
+#: Requests refused before routing kept apart by :class:`RecentRequests` (a few: they are alike).
+REFUSED_KEPT: Final = 10
 
 
 class RecentRequests:
@@ -53,21 +57,43 @@ class RecentRequests:
     (``await ring(record)``) for anyone who wants a ring of their own behind a queue.
     """
 
-    __slots__ = ("_ring",)
+    __slots__ = ("_refused", "_refused_by_status", "_ring", "_routed")
 
     def __init__(self, size: int) -> None:
         self._ring: deque[RequestRecord] = deque(maxlen=size)
+        # Requests refused before routing (no plan: auth, the body, the model name) are also
+        # kept apart, so that a flood of them cannot push routed traffic out of a status page.
+        self._routed: deque[RequestRecord] = deque(maxlen=size)
+        self._refused: deque[RequestRecord] = deque(maxlen=REFUSED_KEPT)
+        self._refused_by_status: dict[int, int] = {}
 
     def add(self, record: RequestRecord) -> None:
         """Keep ``record`` (dropping the oldest when full)."""
         self._ring.append(record)
+        if record.plan:
+            self._routed.append(record)
+        else:
+            self._refused.append(record)
+            self._refused_by_status[record.status] = self._refused_by_status.get(record.status, 0) + 1
 
     async def __call__(self, record: RequestRecord) -> None:
         self.add(record)
 
     def snapshot(self) -> list[RequestRecord]:
-        """The kept records, oldest first."""
+        """The kept records, oldest first (routed or not)."""
         return list(self._ring)
+
+    def routed(self) -> list[RequestRecord]:
+        """The kept records of requests that were routed (had a plan), oldest first."""
+        return list(self._routed)
+
+    def refused(self) -> list[RequestRecord]:
+        """The last :data:`REFUSED_KEPT` requests refused before routing, oldest first."""
+        return list(self._refused)
+
+    def refused_by_status(self) -> dict[int, int]:
+        """How many requests were refused before routing since the router started, by status."""
+        return dict(self._refused_by_status)
 
 
 def _is_async(sink: Sink) -> bool:

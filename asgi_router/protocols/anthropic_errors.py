@@ -23,7 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from asgi_router.core.classify import provider_words
+from asgi_router.core.classify import PROVIDER_WORDS_CAP, provider_words
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary
 
@@ -89,14 +89,16 @@ def anthropic_stream_error_event(candidate: str, reason: Reason, detail: str) ->
 
 def error_event_words(event: Any) -> tuple[str, str]:
     """``(type, message)`` of an Anthropic ``error`` event or body (``api_error`` when unreadable);
-    the message is one printable line, bounded."""
+    the message is one printable line, and both are bounded to ``PROVIDER_WORDS_CAP`` characters."""
     error = event.get("error") if isinstance(event, dict) else None
     if not isinstance(error, dict):
         return "api_error", "the upstream sent an error"
     kind, message = error.get("type"), error.get("message")
     words = provider_words(message) if isinstance(message, str) else None
+    # The type is repeated to the client too: bounded like the message (an identifier cut short
+    # is still one).
     return (
-        kind if isinstance(kind, str) and kind.isidentifier() else "api_error"
+        kind[:PROVIDER_WORDS_CAP] if isinstance(kind, str) and kind.isidentifier() else "api_error"
     ), words or "the upstream sent an error"
 
 

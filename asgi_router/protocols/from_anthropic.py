@@ -32,10 +32,14 @@ import re
 import time
 from typing import Any, Final
 
+from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.protocols.anthropic_errors import error_event_words
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["FINISH_REASONS", "StreamTranslation", "completion_from_message", "usage_of"]
+__all__ = ["FINISH_REASONS", "MAX_EVENT_BYTES", "StreamTranslation", "completion_from_message", "usage_of"]
+
+#: The largest stream event translated unless the settings say otherwise (``max_event_bytes``).
+MAX_EVENT_BYTES: Final = 1024 * 1024
 
 #: Anthropic's ``stop_reason`` and the ``finish_reason`` it becomes (anything else: ``stop``).
 FINISH_REASONS: Final[dict[str, str]] = {
@@ -70,14 +74,15 @@ def _encode(value: object) -> bytes:
 
 def usage_of(usage: object, prompt: int = 0, completion: int = 0) -> tuple[int, int]:
     """``(prompt_tokens, completion_tokens)`` from an Anthropic ``usage`` object, keeping what it
-    does not say."""
+    does not say (or says implausibly: ``core/usage_bounds.py``)."""
     if not isinstance(usage, dict):
         return prompt, completion
-    counts = [usage.get(key) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-    if isinstance(counts[0], int):
-        prompt = sum(count for count in counts if isinstance(count, int))
-    output = usage.get("output_tokens")
-    return prompt, output if isinstance(output, int) else completion
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    counts = [plausible_tokens(usage.get(key)) for key in keys]
+    if counts[0] is not None:
+        prompt = sum(count for count in counts if count is not None)
+    output = plausible_tokens(usage.get("output_tokens"))
+    return prompt, completion if output is None else output
 
 
 def _usage_json(prompt: int, completion: int) -> dict[str, int]:
@@ -150,8 +155,8 @@ class StreamTranslation:
         "usage",
     )
 
-    def __init__(self, include_usage: bool) -> None:
-        self._events = EventSplitter()
+    def __init__(self, include_usage: bool, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._events = EventSplitter(max_event_bytes)
         self._include_usage = include_usage
         self._head = self._content = b""
         self._set_head("chatcmpl-router", "", int(time.time()))
@@ -205,6 +210,10 @@ class StreamTranslation:
             out += self._translate(event)
             if self.finished or self.failure is not None:
                 break
+        if self._events.too_large and self.failure is None and not self.finished:
+            # Failed as the upstream's own server error: before commit the next member is tried,
+            # after it the client's stream ends with the in-band error.
+            self.failure = ("api_error", f"the upstream sent an event larger than {self._events.limit} bytes")
         return out
 
     def _translate(self, event: dict[str, Any]) -> bytes:

@@ -257,6 +257,8 @@ def _assistant_turn(message: Mapping[str, Any]) -> dict[str, Any] | str:
     content, calls = message.get("content"), message.get("tool_calls")
     if message.get("function_call") is not None or message.get("audio") is not None:
         return "function_call and audio have no equivalent in Anthropic's Messages API"
+    if calls is not None and not isinstance(calls, list):
+        return "an assistant message's tool_calls must be a list"
     if isinstance(content, str) and not calls:
         return {"role": "assistant", "content": content}
     blocks: list[dict[str, Any]] = []
@@ -354,7 +356,11 @@ def to_messages_request(payload: Mapping[str, Any], default_max_tokens: int) -> 
             if value == default and isinstance(value, bool) == isinstance(default, bool):
                 continue
             return Untranslatable(_unsupported(name, value))
-        refused = translate(value, out)
+        try:
+            refused = translate(value, out)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
+            # A shape no rule above foresaw: untranslatable (the next member is tried), never a 500.
+            refused = f"{name if _PLAIN.fullmatch(name) else 'a field'} has a shape the translation cannot read"
         if refused is not None:
             return Untranslatable(refused)
     if "messages" not in out:

@@ -9,5 +9,7 @@ upstream's bytes to the client unchanged (and ends a stream that breaks with an 
 ``headers.py`` filters what an upstream's headers may say to the client; ``degraded.py`` builds
 a group's canned reply. When a plan has a candidate that can continue a broken stream,
 ``resume_relay.py`` relays whole events instead and continues the stream after a break, with
-``resuming.py`` asking for and accounting the continuations.
+``resuming.py`` asking for and accounting the continuations;
+``client_gone.py`` ends a request whose client left before the first byte with a 499 the server
+can drop.
 """

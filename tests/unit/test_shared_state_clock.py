@@ -90,7 +90,7 @@ async def test_a_process_refused_a_probe_slot_asks_again_only_after_the_claim_pa
     state: SharedState, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[Callable[[Any], Awaitable[None]]] = []
-    monkeypatch.setattr(state.link, "spawn", writes.append)
+    monkeypatch.setattr(state.link, "spawn", lambda op, **_: writes.append(op) or True)
     monkeypatch.setattr(state.link, "up", True)
     state._on_message(published("open", age=0.0, version=10))
     assert not state.admit(KEY, POLICY, clock()).allowed and not writes  # open: nothing to ask yet
