@@ -30,6 +30,7 @@ from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
+from asgi_router.fleet.caller_budgets import caller_ledger_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard
 from asgi_router.observability.events import logger
@@ -37,6 +38,7 @@ from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
 from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
@@ -87,6 +89,8 @@ class RouterParts:
     pages: Pages
     tracing: Tracing | None
     lifespan: Lifespan
+    #: Caps per caller and per session (``resilience/caller_limits.py``); ``None``: none set.
+    callers: CallerLimits | None = None
 
 
 def assemble(
@@ -158,7 +162,12 @@ def assemble(
     # What operators see: facts for a sink that records them, metrics, traces, the pages.
     records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
     overview = Overview(resolved, router_state, resolver.stats, clock)
-    metrics, pages, background = build_pages(resolved, guard, overview, recent, events)
+    callers = (
+        CallerLimits(resolved, caller_ledger_for(resolved, router_state, clock))
+        if resolved.callers or resolved.sessions is not None
+        else None
+    )
+    metrics, pages, background = build_pages(resolved, guard, overview, recent, events, callers)
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
@@ -181,4 +190,5 @@ def assemble(
         pages=pages,
         tracing=tracing_for(tracer_provider),
         lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
+        callers=callers,
     )

@@ -10,7 +10,8 @@ keywords and settings, by :func:`~asgi_router.assembly.assemble`.
 A chat request runs as a pipeline of named phases, in this order, each a method or a part with a
 typed result; a phase that refuses ends the request with the router's error:
 
-1. **admit** (:meth:`ModelRouter._admit`): inbound auth and the header screen, before a byte of
+1. **admit** (:meth:`ModelRouter._admit`): inbound auth, the header screen and the caller's caps
+   (``resilience/caller_limits.py``: serve, downgrade to another ref, or refuse), before a byte of
    the body is read, so a refused client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
@@ -51,7 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import httpx2
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_router.assembly import assemble
 from asgi_router.config.auth_settings import Authorize
@@ -163,6 +164,7 @@ class ModelRouter:
         self._tracing = parts.tracing
         self._pages = parts.pages
         self._lifespan = parts.lifespan
+        self._callers = parts.callers
 
     @property
     def transport(self) -> Transport:
@@ -231,7 +233,26 @@ class ModelRouter:
         if isinstance(verdict, RouterError):
             return verdict
         context.record.principal = verdict.principal  # the attempt events carry it
-        return screen_headers(context.scope)
+        refused = screen_headers(context.scope)
+        if refused is not None or self._callers is None:
+            return refused
+        ticket = context.caller = self._callers.admit(verdict.principal, context.scope)
+        record = context.record
+        record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
+        if ticket.downgrade_to is not None:
+            context.send = _marked(context.send, ticket.limit)
+        return ticket.refusal
+
+    def _settle(self, context: RequestContext) -> None:
+        """Charge what the request used to its caller (and session): never the client's problem."""
+        spend = context.spend
+        if spend is None or self._callers is None or context.caller is None:
+            return
+        tokens = spend.tokens.total if spend.tokens is not None else 0
+        try:
+            self._callers.settle(context.caller, tokens, spend.cost_usd or 0.0)
+        except Exception:
+            logger.exception("charging request %s to its caller failed", context.record.request_id)
 
     async def _read(self, context: RequestContext) -> InboundRequest | RouterError | None:
         """Phase *read*: the body, bounded in size and time, parsed; ``None`` when the client
@@ -256,7 +277,8 @@ class ModelRouter:
         facts = context.facts = RequestFacts(request.payload, context.scope["headers"])
         if self._recorder is not None:
             record.facts = self._recorder(facts)
-        plan = self._resolver.resolve_string(request.payload["model"], facts)
+        downgrade = context.caller.downgrade_to if context.caller is not None else None
+        plan = self._resolver.resolve_string(request.payload["model"] if downgrade is None else downgrade, facts)
         if isinstance(plan, ResolveError):
             if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
                 record.ref = request.payload["model"]
@@ -272,6 +294,8 @@ class ModelRouter:
         """Phase *record*: the record written once, then kept, counted and published; a failure
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
+        if context.caller is not None:
+            self._settle(context)
         now = self._clock()
         record = context.close(now, now - started)
         self.recent.add(record)
@@ -285,3 +309,16 @@ class ModelRouter:
                 logger.exception("recording request %s for metrics or traces failed", record.request_id)
         self._lifespan.warn_if_missing()
         self.events.publish(record)
+
+
+def _marked(send: Send, limit: str | None) -> Send:
+    """``send`` with ``x-router-limit`` added to the response's start: a downgraded request's
+    answer says which cap downgraded it, whatever sends it (the relay, an error, a canned reply)."""
+    header = (b"x-router-limit", (limit or "").encode())
+
+    async def marked(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), header]}
+        await send(message)
+
+    return marked

@@ -38,6 +38,13 @@ from asgi_router import ModelRouter, RouterSettings
 __all__ = ["app", "build", "settings_for"]
 
 
+#: Caller and session caps for the ``callers`` variant: every cap counted, none ever reached.
+_CALLERS: dict[str, Any] = {
+    "callers": {"*": {"usd_per_day": 1e9, "tokens_per_day": 10**12, "rpm": 10**7}},
+    "sessions": {"tokens_per_session": 10**12},
+}
+
+
 def settings_for(
     upstream: str,
     refused: str,
@@ -45,8 +52,10 @@ def settings_for(
     gc_freeze: bool = True,
     state_url: str | None = None,
     metrics: bool = False,
+    callers: bool = False,
 ) -> RouterSettings:
-    """The bench's router settings (see the module docstring)."""
+    """The bench's router settings (see the module docstring); ``callers``: every caller capped
+    (daily USD and tokens, rpm) and every session too, with caps no request reaches."""
     timeouts = {"connect": 2.0}
     providers: dict[str, Any] = {
         name: {"base_url": f"{origin}/v1", "api_key": "sk-bench", "timeouts": timeouts}
@@ -71,6 +80,7 @@ def settings_for(
             "breaker": {"consecutive_failures": 10**9, "min_requests": 10**9},
             "state_url": state_url,
             **({"metrics_route": "/metrics"} if metrics else {}),
+            **(_CALLERS if callers else {}),
         }
     )
 

@@ -155,17 +155,26 @@ class _MemoryTransport:
 
 
 async def router_loop(
-    stream: bool, count: int, group: str = "bench", state_url: str | None = None, metrics: bool = False
+    stream: bool,
+    count: int,
+    group: str = "bench",
+    state_url: str | None = None,
+    metrics: bool = False,
+    callers: bool = False,
 ) -> float:
     """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
-    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url, metrics=metrics)
+    settings = settings_for(
+        "http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url, metrics=metrics, callers=callers
+    )
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if callers:
+        headers.append((b"x-session-id", b"bench-session"))
     never = asyncio.Event()
 
     async def one() -> None:
@@ -203,4 +212,6 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         "router_sse20_metrics_us": run(router_loop(True, count // 4, metrics=True)),
         "router_sse20_translated_us": run(router_loop(True, count // 4, "translated")),
         "router_sse20_resumable_us": run(router_loop(True, count // 4, "resumable")),
+        "router_json_callers_us": run(router_loop(False, count, callers=True)),
+        "router_sse20_callers_us": run(router_loop(True, count // 4, callers=True)),
     }

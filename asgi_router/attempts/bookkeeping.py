@@ -59,12 +59,15 @@ class Bookkeeper:
         metered: Iterable[str],
         *,
         count_all: bool = False,
+        estimate_all: bool = False,
     ) -> None:
         self.stats = stats
         self._catalog = catalog
         #: Count every served response's reported tokens (the metrics report them), not only
         #: where a budget or a price needs them (:meth:`needs_estimate`).
         self.counts_all = count_all
+        #: Count (estimate where need be) every served response: caller caps charge each one.
+        self._estimate_all = estimate_all
         #: Keys whose in-flight count and TTFB are kept.
         self._tracked = frozenset(tracked) | catalog.keys()
         #: Keys with an rpm/tpm budget somewhere: their usage is counted.
@@ -73,7 +76,8 @@ class Bookkeeper:
     @classmethod
     def from_settings(cls, settings: RouterSettings, stats: RoutingStats) -> Bookkeeper:
         """Track every model the configuration names; meter those with an rpm/tpm budget; count
-        every response's tokens when the metrics are served."""
+        every response's tokens when the metrics are served; estimate every response's when
+        callers or sessions are capped (their caps count tokens and USD)."""
         metered = {
             member.ref
             for name in settings.groups
@@ -81,7 +85,10 @@ class Bookkeeper:
             if member.rpm is not None or member.tpm is not None
         }
         counted = settings.metrics_route is not None
-        return cls(stats, Catalog(settings.catalog), named_models(settings), metered, count_all=counted)
+        capped = bool(settings.callers) or settings.sessions is not None
+        return cls(
+            stats, Catalog(settings.catalog), named_models(settings), metered, count_all=counted, estimate_all=capped
+        )
 
     def fits(self, key: str, facts: RequestFacts) -> bool:
         """Whether ``key``'s catalog context window holds this request (an unlisted key does)."""
@@ -122,7 +129,7 @@ class Bookkeeper:
     def needs_estimate(self, key: str) -> bool:
         """Whether a response of ``key`` that reports no ``usage`` must still be counted (estimated):
         budgets and prices need a number; metrics and traces report only what upstreams said."""
-        return key in self._metered or self._catalog.is_priced(key)
+        return self._estimate_all or key in self._metered or self._catalog.is_priced(key)
 
     def finished(self, key: str, facts: RequestFacts, data: bytes | None, chunks: int | None = None) -> Spend:
         """A committed response was sent (or broke off): release it and count what it used.

@@ -35,13 +35,18 @@ def status_json_route(status_route: str) -> str:
 
 
 def check_pages(
-    routes: Sequence[str], models_route: str | None, metrics_route: str | None, status_route: str | None
+    routes: Sequence[str],
+    models_route: str | None,
+    metrics_route: str | None,
+    status_route: str | None,
+    usage_route: str | None = None,
 ) -> None:
     """Refuse two pages (or a page and a chat route) on one path, and metrics without their package."""
     if status_route is not None and status_route.endswith("/"):
         raise ValueError(f"status_route {status_route!r} must not end with '/' (its JSON twin adds '.json')")
     taken = {route: "routes" for route in routes}
     pages = [("models_route", models_route), ("metrics_route", metrics_route), ("status_route", status_route)]
+    pages.append(("usage_route", usage_route))
     if status_route is not None:
         pages.append(("status_route + '.json'", status_json_route(status_route)))
     for name, path in pages:

@@ -45,6 +45,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from asgi_router.config import loading
 from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
 from asgi_router.config.cross_checks import Problem, reference_problems, refusal
@@ -198,6 +199,11 @@ class RouterSettings(BaseSettings):
         description='The `GET` path of the live status page, e.g. `"/router/status"` (unset: off); '
         "`status_route` + `.json` serves its data as JSON. Behind inbound auth, HTTP Basic accepted.",
     )
+    usage_route: str | None = Field(
+        default=None,
+        description="The `GET` path where a caller reads its own spend, caps and reset times as JSON, e.g. "
+        '`"/v1/router/usage"` (unset: off); behind inbound auth, each caller sees only its own figures.',
+    )
     body_timeout: PositiveFloat = Field(
         default=30.0,
         description="Seconds the whole request body may take to arrive (408 after): a client trickling a body "
@@ -216,6 +222,26 @@ class RouterSettings(BaseSettings):
         default="asgi_router",
         description="The first segment of every Redis key the router writes, so that two gateways can share one "
         "Redis without sharing state.",
+    )
+
+    # Caps per caller and per session (``config/caller_settings.py``; see the Callers page).
+    session_header: str = Field(
+        default="x-session-id",
+        description="The request header naming a session: `[sessions]` caps count per (caller, session), and "
+        "sticky routing keeps a session on one member.",
+    )
+    callers: dict[str, CallerCaps] = Field(
+        default_factory=dict,
+        description='Caps per caller (a principal\'s name; `"*"`: every caller without a table of its own, '
+        "each counted alone).",
+    )
+    sessions: SessionCaps | None = Field(
+        default=None, description="Caps per (caller, session) for requests that carry `session_header`."
+    )
+    max_callers: PositiveInt = Field(
+        default=100_000,
+        description='Tallies kept per process for `callers."*"` callers and for sessions; past it the least '
+        "recently seen is forgotten first.",
     )
 
     # Inbound auth: exactly one of these three (``auth_settings.NO_INBOUND_AUTH`` says why).
@@ -294,7 +320,12 @@ class RouterSettings(BaseSettings):
                 )
         return value
 
-    @field_validator("models_route", "metrics_route", "status_route")
+    @field_validator("session_header")
+    @classmethod
+    def _check_session_header(cls, value: str) -> str:
+        return check_session_header(value)
+
+    @field_validator("models_route", "metrics_route", "status_route", "usage_route")
     @classmethod
     def _check_page_routes(cls, value: str | None, info: ValidationInfo) -> str | None:
         return check_page_route(str(info.field_name), value)  # "" is off: TOML and the environment cannot say None
@@ -321,7 +352,7 @@ class RouterSettings(BaseSettings):
         """What only the whole can refuse: pages, references, the transport's pool, inbound auth."""
         problems: list[Problem] = []
         try:
-            check_pages(self.routes, self.models_route, self.metrics_route, self.status_route)
+            check_pages(self.routes, self.models_route, self.metrics_route, self.status_route, self.usage_route)
         except ValueError as exc:
             problems.append(Problem((), str(exc)))
         references = reference_problems(self)
@@ -329,6 +360,11 @@ class RouterSettings(BaseSettings):
         if not references:
             try:
                 self._flat = flatten_groups(self.groups)
+            except ValueError as exc:
+                problems.append(Problem((), str(exc)))
+            try:
+                named_keys = frozenset(self.api_keys) if isinstance(self.api_keys, dict) else None
+                check_callers(self.callers, self.sessions, named_keys, self.aliases, self.providers, self.groups)
             except ValueError as exc:
                 problems.append(Problem((), str(exc)))
         # Refused rather than ignored: an operator who set the cap expects it to hold.

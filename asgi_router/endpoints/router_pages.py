@@ -1,7 +1,9 @@
 """The ``GET`` routes the router answers itself, and the inbound auth in front of each.
 
-``/v1/models`` (``models.py``), the Prometheus ``metrics_route`` (``metrics.py``) and the
-``status_route`` with its JSON twin (``status.py``). All sit behind the router's inbound auth:
+``/v1/models`` (``models.py``), the Prometheus ``metrics_route`` (``metrics_page.py``), the
+``status_route`` with its JSON twin (``status.py``) and the ``usage_route``, where a caller reads
+its own spend and caps (and only its own: the figures are the principal's that inbound auth
+admitted, never a name the request chose). All sit behind the router's inbound auth:
 group names, models, breakers and recent requests are the gateway's business, not an anonymous
 caller's. Two differences, for who asks:
 
@@ -18,6 +20,7 @@ logged and answered with a 500, as for chat requests.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -35,6 +38,7 @@ from asgi_router.inbound.body import request_id_for
 from asgi_router.inbound.mounting import route_path
 from asgi_router.observability.optional import metrics_for
 from asgi_router.observability.sinks import EventBus, RecentRequests
+from asgi_router.resilience.caller_limits import CallerLimits, caller_name, shown
 from asgi_router.resilience.overview import Overview
 from asgi_router.responses.request_context import RequestContext
 
@@ -59,6 +63,8 @@ class Page:
     render: Callable[[], tuple[bytes, bytes]]
     #: Extra response headers (the status page's Content-Security-Policy).
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    #: Renders for the admitted principal instead of :attr:`render` (the usage route).
+    render_for: Callable[[object, Scope], tuple[bytes, bytes]] | None = None
 
 
 class Pages:
@@ -72,6 +78,7 @@ class Pages:
         models: ModelsEndpoint | None,
         metrics: tuple[str, MetricsEndpoint, bool] | None,
         status: tuple[str, str, StatusEndpoint] | None,
+        usage: tuple[str, Callable[[object, Scope], tuple[bytes, bytes]]] | None = None,
     ) -> None:
         self._guard = guard
         self._models = models
@@ -84,6 +91,8 @@ class Pages:
             policy = ((b"content-security-policy", page.policy),)
             self._exact[route] = Page("browser", page.render_html, policy)
             self._exact[json_route] = Page("browser", page.render_json)
+        if usage is not None:
+            self._exact[usage[0]] = Page("api", _nothing, render_for=usage[1])
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` (below ``root_path``) is one of the router's pages."""
@@ -94,6 +103,7 @@ class Pages:
         try:
             page = self._exact.get(route_path(scope))
             audience = page.audience if page is not None else "api"
+            principal: object = None
             if audience != "anyone":
                 admitted = await (self._guard.check(scope) if audience == "api" else self._guard.check_page(scope))
                 if isinstance(admitted, RouterError):
@@ -101,11 +111,12 @@ class Pages:
                         admitted = replace(admitted, headers=(_BASIC,))  # the browser asks for them
                     await context.send_error(admitted)
                     return
+                principal = admitted.principal
             if page is None:
                 assert self._models is not None
                 await self._models(scope, receive, context.send_tracked)
                 return
-            content_type, body = page.render()
+            content_type, body = page.render() if page.render_for is None else page.render_for(principal, scope)
             headers = [(b"content-type", content_type), *_PAGE_HEADERS, *page.headers]
             headers.append((b"content-length", str(len(body)).encode()))  # a HEAD's too: what a GET gets
             await context.send_tracked({"type": "http.response.start", "status": 200, "headers": headers})
@@ -116,11 +127,34 @@ class Pages:
             await context.failed()
 
 
+def _nothing() -> tuple[bytes, bytes]:
+    return b"text/plain", b""
+
+
+def _usage(callers: CallerLimits | None) -> Callable[[object, Scope], tuple[bytes, bytes]]:
+    """The usage route's renderer: the admitted caller's own figures, as JSON."""
+
+    def render(principal: object, scope: Scope) -> tuple[bytes, bytes]:
+        if callers is None:  # nothing is capped: a caller has no figures to read
+            report: dict[str, object] = {"caller": shown(caller_name(principal)), "caps": []}
+        else:
+            report = callers.report(principal, scope)
+        return b"application/json", json.dumps(report, separators=(",", ":")).encode()
+
+    return render
+
+
 def build_pages(
-    settings: RouterSettings, guard: Guard, overview: Overview, recent: RecentRequests, events: EventBus
+    settings: RouterSettings,
+    guard: Guard,
+    overview: Overview,
+    recent: RecentRequests,
+    events: EventBus,
+    callers: CallerLimits | None = None,
 ) -> tuple[RouterMetrics | None, Pages, list[Callable[[], Coroutine[Any, Any, None]]]]:
     """A router's pages as its settings ask for them: its metrics (``None``: off), the pages,
-    and the work they need run from lifespan startup to shutdown."""
+    and the work they need run from lifespan startup to shutdown (``callers``: the caller caps,
+    whose figures the metrics, the status page and the usage route show)."""
     models = ModelsEndpoint(settings, settings.models_route) if settings.models_route is not None else None
     metrics: RouterMetrics | None = None
     metrics_page: tuple[str, MetricsEndpoint, bool] | None = None
@@ -128,12 +162,16 @@ def build_pages(
     if settings.metrics_route is not None:
         from asgi_router.endpoints.metrics_page import MetricsEndpoint, readings_of
 
-        metrics = metrics_for(named_models(settings), readings_of(overview, events))
+        metrics = metrics_for(
+            named_models(settings), readings_of(overview, events), callers.names if callers is not None else None
+        )
         endpoint = MetricsEndpoint(metrics)
         metrics_page = (settings.metrics_route, endpoint, settings.metrics_public)
         background.append(endpoint.keep_fresh)
     status: tuple[str, str, StatusEndpoint] | None = None
     if settings.status_route is not None:
         json_route = status_json_route(settings.status_route)
-        status = (settings.status_route, json_route, StatusEndpoint(overview, recent, events, json_route))
-    return metrics, Pages(guard, models, metrics_page, status), background
+        page = StatusEndpoint(overview, recent, events, json_route, callers=callers)
+        status = (settings.status_route, json_route, page)
+    usage = (settings.usage_route, _usage(callers)) if settings.usage_route is not None else None
+    return metrics, Pages(guard, models, metrics_page, status, usage), background

@@ -3,7 +3,8 @@
 The page answers "which provider is failing right now, how slow is it, what is it using": every
 provider and every model the configuration names, with its breaker (and when an open one lets a
 probe through), its time-to-first-byte average, its attempts in flight and its rpm/tpm use against
-the budget; then the most recent requests with each attempt. The data is read on demand from the
+the budget; then, when callers are capped, a Callers table (each cap: spent, limit, resets in);
+then the most recent requests with each attempt. The data is read on demand from the
 router's state (``resilience/overview.py``) and its ring of recent requests; nothing is kept for
 the page between loads.
 
@@ -32,12 +33,15 @@ from typing import Final
 
 from asgi_router.observability.events import RequestRecord, principal_text
 from asgi_router.observability.sinks import EventBus, RecentRequests
+from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.overview import BreakerStatus, Budget, Overview
 
-__all__ = ["RECENT_SHOWN", "StatusEndpoint", "status_template"]
+__all__ = ["CALLERS_SHOWN", "RECENT_SHOWN", "StatusEndpoint", "status_template"]
 
 #: The most recent requests shown (newest first).
 RECENT_SHOWN: Final = 50
+#: Callers without a table of their own shown in the Callers table (most recently seen first).
+CALLERS_SHOWN: Final = 20
 #: Where the page's data goes: a JSON element, never run as a script.
 _DATA_ELEMENT: Final = '<script id="status-data" type="application/json">{}</script>'
 _JSON_TYPE: Final = b"application/json"
@@ -107,7 +111,9 @@ class StatusEndpoint:
         events: EventBus,
         json_route: str,
         wall_clock: Callable[[], float] = time.time,
+        callers: CallerLimits | None = None,
     ) -> None:
+        self._callers = callers
         self._overview = overview
         self._recent = recent
         self._events = events
@@ -157,6 +163,7 @@ class StatusEndpoint:
                 }
                 for provider in overview.providers()
             ],
+            "callers": self._callers.rows(CALLERS_SHOWN) if self._callers is not None else None,
             "recent": [_request(record) for record in recent],
             "refused": {
                 "total": sum(by_status.values()),

@@ -3,7 +3,8 @@
 ``shared_state.py`` is :class:`SharedState`, an in-memory state that answers every request from this
 process's own view and keeps what is shared fresh in the background; ``link.py`` is its one
 connection to Redis (per event loop) and the circuit that keeps Redis optional; ``budgets.py``
-leases slices of the rpm/tpm budgets; ``scripts.py`` holds the Lua that makes each change
+leases slices of the rpm/tpm budgets and ``caller_budgets.py`` slices of the caller and session
+caps; ``scripts.py`` holds the Lua that makes each change
 atomic; ``state_factory.py`` builds the state the settings ask for.
 
 Nothing here is imported unless ``state_url`` names a Redis store, so the ``redis`` package

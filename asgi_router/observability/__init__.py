@@ -5,5 +5,6 @@
 that records requests for ``asgi-router replay``; ``redaction.py``: the last line of defence that
 scrubs configured keys from the router's log records. ``metrics.py`` (Prometheus) and
 ``tracing.py`` (OpenTelemetry) need the optional extras and are imported through ``optional.py``
-only by a router that uses them.
+only by a router that uses them; ``caller_metrics.py`` is the per-caller families ``metrics.py``
+adds when callers are capped.
 """

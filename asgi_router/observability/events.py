@@ -98,6 +98,12 @@ class RequestRecord:
     #: Each break of the stream the router tried to continue: the candidate whose stream broke,
     #: and ``served`` (the answer was finished) or ``failed`` (the client got the in-band error).
     resumes: tuple[tuple[str, str], ...] = ()
+    #: The caller as caller caps count it (``callers``/``sessions`` configured; else ``None``).
+    caller: str | None = None
+    #: What the caps made of the request: ``served``, ``downgraded`` or ``refused``.
+    caller_outcome: Literal["served", "downgraded", "refused"] | None = None
+    #: The cap that downgraded or refused it (``x-router-limit``), e.g. ``usd_per_day``.
+    limit: str | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

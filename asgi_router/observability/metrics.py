@@ -61,6 +61,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from asgi_router.core.usage_bounds import plausible_tokens
+from asgi_router.observability.caller_metrics import CallerCounts
 from asgi_router.observability.events import RequestRecord
 
 __all__ = [
@@ -188,16 +189,21 @@ class RouterMetrics:
     """One router's metrics: its tally, and its registry (or multiprocess files).
 
     ``named`` is the configuration's ``provider/model-id`` set (every other candidate is folded
-    into ``provider/*``); ``readings`` reads the gauges from the router's state.
+    into ``provider/*``); ``readings`` reads the gauges from the router's state; ``callers``, when
+    callers or sessions are capped, the callers with a table of their own (``caller_metrics.py``).
     """
 
-    def __init__(self, named: Iterable[str], readings: Callable[[], Readings]) -> None:
+    def __init__(
+        self, named: Iterable[str], readings: Callable[[], Readings], callers: Iterable[str] | None = None
+    ) -> None:
         self.multiprocess = multiprocess_dir() is not None
         self._named = frozenset(named)
         self._readings = readings
         self._labels: dict[str, str] = {}
         #: What requests added (since the last flush, in multiprocess mode).
         self.tally = Tally()
+        #: Requests, tokens and cost per caller, when caps are configured.
+        self.callers = CallerCounts(callers) if callers is not None else None
         self.registry: CollectorRegistry | None = None
         if self.multiprocess:
             self._files = _Files()
@@ -260,6 +266,8 @@ class RouterMetrics:
         for broken, resumed in record.resumes:
             counted = (labels.get(broken) or self.candidate_label(broken), resumed)
             tally.resumes[counted] = tally.resumes.get(counted, 0) + 1
+        if record.caller is not None and self.callers is not None:
+            self.callers.observe(record)
 
     # --- one process: the router is its registry's collector ------------------------------------
 
@@ -294,6 +302,7 @@ class RouterMetrics:
                 self._counter(_HEDGES, ["outcome"], [((outcome,), n) for outcome, n in tally.hedges.items()]),
                 self._counter(_RESUMES, ["candidate", "outcome"], list(tally.resumes.items())),
                 CounterMetricFamily(*_DROPPED, value=readings.dropped),
+                *(self.callers.families() if self.callers is not None else ()),
             ]
         )
 
@@ -337,6 +346,8 @@ class RouterMetrics:
         for provider, phase, attempts in readings.providers:
             files.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
             files.in_flight.labels(provider).set(attempts)
+        if self.callers is not None:
+            self.callers.flush()
         if readings.dropped > self._dropped_seen:
             files.events_dropped.inc(readings.dropped - self._dropped_seen)
             self._dropped_seen = readings.dropped

@@ -38,9 +38,11 @@ def tracing_for(provider: TracerProvider | None) -> Tracing | None:
     return Tracing(provider, _version())
 
 
-def metrics_for(named: frozenset[str], readings: Callable[[], Readings]) -> RouterMetrics:
+def metrics_for(
+    named: frozenset[str], readings: Callable[[], Readings], callers: frozenset[str] | None = None
+) -> RouterMetrics:
     """A router's metrics (``named``: the configuration's models, the only candidate labels;
-    ``readings``: the gauges, read when asked)."""
+    ``readings``: the gauges, read when asked; ``callers``: the named callers, when capped)."""
     from asgi_router.observability.metrics import RouterMetrics
 
-    return RouterMetrics(named, readings)
+    return RouterMetrics(named, readings, callers)

@@ -32,6 +32,7 @@ from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 
 if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
     from asgi_router.observability.tracing import RequestTrace
+    from asgi_router.resilience.caller_limits import CallerTicket
 
 __all__ = ["RequestContext"]
 
@@ -43,6 +44,7 @@ class RequestContext:
     __slots__ = (
         "anthropic",
         "bytes_relayed",
+        "caller",
         "degraded",
         "disconnected",
         "facts",
@@ -94,6 +96,8 @@ class RequestContext:
         self.bytes_relayed = 0
         self.degraded = False
         self.spend: Spend | None = None
+        #: What caller caps made of the request, when callers or sessions are capped.
+        self.caller: CallerTicket | None = None
 
     def complete(self) -> None:
         """The whole response has been handed to the server: a disconnect from now on is not an

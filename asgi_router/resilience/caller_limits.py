@@ -1,0 +1,306 @@
+"""Caps per caller and per session: who the caller is, which caps apply, and the answer.
+
+Asked once per request, after inbound auth and before the body is read or a plan made: the
+caps are per *request*, and the answer decides which plan is made. :func:`decide` is the whole
+policy, a pure function of where the caller's and the session's usage stand against each cap:
+
+* every cap under its limit: **serve** the ref asked for;
+* a cap past its limit, with ``downgrade_to``: **downgrade**, serve that ref instead (its own
+  plan, strategy and failover), the response saying which cap in ``x-router-limit``;
+* a cap past its limit without ``downgrade_to``, or past ``hard_limit`` times it: **refuse**
+  with a 429 ``caller_limit_reached`` naming the cap (never a key) and when it resets, with
+  ``Retry-After`` and ``x-should-retry: false`` (the official SDKs' quick retries would only
+  meet the cap again).
+
+Spend is known only after the answer (the upstream's usage, else the estimate), so a request
+that starts under a cap finishes, and :meth:`CallerLimits.settle` counts what it used. The
+numbers live in a :class:`~asgi_router.resilience.caller_tally.CallerLedger` (this process's, or
+the fleet's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from starlette.types import Scope
+
+from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCaps, SessionCaps
+from asgi_router.config.settings import RouterSettings
+from asgi_router.core.router_errors import RouterError
+from asgi_router.resilience.caller_tally import PAST, REFUSED, CallerLedger, Cap, CapKind, Table, Tally
+
+__all__ = [
+    "ANONYMOUS",
+    "OTHER",
+    "CallerLimits",
+    "CallerTicket",
+    "Downgrade",
+    "Judged",
+    "Refuse",
+    "caller_name",
+    "decide",
+    "shown",
+    "table_of",
+]
+
+#: The caller of a request without a principal (``allow_unauthenticated``, ``authorize`` returning ``True``).
+ANONYMOUS: Final = "anonymous"
+#: The metrics label of every caller without a table of its own.
+OTHER: Final = "other"
+#: What a refusal says, beside its code: the client retrying at once would only meet the cap again.
+_NO_RETRY: Final = (b"x-should-retry", b"false")
+_UNITS: Final[dict[CapKind, str]] = {
+    "usd_per_day": "USD a UTC day",
+    "tokens_per_day": "tokens a UTC day",
+    "rpm": "requests a minute",
+    "usd_per_session": "USD",
+    "tokens_per_session": "tokens",
+}
+
+Outcome = Literal["served", "downgraded", "refused"]
+_KINDS: Final[tuple[CapKind, ...]] = ("usd_per_day", "tokens_per_day", "rpm", "usd_per_session", "tokens_per_session")
+
+
+def table_of(caps: CallerCaps | SessionCaps) -> Table:
+    """A settings table compiled for the caps (``refuse_at`` from ``downgrade_to`` and ``hard_limit``)."""
+    hard = caps.hard_limit if caps.downgrade_to is not None else 1.0
+    found: list[Cap] = []
+    for kind in _KINDS:
+        limit = getattr(caps, kind, None)
+        if limit is not None:
+            found.append(Cap(kind, float(limit), None if hard is None else float(limit) * hard))
+    rpm = next((cap for cap in found if cap.kind == "rpm"), None)
+    daily = any(cap.daily for cap in found)
+    return Table(tuple(found), caps.downgrade_to, rpm, getattr(caps, "ttl", None), daily)
+
+
+#: One cap judged: the cap, where usage stands (``UNDER``/``PAST``/``REFUSED``), its table.
+Judged = tuple[Cap, int, Table]
+
+
+@dataclass(frozen=True, slots=True)
+class Downgrade:
+    """Serve from ``ref`` instead: ``cap`` is past its limit."""
+
+    cap: Cap
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Refuse the request: ``cap`` (of ``table``) is reached."""
+
+    cap: Cap
+    table: Table
+
+
+def decide(judged: Sequence[Judged]) -> Downgrade | Refuse | None:
+    """The answer for a request whose caps stand as ``judged``: ``None`` serves it as asked.
+
+    A refusal wins over a downgrade; the first cap past its limit names the downgrade (the
+    caller's table is judged before the session's).
+    """
+    downgrade: Downgrade | None = None
+    for cap, level, table in judged:
+        if level == REFUSED or (level == PAST and table.downgrade_to is None):
+            return Refuse(cap, table)
+        if level == PAST and downgrade is None and table.downgrade_to is not None:
+            downgrade = Downgrade(cap, table.downgrade_to)
+    return downgrade
+
+
+def caller_name(principal: object) -> str:
+    """The caller a principal is: its text, or :data:`ANONYMOUS` when there is none."""
+    if principal is None:
+        return ANONYMOUS
+    return principal if isinstance(principal, str) else str(principal)
+
+
+def shown(name: str) -> str:
+    """``name`` as messages and pages show it: as is when it is a plain name, else a placeholder
+    (what ``authorize=`` returned may be any text)."""
+    return name if CALLER_NAME.fullmatch(name) else "<caller>"
+
+
+class CallerTicket:
+    """One request's caller, its tallies, and what the caps decided (per request)."""
+
+    __slots__ = (
+        "caller",
+        "downgrade_to",
+        "label",
+        "limit",
+        "outcome",
+        "refusal",
+        "session",
+        "session_subject",
+        "subject",
+        "table",
+        "tally",
+    )
+
+    def __init__(self, caller: str, label: str) -> None:
+        self.caller = caller
+        #: The metrics label: the caller's name when it has a table of its own, else ``other``.
+        self.label = label
+        self.subject = ""
+        self.tally: Tally | None = None
+        self.table: Table | None = None
+        self.session_subject = ""
+        self.session: Tally | None = None
+        self.outcome: Outcome = "served"
+        #: The cap that downgraded or refused the request (``x-router-limit``).
+        self.limit: CapKind | None = None
+        self.downgrade_to: str | None = None
+        self.refusal: RouterError | None = None
+
+
+class CallerLimits:
+    """The caps of one router's settings over one ledger; asked once per request."""
+
+    def __init__(self, settings: RouterSettings, ledger: CallerLedger) -> None:
+        self.ledger = ledger
+        self._named = {name: table_of(caps) for name, caps in settings.callers.items() if name != ANY_CALLER}
+        caps_any = settings.callers.get(ANY_CALLER)
+        self._any = table_of(caps_any) if caps_any is not None else None
+        self._sessions = table_of(settings.sessions) if settings.sessions is not None else None
+        self._header = settings.session_header.encode("latin-1")
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Callers with a table of their own (the metrics' caller labels, with ``other``)."""
+        return frozenset(self._named)
+
+    def table(self, name: str) -> Table | None:
+        return self._named.get(name, self._any)
+
+    def session_of(self, scope: Scope) -> str | None:
+        """The request's ``session_header``, when sessions are capped and it has one."""
+        if self._sessions is None:
+            return None
+        for key, value in scope["headers"]:
+            if key == self._header:
+                return value.decode("latin-1").strip() or None
+        return None
+
+    def admit(self, principal: object, scope: Scope) -> CallerTicket:
+        """The caps' answer for a request (``ticket.refusal`` set: refuse it; ``downgrade_to``
+        set: serve that ref instead); an admitted request is counted against ``rpm`` caps."""
+        name = caller_name(principal)
+        ledger = self.ledger
+        table = self._named.get(name)
+        ticket = CallerTicket(name, name if table is not None else OTHER)
+        judged: list[Judged] = []
+        if table is None:
+            table = self._any
+            tally = ledger.caller(name, False) if table is not None else None
+        else:
+            tally = ledger.caller(name, True)
+        if table is not None and tally is not None:
+            ticket.subject, ticket.tally, ticket.table = f"c:{name}", tally, table
+            level, cap = ledger.judge(ticket.subject, tally, table)
+            if cap is not None:
+                judged.append((cap, level, table))
+        session = self.session_of(scope)
+        if session is not None and self._sessions is not None:
+            sessions = self._sessions
+            ticket.session_subject = f"s:{name}\x00{session}"
+            ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
+            level, cap = ledger.judge(ticket.session_subject, ticket.session, sessions)
+            if cap is not None:
+                judged.append((cap, level, sessions))
+        answer = decide(judged) if judged else None
+        if isinstance(answer, Refuse):
+            ticket.outcome, ticket.limit = "refused", answer.cap.kind
+            ticket.refusal = self._refusal(ticket, answer)
+            return ticket
+        if answer is not None:
+            ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", answer.cap.kind, answer.ref
+        if ticket.tally is not None and ticket.table is not None:
+            ledger.started(ticket.subject, ticket.tally, ticket.table.rpm)
+        if ticket.session is not None:
+            ledger.started(ticket.session_subject, ticket.session, None)
+        return ticket
+
+    def _refusal(self, ticket: CallerTicket, refused: Refuse) -> RouterError:
+        cap = refused.cap
+        on_session = cap.kind in ("usd_per_session", "tokens_per_session")
+        tally = ticket.session if on_session else ticket.tally
+        assert tally is not None
+        resets = self.ledger.resets_in(tally, cap, refused.table.ttl)
+        whose = f"{shown(ticket.caller)}'s session" if on_session else shown(ticket.caller)
+        limit = f"{cap.limit:g} {_UNITS[cap.kind]}"
+        if cap.refuse_at is not None and cap.refuse_at != cap.limit:
+            limit += f", served from {refused.table.downgrade_to} up to {cap.refuse_at:g}"
+        when = (
+            "at 00:00 UTC"
+            if cap.daily
+            else "as requests leave the 60 s window"
+            if cap.kind == "rpm"
+            else "once the session has been quiet for its ttl"
+        )
+        message = f"{cap.kind} of {whose} is reached ({limit}); it resets {when}, in {_duration(resets)}"
+        headers = (_NO_RETRY, (b"x-router-limit", cap.kind.encode()))
+        return RouterError(429, "caller_limit_reached", message, retry_after=max(1.0, resets), headers=headers)
+
+    def settle(self, ticket: CallerTicket, tokens: int, usd: float) -> None:
+        """What an admitted request used, once known (estimated where the upstream said nothing)."""
+        if ticket.refusal is not None or (tokens <= 0 and usd <= 0):
+            return
+        if ticket.tally is not None and ticket.table is not None:
+            self.ledger.charge(ticket.subject, ticket.tally, ticket.table, tokens, usd)
+        if ticket.session is not None and self._sessions is not None:
+            self.ledger.charge(ticket.session_subject, ticket.session, self._sessions, tokens, usd)
+
+    # --- what the status page and the usage route show -----------------------------------------
+
+    def figures(self, subject: str, tally: Tally, table: Table) -> list[dict[str, object]]:
+        """Each cap of ``table`` with what ``tally`` used of it and when it resets."""
+        rows: list[dict[str, object]] = []
+        for cap in table.caps:
+            rows.append(
+                {
+                    "cap": cap.kind,
+                    "used": round(self.ledger.used_by(subject, tally, cap), 6),
+                    "limit": cap.limit,
+                    "refused_at": cap.refuse_at,
+                    "downgrade_to": table.downgrade_to,
+                    "resets_in": round(self.ledger.resets_in(tally, cap, table.ttl), 1),
+                }
+            )
+        return rows
+
+    def report(self, principal: object, scope: Scope) -> dict[str, object]:
+        """The caller's own figures (the usage route): its caps and, with a session header, its session's."""
+        name = caller_name(principal)
+        table = self.table(name)
+        report: dict[str, object] = {"caller": shown(name), "caps": [], "shared": self.ledger.shared}
+        if table is not None:
+            report["caps"] = self.figures(f"c:{name}", self.ledger.caller(name, name in self._named), table)
+        session = self.session_of(scope)
+        if session is not None and self._sessions is not None:
+            tally = self.ledger.session(name, session, self._sessions.ttl or 0.0)
+            report["session"] = self.figures(f"s:{name}\x00{session}", tally, self._sessions)
+        return report
+
+    def rows(self, most: int) -> list[dict[str, object]]:
+        """The status page's Callers table: every named caller, then up to ``most`` others."""
+        rows: list[dict[str, object]] = []
+        for name, table in self._named.items():
+            tally = self.ledger.caller(name, True)
+            rows.append({"caller": name, "caps": self.figures(f"c:{name}", tally, table)})
+        if self._any is not None:
+            for name, tally in self.ledger.others()[:most]:
+                rows.append({"caller": shown(name), "caps": self.figures(f"c:{name}", tally, self._any)})
+        return rows
+
+
+def _duration(seconds: float) -> str:
+    whole = max(1, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"

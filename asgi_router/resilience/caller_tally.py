@@ -1,0 +1,235 @@
+"""What each caller and each session has used, in this process: the numbers caller caps read.
+
+A :class:`Tally` holds one caller's (or one session's) spend in USD and tokens and the starts of
+its requests in the last 60 s. Days are UTC days (``wall`` clock): a tally whose day is over
+starts again from nothing when it is next read, so a daily cap resets at 00:00 UTC for every
+process alike. A session's tally is forgotten ``ttl`` seconds after its last request.
+
+The tables are bounded: callers with a table of their own (``callers.<name>``) are few and kept
+for good; every other caller (``callers."*"``) and every session is kept in a table of at most
+``max_callers`` entries, the least recently seen forgotten first (a forgotten caller starts from
+nothing: a bound on memory, not a way round a cap, since only ``max_callers`` other callers
+seen since can push it out).
+
+:class:`CallerLedger` answers from this process's own view; a fleet sharing ``state_url``
+replaces :meth:`CallerLedger.level` and the two ways usage is counted with leased slices
+(``fleet/caller_budgets.py``), keeping this view as the answer while the store is unreachable.
+Every method is synchronous and cheap: it sits on the request's path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar
+
+__all__ = [
+    "DAY",
+    "PAST",
+    "REFUSED",
+    "UNDER",
+    "WINDOW",
+    "Cap",
+    "CapKind",
+    "CallerLedger",
+    "Table",
+    "Tally",
+    "level_of",
+]
+
+#: Seconds in a UTC day (POSIX time has no leap seconds).
+DAY: Final = 86_400
+#: The rolling window of an ``rpm`` cap, in seconds.
+WINDOW: Final = 60.0
+
+#: Where usage stands against a cap: under it, past it (a downgrade serves), or refused.
+UNDER: Final = 0
+PAST: Final = 1
+REFUSED: Final = 2
+
+K = TypeVar("K", str, tuple[str, str])
+
+CapKind = Literal["usd_per_day", "tokens_per_day", "rpm", "usd_per_session", "tokens_per_session"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """One cap of one table: what it counts, its limit, and where refusal starts."""
+
+    kind: CapKind
+    limit: float
+    #: Usage from which requests are refused: the limit itself without ``downgrade_to``,
+    #: ``hard_limit`` times it with one; ``None``: the downgrade serves without end.
+    refuse_at: float | None
+
+    @property
+    def daily(self) -> bool:
+        return self.kind in ("usd_per_day", "tokens_per_day")
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One settings table (a ``callers`` entry, or ``sessions``), as the caps read it."""
+
+    caps: tuple[Cap, ...]
+    downgrade_to: str | None
+    #: The ``rpm`` cap among ``caps`` (counted when a request starts).
+    rpm: Cap | None = None
+    #: Seconds a session's tally outlives its last request (sessions only).
+    ttl: float | None = None
+    #: Whether any cap counts per UTC day (the tally starts again each day).
+    daily: bool = False
+
+
+def level_of(used: float, cap: Cap) -> int:
+    """:data:`UNDER`, :data:`PAST` or :data:`REFUSED` for ``used`` against ``cap``."""
+    if cap.refuse_at is not None and used >= cap.refuse_at:
+        return REFUSED
+    return PAST if used >= cap.limit else UNDER
+
+
+class Tally:
+    """One caller's or one session's usage (see the module docstring)."""
+
+    __slots__ = ("day", "seen", "starts", "tokens", "usd")
+
+    def __init__(self, day: int) -> None:
+        self.day = day
+        self.usd = 0.0
+        self.tokens = 0
+        #: Monotonic times of the requests started in the last :data:`WINDOW` seconds.
+        self.starts: deque[float] = deque()
+        #: Monotonic time of the last request (a session expires ``ttl`` after it).
+        self.seen = 0.0
+
+
+class CallerLedger:
+    """Tallies for callers and sessions, in this process (see the module docstring)."""
+
+    #: A ledger shared by a fleet says so (the status page and the usage route label figures).
+    shared = False
+
+    def __init__(
+        self,
+        max_tallies: int,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._max = max_tallies
+        self.clock = clock
+        self.wall = wall
+        self._named: dict[str, Tally] = {}
+        self._others: OrderedDict[str, Tally] = OrderedDict()
+        self._sessions: OrderedDict[tuple[str, str], Tally] = OrderedDict()
+
+    def today(self) -> int:
+        """The UTC day number (days since 1970-01-01)."""
+        return int(self.wall() // DAY)
+
+    def seconds_to_midnight(self) -> float:
+        """Seconds until the next UTC day starts (when daily caps reset)."""
+        return DAY - self.wall() % DAY
+
+    def caller(self, name: str, named: bool) -> Tally:
+        """``name``'s tally (made on first sight); ``named``: it has a table of its own."""
+        if named:
+            tally = self._named.get(name)
+            if tally is None:
+                tally = self._named[name] = Tally(self.today())
+            return tally
+        return self._bounded(self._others, name, None)
+
+    def session(self, caller: str, session: str, ttl: float) -> Tally:
+        """The tally of ``caller``'s ``session`` (a fresh one once ``ttl`` passed since its last request)."""
+        return self._bounded(self._sessions, (caller, session), ttl)
+
+    def _bounded(self, table: OrderedDict[K, Tally], key: K, ttl: float | None) -> Tally:
+        tally = table.get(key)
+        if tally is not None and ttl is not None and self.clock() - tally.seen >= ttl:
+            del table[key]
+            tally = None
+        if tally is None:
+            tally = table[key] = Tally(self.today())
+            if len(table) > self._max:
+                table.popitem(last=False)
+        else:
+            table.move_to_end(key)
+        return tally
+
+    def used(self, tally: Tally, kind: CapKind) -> float:
+        """What ``tally`` used of ``kind`` (today's, or in the last minute for ``rpm``)."""
+        if kind == "rpm":
+            return self._in_window(tally)
+        if kind in ("usd_per_day", "tokens_per_day"):
+            self._roll(tally)
+        return tally.usd if kind in ("usd_per_day", "usd_per_session") else tally.tokens
+
+    def _in_window(self, tally: Tally) -> int:
+        starts, since = tally.starts, self.clock() - WINDOW
+        while starts and starts[0] <= since:
+            starts.popleft()
+        return len(starts)
+
+    def judge(self, subject: str, tally: Tally, table: Table) -> tuple[int, Cap | None]:
+        """Where ``tally`` stands against ``table``: its worst level and the cap at it (the first
+        refusing cap, else the first past its limit; ``None`` when every cap is under).
+
+        Once per table per request: the caps are read in one pass (a fleet reads its slices).
+        """
+        if table.daily:
+            self._roll(tally)
+        past: Cap | None = None
+        for cap in table.caps:
+            kind = cap.kind
+            used = self._in_window(tally) if kind == "rpm" else tally.usd if kind[0] == "u" else tally.tokens
+            refuse_at = cap.refuse_at
+            if refuse_at is not None and used >= refuse_at:
+                return REFUSED, cap
+            if past is None and used >= cap.limit:
+                past = cap
+        return (UNDER, None) if past is None else (PAST, past)
+
+    def _roll(self, tally: Tally) -> None:
+        today = self.today()
+        if tally.day != today:
+            tally.day, tally.usd, tally.tokens = today, 0.0, 0
+
+    def used_by(self, subject: str, tally: Tally, cap: Cap) -> float:
+        """What ``subject`` used of ``cap`` as far as this ledger knows (a fleet's: the fleet's)."""
+        return self.used(tally, cap.kind)
+
+    def level(self, subject: str, tally: Tally, cap: Cap) -> int:
+        """Where ``tally`` (of ``subject``, the fleet's key for it) stands against ``cap``."""
+        return level_of(self.used(tally, cap.kind), cap)
+
+    def started(self, subject: str, tally: Tally, rpm: Cap | None) -> None:
+        """A request of ``subject`` was admitted: counted against its ``rpm`` cap (if any)."""
+        now = self.clock()
+        tally.seen = now
+        if rpm is not None:
+            tally.starts.append(now)
+
+    def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:
+        """What a request of ``subject`` (capped by ``table``) used, once known."""
+        if table.daily:
+            self._roll(tally)
+        tally.tokens += tokens
+        tally.usd += usd
+
+    def resets_in(self, tally: Tally, cap: Cap, ttl: float | None) -> float:
+        """Seconds until ``cap`` counts from nothing again for ``tally`` (for ``rpm``: until the
+        oldest request in the window leaves it)."""
+        if cap.daily:
+            return self.seconds_to_midnight()
+        if cap.kind == "rpm":
+            return max(0.0, tally.starts[0] + WINDOW - self.clock()) if tally.starts else 0.0
+        return max(0.0, tally.seen + (ttl or 0.0) - self.clock())
+
+    def others(self) -> list[tuple[str, Tally]]:
+        """Callers without a table of their own, most recently seen first (the status page)."""
+        return [(name, self._others[name]) for name in reversed(self._others)]
+
+    def sessions_kept(self) -> int:
+        return len(self._sessions)

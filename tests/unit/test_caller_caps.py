@@ -1,0 +1,216 @@
+"""Caller caps as logic, on fake clocks: the decision as a table, the tallies (UTC days, the rolling
+minute, session ttl, the bounds), a refusal's wording and reset, and a fleet slice's answers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from starlette.types import Scope
+
+from asgi_router import RouterSettings
+from asgi_router.fleet.caller_budgets import SharedCallerLedger
+from asgi_router.resilience.caller_limits import CallerLimits, Downgrade, Refuse, decide
+from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of
+
+
+class Clocks:
+    """A monotonic clock and a wall clock that move together."""
+
+    def __init__(self, wall: float = 10 * DAY + 3600) -> None:
+        self.mono = 1000.0
+        self.wall = wall
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+def _scope(session: str | None = None) -> Scope:
+    headers = [(b"x-session-id", session.encode())] if session is not None else []
+    return {"type": "http", "headers": headers}
+
+
+def _limits(clocks: Clocks, **settings: Any) -> CallerLimits:
+    built = RouterSettings(
+        allow_unauthenticated=True,
+        providers={"p": {"base_url": "http://127.0.0.1:9/v1"}},
+        groups={"cheap": {"members": ["p/small"]}},
+        **settings,
+    )
+    return CallerLimits(built, CallerLedger(built.max_callers, lambda: clocks.mono, lambda: clocks.wall))
+
+
+CAP = Cap("usd_per_day", 10.0, 20.0)
+SOFT = Table((CAP,), "group/cheap", None)
+HARD = Table((Cap("rpm", 5.0, 5.0),), None, None)
+
+
+@pytest.mark.parametrize(
+    ("judged", "expected"),
+    [
+        ([], None),
+        ([(CAP, UNDER, SOFT)], None),
+        ([(CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
+        ([(CAP, REFUSED, SOFT)], Refuse(CAP, SOFT)),
+        ([(HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),
+        ([(HARD.caps[0], PAST, HARD)], Refuse(HARD.caps[0], HARD)),  # past with nowhere to go: refused
+        ([(CAP, PAST, SOFT), (HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),  # refusal wins
+        ([(CAP, UNDER, SOFT), (CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
+    ],
+)
+def test_the_decision_serves_downgrades_or_refuses_as_the_table_says(
+    judged: list[Any], expected: Downgrade | Refuse | None
+) -> None:
+    assert decide(judged) == expected
+
+
+@pytest.mark.parametrize(
+    ("used", "cap", "level"),
+    [
+        (9.99, Cap("usd_per_day", 10, 20), UNDER),
+        (10, Cap("usd_per_day", 10, 20), PAST),
+        (20, Cap("usd_per_day", 10, 20), REFUSED),
+        (10, Cap("usd_per_day", 10, 10), REFUSED),  # no downgrade_to: the cap refuses
+        (10**9, Cap("usd_per_day", 10, None), PAST),  # downgrade without hard_limit: never refused
+    ],
+)
+def test_usage_stands_under_past_or_refused_against_a_cap(used: float, cap: Cap, level: int) -> None:
+    assert level_of(used, cap) == level
+
+
+def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
+    clocks = Clocks(wall=10 * DAY + DAY - 90)  # 23:58:30 UTC
+    limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
+    ticket = limits.admit("team-a", _scope())
+    assert ticket.refusal is None
+    limits.settle(ticket, 150, 0.0)
+    refused = limits.admit("team-a", _scope()).refusal
+    assert refused is not None and refused.status == 429 and refused.code == "caller_limit_reached"
+    assert refused.retry_after == pytest.approx(90)
+    assert (
+        refused.message
+        == "tokens_per_day of team-a is reached (100 tokens a UTC day); it resets at 00:00 UTC, in 1m 30s"
+    )
+    assert (b"x-should-retry", b"false") in refused.headers
+    clocks.advance(91)  # a new UTC day
+    assert limits.admit("team-a", _scope()).refusal is None
+
+
+def test_an_rpm_cap_counts_a_rolling_minute_and_only_admitted_requests() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, callers={"*": {"rpm": 2}})
+    assert limits.admit("u1", _scope()).refusal is None
+    clocks.advance(30)
+    assert limits.admit("u1", _scope()).refusal is None
+    refused = limits.admit("u1", _scope()).refusal
+    assert refused is not None and refused.retry_after == pytest.approx(30)
+    assert limits.admit("u2", _scope()).refusal is None  # each unnamed caller counted alone
+    clocks.advance(30.5)  # the first request left the window; refusals were never counted
+    assert limits.admit("u1", _scope()).refusal is None
+    assert limits.admit("u1", _scope()).refusal is not None
+
+
+def test_a_session_is_forgotten_ttl_after_its_last_request() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, sessions={"usd_per_session": 1.0, "ttl": 600, "downgrade_to": "group/cheap"})
+    ticket = limits.admit("team-a", _scope("s1"))
+    limits.settle(ticket, 10, 1.5)
+    downgraded = limits.admit("team-a", _scope("s1"))
+    assert downgraded.downgrade_to == "group/cheap" and downgraded.limit == "usd_per_session"
+    assert limits.admit("team-a", _scope("s2")).downgrade_to is None
+    assert limits.admit("team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
+    clocks.advance(599)
+    assert limits.admit("team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
+    clocks.advance(601)
+    assert limits.admit("team-a", _scope("s1")).downgrade_to is None
+
+
+def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen_first() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
+    for name in ("u1", "u2", "u3", "u1", "u4"):
+        limits.admit(name, _scope())
+    assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
+    limits.admit("team-a", _scope())
+    assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
+
+
+def test_the_caller_is_the_principals_text_or_anonymous() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})
+    assert limits.admit(None, _scope()).label == "anonymous"
+    assert limits.admit(None, _scope()).refusal is not None
+    assert limits.admit(42, _scope()).label == "42"
+    assert limits.admit("someone", _scope()).label == "other"
+
+
+class FakeLink:
+    """The fleet link's surface a slice uses, with the store's answers given by the test."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.asks: list[Callable[[Any], Awaitable[None]]] = []
+
+    def ensure(self) -> None:
+        pass
+
+    def spawn(self, op: Callable[[Any], Awaitable[None]]) -> None:
+        self.asks.append(op)
+
+
+class FakeStore:
+    """Answers the lease script's call with what the test says: ``[granted, level, used, frees_in]``."""
+
+    def __init__(self, *answer: float) -> None:
+        self.answer = answer
+        self.calls: list[dict[str, Any]] = []
+
+    def register_script(self, text: str) -> Callable[..., Awaitable[list[str]]]:
+        async def run(keys: list[str], args: list[Any]) -> list[str]:
+            self.calls.append({"keys": keys, "args": args})
+            return [str(part) for part in self.answer]
+
+        return run
+
+
+@pytest.mark.anyio
+async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_is_past_the_cap() -> None:
+    link = FakeLink()
+    clocks = Clocks()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    cap = Cap("rpm", 100.0, 100.0)
+    tally = ledger.caller("team-a", True)
+    assert ledger.level("c:team-a", tally, cap) == UNDER  # before any answer: this process's view
+    store = FakeStore(2, UNDER, 40, 30)
+    await link.asks.pop()(store)
+    assert store.calls[0]["args"][:4] == ["window", 100.0, 100.0, 2.0]  # a 2 % slice of the cap
+    assert "team-a" not in store.calls[0]["keys"][0]  # names never reach the store
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+    ledger.started("c:team-a", tally, cap)  # the slice is spent: the next one is asked for at once
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # not granted: past the cap, never over
+    await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))
+    assert ledger.level("c:team-a", tally, cap) == REFUSED
+    assert ledger.used_by("c:team-a", tally, cap) == 100  # the fleet's count
+    link.up = False  # the store is unreachable: this process's own view decides
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+
+
+@pytest.mark.anyio
+async def test_a_fleet_usd_slice_takes_the_stores_level_and_carries_a_debt() -> None:
+    link = FakeLink()
+    clocks = Clocks()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    cap = Cap("usd_per_day", 50.0, 100.0)
+    tally = ledger.caller("team-a", True)
+    ledger.level("c:team-a", tally, cap)
+    await link.asks.pop()(FakeStore(1.0, UNDER, 1.0, DAY))
+    ledger.charge(
+        "c:team-a", tally, Table((cap,), "group/cheap", daily=True), 1000, 3.0
+    )  # cost more than the slice held
+    store = FakeStore(1.0, PAST, 53.0, DAY)
+    await link.asks.pop()(store)
+    assert store.calls[0]["args"][4] == 2.0  # the debt goes with the ask
+    assert ledger.level("c:team-a", tally, cap) == PAST
