@@ -8,6 +8,8 @@ plain walk over a plan and ``hedging.py`` races a second candidate against a slo
 (I/O only: it reports what came back); ``context.py`` holds the router's parts they share;
 ``outcomes.py`` is what an attempt can end in; ``bookkeeping.py`` and ``usage.py`` keep the
 numbers strategies read; ``hints.py`` reads how long an upstream asked to wait;
-``wire_body.py`` builds each candidate's request body. What a status or failure *means* is
+``wire_body.py`` builds each candidate's request body; ``rate_limits.py`` reads providers'
+rate-limit headers; ``capacity.py`` (sticky sessions) and ``capacity_queue.py`` (waiting for
+capacity) are the groups' capacity-aware routing. What a status or failure *means* is
 classified in ``asgi_router.core.classify``.
 """

@@ -187,6 +187,11 @@ class RouterSettings(BaseSettings):
         description='The `GET` path of the live status page, e.g. `"/router/status"` (unset: off); '
         "`status_route` + `.json` serves its data as JSON. Behind inbound auth, HTTP Basic accepted.",
     )
+    session_header: str = Field(
+        default="x-session-id",
+        description="The request header naming a session: `[sessions]` caps count per (caller, session), and "
+        "sticky routing keeps a session on one member.",
+    )
     body_timeout: PositiveFloat = Field(
         default=30.0,
         description="Seconds the whole request body may take to arrive (408 after): a client trickling a body "

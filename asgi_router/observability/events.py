@@ -93,6 +93,12 @@ class RequestRecord:
     #: The request facts the configured rules read, kept only for a sink that records them
     #: (:class:`~asgi_router.observability.jsonl.JsonlSink`); ``None`` otherwise.
     facts: dict[str, object] | None = None
+    #: A sticky group's request that had a key: ``(group, outcome)``, outcome ``hit``, ``miss``
+    #: or ``moved`` (sent as ``x-router-sticky``).
+    sticky: tuple[str, str] | None = None
+    #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
+    #: ``served``, ``timed_out``, ``full`` or ``left``.
+    queued: tuple[str, str, float] | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -3,5 +3,6 @@
 Circuit breakers (``breaker.py``), admission to a candidate (``gate.py``: breakers and
 concurrency caps), retry backoff and budgets (``retry.py``), and all mutable routing state
 behind one interface (``router_state.py``, ``stats.py``); a read-only view of that state for the status
-page and the metrics' gauges (``overview.py``).
+page and the metrics' gauges (``overview.py``); sticky sessions' memory of which member served a
+key (``affinity.py``).
 """

@@ -192,6 +192,8 @@ class Resolver:
                 group.hedge_budget,
                 group.degraded,
                 {member.key: member.limits for member in members if member.limits != Limits()},
+                group.sticky,
+                group.queue,
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)
