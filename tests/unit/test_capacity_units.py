@@ -12,8 +12,11 @@ from pydantic import ValidationError
 
 from asgi_router import RouterSettings
 from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.decisions import Decisions
 from asgi_router.attempts.rate_limits import MAX_MARKED, RateLimits, read_rate_limits
 from asgi_router.config.capacity_settings import QueueSettings
+from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.resilience.affinity import Affinities
 from asgi_router.routing.sticky_keys import sticky_key
 
@@ -234,3 +237,18 @@ def test_sticky_and_queue_settings_default_as_the_issue_pins_them() -> None:
 def test_bad_sticky_and_queue_settings_are_refused_at_load(group: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         _settings(group)
+
+
+# --- the decision point's capacity answers -------------------------------------------------------
+
+
+def _skipped(*reasons: Reason) -> list[AttemptSummary]:
+    return [AttemptSummary(f"p/m{n}", reason, skipped=True) for n, reason in enumerate(reasons)]
+
+
+def test_the_decision_point_waits_only_when_capacity_alone_stood_in_the_way() -> None:
+    assert Decisions.waits(0, False, _skipped("over_budget", "saturated")) is True
+    assert Decisions.waits(0, False, _skipped("saturated", "circuit_open")) is False  # a breaker, too
+    assert Decisions.waits(1, False, _skipped("saturated")) is False  # something was attempted
+    assert Decisions.waits(0, True, _skipped("saturated")) is False  # the deadline stopped the pass
+    assert Decisions.waits(0, False, None) is False
