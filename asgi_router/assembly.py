@@ -21,6 +21,7 @@ import httpx2
 from starlette.types import ASGIApp
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.loop import AttemptLoop
@@ -127,7 +128,8 @@ def assemble(
         )
     router_state: RouterState = state if state is not None else make_state(resolved, clock)
     resolver = Resolver(resolved, router_state, stats=stats, rng=rng)
-    book = Bookkeeper.from_settings(resolved, resolver.stats)
+    book = Bookkeeper.from_settings(resolved, resolver.stats, clock)
+    book.rate_limits.share(router_state)  # a fleet shares providers' stated limits
     providers = {
         name: ProviderRuntime.build(name, provider, resolved.routes) for name, provider in resolved.providers.items()
     }
@@ -155,7 +157,8 @@ def assemble(
             gate=gate,
             policy=RetryPolicy.from_settings(resolved),
             random=random,
-        )
+        ),
+        Capacity.for_settings(resolved, clock, router_state),
     )
     recent = RecentRequests(resolved.events.recent)
     events = EventBus(default_sinks(sinks), resolved.events.queue_size)
@@ -168,6 +171,8 @@ def assemble(
         else None
     )
     metrics, pages, background = build_pages(resolved, guard, overview, recent, events, callers)
+    if metrics is not None and loop.capacity is not None:
+        metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}

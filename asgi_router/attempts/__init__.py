@@ -9,6 +9,8 @@ plain walk over a plan and ``hedging.py`` races a second candidate against a slo
 ``outcomes.py`` is what an attempt can end in; ``bookkeeping.py`` and ``usage.py`` keep the
 numbers strategies read; ``hints.py`` reads how long an upstream asked to wait;
 ``wire_body.py`` builds each candidate's request body; ``continuing.py`` asks candidates to
-continue a stream that broke after commit, in the order the decision point gives. What a
-status or failure *means* is classified in ``asgi_router.core.classify``.
+continue a stream that broke after commit, in the order the decision point gives;
+``rate_limits.py`` reads providers' rate-limit headers; ``capacity.py`` (sticky sessions) and
+``capacity_queue.py`` (waiting for capacity) are the groups' capacity-aware routing. What a status or failure *means* is
+classified in ``asgi_router.core.classify``.
 """

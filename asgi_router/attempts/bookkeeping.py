@@ -1,11 +1,13 @@
 """What happens around each attempt so that strategies have numbers to read.
 
-Before an attempt, the decision point (``decisions.py``) asks two of its questions here: does
+Before an attempt, the decision point (``decisions.py``) asks three of its questions here: does
 the candidate's catalog context window hold the estimated prompt plus ``max_tokens``
-(:meth:`Bookkeeper.fits`; if not, it skips it as ``context_window``), and is its rpm/tpm budget
+(:meth:`Bookkeeper.fits`; if not, it skips it as ``context_window``), is its rpm/tpm budget
 in this plan's group spent (:meth:`Bookkeeper.over_budget`: the seconds until usage frees up,
-the ``over_budget`` skip's Retry-After). These are asked when the loop *reaches* the candidate,
-not when the plan was ordered, so a budget that freed up in between is used.
+the ``over_budget`` skip's Retry-After), and did its provider say in its rate-limit headers that
+it is at its limit (:meth:`Bookkeeper.over_stated_limit`: ``over_budget`` too, until the stated
+reset; ``rate_limits.py``). These are asked when the loop *reaches* the candidate, not when the
+plan was ordered, so a budget that freed up in between is used.
 
 Around the attempt it keeps :class:`~asgi_router.resilience.stats.RoutingStats` current: in-flight counts
 (acquired at send, released exactly once however the attempt ends), time to first byte on
@@ -20,9 +22,11 @@ are tracked, so clients naming arbitrary ``provider/model-id`` values cannot gro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
+from asgi_router.attempts.rate_limits import RateLimits
 from asgi_router.attempts.usage import TokenCount, count_tokens, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
@@ -60,8 +64,13 @@ class Bookkeeper:
         *,
         count_all: bool = False,
         estimate_all: bool = False,
+        honoured: Iterable[str] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stats = stats
+        #: The providers whose rate-limit headers (and 429 waits) are read, and what they said.
+        self._honoured = frozenset(honoured)
+        self.rate_limits = RateLimits(clock)
         self._catalog = catalog
         #: Count every served response's reported tokens (the metrics report them), not only
         #: where a budget or a price needs them (:meth:`needs_estimate`).
@@ -74,10 +83,13 @@ class Bookkeeper:
         self._metered = frozenset(metered)
 
     @classmethod
-    def from_settings(cls, settings: RouterSettings, stats: RoutingStats) -> Bookkeeper:
+    def from_settings(
+        cls, settings: RouterSettings, stats: RoutingStats, clock: Callable[[], float] = time.monotonic
+    ) -> Bookkeeper:
         """Track every model the configuration names; meter those with an rpm/tpm budget; count
         every response's tokens when the metrics are served; estimate every response's when
-        callers or sessions are capped (their caps count tokens and USD)."""
+        callers or sessions are capped (their caps count tokens and USD); read the rate-limit
+        headers of the providers that honour them."""
         metered = {
             member.ref
             for name in settings.groups
@@ -86,8 +98,16 @@ class Bookkeeper:
         }
         counted = settings.metrics_route is not None
         capped = bool(settings.callers) or settings.sessions is not None
+        honoured = [name for name, provider in settings.providers.items() if provider.honour_rate_limit_headers]
         return cls(
-            stats, Catalog(settings.catalog), named_models(settings), metered, count_all=counted, estimate_all=capped
+            stats,
+            Catalog(settings.catalog),
+            named_models(settings),
+            metered,
+            count_all=counted,
+            estimate_all=capped,
+            honoured=honoured,
+            clock=clock,
         )
 
     def fits(self, key: str, facts: RequestFacts) -> bool:
@@ -103,6 +123,24 @@ class Bookkeeper:
             if not self.stats.within_budget(key, limits, tokens):
                 return self.stats.usage_frees_in(key)
         return None
+
+    def over_stated_limit(self, key: str, facts: RequestFacts) -> float | None:
+        """``None`` unless ``key``'s provider said it is at its limit (no requests left, or fewer
+        tokens than this request's estimate), else the seconds until the stated reset."""
+        if not self.rate_limits.marks:  # no provider said a word: the usual case, one test
+            return None
+        return self.rate_limits.blocked(key, lambda: facts.prompt_tokens)
+
+    def answered(self, provider: str, key: str, headers: Sequence[tuple[bytes, bytes]]) -> None:
+        """An upstream answered ``key``'s attempt: read its rate-limit headers, if its provider
+        honours them and it sent any."""
+        if provider in self._honoured:
+            self.rate_limits.observe(key, headers)
+
+    def rate_limited(self, provider: str, key: str, retry_after: float | None) -> None:
+        """``key`` answered 429 asking to wait ``retry_after`` seconds: over budget until then."""
+        if retry_after is not None and provider in self._honoured:
+            self.rate_limits.wait(key, retry_after)
 
     def started(self, key: str, facts: RequestFacts) -> None:
         if key in self._tracked:

@@ -20,6 +20,9 @@ request ``deadline`` passed                    nothing after it is tried either
 catalog context window too small               Skip ``context_window``
 its rpm/tpm budget in the group is spent       Skip ``over_budget`` (Retry-After: when
                                                usage frees up)
+its provider said it is at its limit (rate-    Skip ``over_budget`` (Retry-After: the
+limit headers: no requests left, fewer tokens  stated reset); no breaker counts it
+than the estimate; or a 429 asked to wait)
 its provider's or its own breaker is open      Skip ``circuit_open`` (when it opened)
 (unless forced: the all-open rule below)
 its provider is at ``max_concurrent``          Skip ``saturated``
@@ -49,6 +52,12 @@ the same, but the retry budget refuses                      FailOver, the candid
                                                             as skipped ``budget_exhausted``
 any other failure                                           FailOver: the next candidate
 ==========================================================  ==================================
+
+When the walk ends with nothing attempted and every candidate skipped ``over_budget`` or
+``saturated`` (no capacity, and nothing else, stood in the way), a group with a ``queue``
+waits for capacity and walks its plan again (:meth:`Decisions.waits`; ``capacity_queue.py``).
+A sticky group's key's member is put first before the walk (``capacity.py``): whether it may be
+called is this table's answer, as for any candidate.
 
 When the walk ends with nothing attempted and every candidate skipped ``circuit_open`` (and
 ``max_attempts``/the deadline did not stop it), the one whose breaker opened longest ago is
@@ -133,6 +142,7 @@ from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.header_names import client_retries
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.core.skip import Skip
 from asgi_router.resilience.gate import Gate, Lease
 from asgi_router.resilience.retry import RetryPolicy, retry_wait
@@ -243,6 +253,9 @@ _RETRY_REFUSED: Final = FailOver(Skip("budget_exhausted"))
 _OUT_OF_BUDGET: Final = Skip("budget_exhausted", stops=True)
 _TOO_LONG: Final = Skip("context_window")
 _SATURATED: Final = Skip("saturated")
+# The skips a group's queue waits out: a member at its budget or its provider's stated limit,
+# or its provider at its concurrency cap.
+_CAPACITY: Final[frozenset[Reason]] = frozenset({"over_budget", "saturated"})
 
 
 class Decisions:
@@ -302,12 +315,25 @@ class Decisions:
         frees_in = book.over_budget(key, policy, facts)
         if frees_in is not None:
             return Skip("over_budget", frees_in)
+        if book.rate_limits.marks:  # a provider said a member is at its limit (else: one test)
+            frees_in = book.over_stated_limit(key, facts)
+            if frees_in is not None:
+                return Skip("over_budget", frees_in)
         entered = self._gate.enter(candidate, force=force)
         if isinstance(entered, Lease):
             return entered
         if entered is None:
             return _SATURATED
         return Skip("circuit_open", opened_at=entered.opened_at)
+
+    @staticmethod
+    def waits(attempts: int, stopped: bool, skipped: Sequence[AttemptSummary] | None) -> bool:
+        """Whether a request of a group with a ``queue`` waits for capacity: nothing was
+        attempted and every candidate was skipped for want of capacity (``skipped``: the
+        pass's lines), nothing else."""
+        if attempts or stopped or not skipped:
+            return False
+        return all(summary.reason in _CAPACITY for summary in skipped)
 
     def all_open(
         self, attempts: int, stopped: bool, open_skips: Sequence[tuple[float, Candidate]] | None

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
+from asgi_router.attempts.capacity import Capacity, header_value
+from asgi_router.attempts.capacity_queue import RECHECK, CapacityQueue
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
@@ -43,8 +46,10 @@ __all__ = ["AttemptLoop"]
 class AttemptLoop:
     """Runs plans through a router's :class:`AttemptContext`; one per router, no per-request state."""
 
-    def __init__(self, context: AttemptContext) -> None:
+    def __init__(self, context: AttemptContext, capacity: Capacity | None = None) -> None:
         self.context = context
+        #: Sticky sessions and queues of the groups that configure them (``None``: no group does).
+        self.capacity = capacity
 
     async def run(
         self,
@@ -61,7 +66,36 @@ class AttemptLoop:
         (each call a span of ``trace``, when the request is traced)."""
         context = self.context
         deadline = context.clock() + context.policy.deadline
+        capacity, stuck, queue = self.capacity, None, None
+        group = plan.policy
+        if capacity is not None and group is not None:  # a group's plan: sticky? queued?
+            if capacity.fleet is not None and group.sticky is not None:  # the one awaited look-up
+                plan, stuck = await capacity.stick_shared(plan, request.payload, inbound, record.principal)
+            else:
+                plan, stuck = capacity.stick(plan, request.payload, inbound, record.principal)
+            queue = capacity.queues.get(group.name) if group.queue is not None else None
         attempts = RequestAttempts(context, plan, request, route, inbound, record, flight, facts, deadline, trace)
+        decided: Committed | Refused | RouterError | None = None
+        walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
+        if walked:
+            decided = await self._walk(attempts, plan, inbound)
+        if queue is not None and (not walked or (decided is None and attempts.capacity_only())):
+            decided, attempts = await self._wait(queue, attempts, walked)
+        if decided is None:
+            oldest = attempts.oldest_open()
+            if oldest is not None:
+                # Every candidate was skipped for an open breaker: failing untried would make the
+                # breakers the outage. Try the one that opened longest ago, as its probe.
+                decided = await self._candidate(attempts, oldest, 0, force=True)
+        if stuck is not None and capacity is not None and isinstance(decided, Committed):
+            record.sticky = (stuck.group, capacity.served(stuck, decided.candidate.key))
+        return decided if decided is not None else attempts.exhausted()
+
+    async def _walk(
+        self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
+    ) -> Committed | Refused | RouterError | None:
+        """One pass over ``plan``'s candidates; ``None``: none committed or refused."""
+        context = self.context
         policy = plan.policy
         decided: Committed | Refused | RouterError | None = None
         if plan.hedged:
@@ -81,13 +115,47 @@ class AttemptLoop:
                 decided = await self._candidate(attempts, candidate, retries)
                 if decided is not None or attempts.stopped:
                     break
-        if decided is None:
-            oldest = attempts.oldest_open()
-            if oldest is not None:
-                # Every candidate was skipped for an open breaker: failing untried would make the
-                # breakers the outage. Try the one that opened longest ago, as its probe.
-                decided = await self._candidate(attempts, oldest, 0, force=True)
-        return decided if decided is not None else attempts.exhausted()
+        return decided
+
+    async def _wait(
+        self, queue: CapacityQueue, first: RequestAttempts, walked: bool
+    ) -> tuple[Committed | Refused | RouterError | None, RequestAttempts]:
+        """Wait in ``queue`` for capacity, walking the plan again at the head; what came of the
+        last walk, and its pass (``first``, the request's own, when the queue was full)."""
+        clock = self.context.clock
+        plan, record, inbound = first.plan, first.record, first.inbound
+        settings = queue.settings
+        group = plan.policy.name if plan.policy is not None else ""
+        priority = queue.priority(header_value(inbound, settings.priority_header.encode("latin-1")), record.principal)
+        joined = clock()
+        ticket = queue.join(priority)
+        if ticket is None:
+            record.queued = (group, "full", 0.0)
+            decided = None if walked else await self._walk(first, plan, inbound)  # today's answer, and why
+            return decided, first
+        until = min(joined + settings.max_wait, first.deadline)
+        outcome = "left"  # unless the loop below ends otherwise: the client left (cancelled)
+        attempts, decided = first, None
+        try:
+            while True:
+                remaining = until - clock()
+                if remaining <= 0:
+                    outcome = "timed_out"
+                    break
+                if not await queue.my_turn(ticket, remaining):
+                    continue
+                attempts = first.again(quiet=walked)
+                attempts.admitted = partial(queue.leave, ticket)
+                decided = await self._walk(attempts, plan, inbound)
+                if decided is not None or not attempts.capacity_only():
+                    outcome = "served"
+                    break
+                walked = True  # the skips of the walks after the first are not evented again
+                await asyncio.sleep(max(0.0, min(RECHECK, until - clock())))
+        finally:
+            queue.leave(ticket)
+            record.queued = (group, outcome, clock() - joined)
+        return decided, attempts
 
     async def _candidate(
         self, attempts: RequestAttempts, candidate: Candidate, retries: int, *, force: bool = False

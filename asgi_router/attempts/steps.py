@@ -24,7 +24,7 @@ Both the loop and this class read the router's parts from one public
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from asgi_router.attempts.call import call
@@ -75,12 +75,15 @@ class RequestAttempts:
         "_inbound",
         "_open_skips",
         "_payload",
+        "_quiet",
+        "_request",
         "_route",
         "_stream",
         "_summaries",
         "_trace",
         "_translated",
         "_wire",
+        "admitted",
         "attempts",
         "deadline",
         "facts",
@@ -103,8 +106,16 @@ class RequestAttempts:
         facts: RequestFacts,
         deadline: float,
         trace: RequestTrace | None = None,
+        *,
+        quiet: bool = False,
     ) -> None:
         self._context = context
+        #: A queued request's re-check: its skips go to the error lines, not to the events.
+        self._quiet = quiet
+        self._request = request
+        #: Called once a candidate is admitted (a queued request leaves its queue then, not
+        #: once its call is over: the next in line may find room meanwhile).
+        self.admitted: Callable[[], None] | None = None
         #: The request's trace, when a tracer provider is set: each call is a span of it.
         self._trace = trace
         self.plan = plan
@@ -135,6 +146,28 @@ class RequestAttempts:
         self.stopped = False
         #: Candidates skipped for an open breaker, with when it opened.
         self._open_skips: list[tuple[float, Candidate]] | None = None
+
+    @property
+    def inbound(self) -> Sequence[tuple[bytes, bytes]]:
+        """The client's headers."""
+        return self._inbound
+
+    def again(self, *, quiet: bool) -> RequestAttempts:
+        """A fresh pass over the same plan for the same request, within the same deadline (a
+        queued request's walk at the head); ``quiet``: its skips are not evented."""
+        return RequestAttempts(
+            self._context,
+            self.plan,
+            self._request,
+            self._route,
+            self._inbound,
+            self.record,
+            self.flight,
+            self.facts,
+            self.deadline,
+            self._trace,
+            quiet=quiet,
+        )
 
     def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
         """The candidate ready to call, or ``None`` when the decision point skips it (evented).
@@ -169,6 +202,8 @@ class RequestAttempts:
         if not wire.targets(body, candidate.model_id):  # pragma: no cover - defence in depth
             admitted.finish("router_error")
             raise AssertionError(f"target guard: wire body does not name {candidate}")
+        if self.admitted is not None:
+            self.admitted()
         return Ready(candidate, key, provider, target, body, admitted)
 
     def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> SplicedBody | WireBody | str:
@@ -252,8 +287,10 @@ class RequestAttempts:
         book = context.book
         self._landed(ready)
         elapsed = context.clock() - ready.started
+        provider = ready.provider.name
         if isinstance(result, Committed):
             result.attempts = self.attempts
+            book.answered(provider, ready.key, result.response.raw_headers)
             book.committed(ready.key, result.ttfb)
             if self._stream:
                 result.lease = ready.lease  # finished by the relay's end (``Answer._note_served``)
@@ -262,6 +299,7 @@ class RequestAttempts:
         elif isinstance(result, Refused):
             ready.lease.finish(result.reason)
             result.attempts = self.attempts
+            book.answered(provider, ready.key, result.headers)
             book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
             self.record.events.append(
                 AttemptEvent(
@@ -278,6 +316,8 @@ class RequestAttempts:
         else:
             ready.lease.finish(result.reason)
             book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
+            if result.reason == "rate_limited":  # its wait marks the member over budget until then
+                book.rate_limited(provider, ready.key, result.retry_after)
             self._note(ready.key, "failed", result, elapsed)
         answer = context.decisions.after(
             result, self.failover_on, self.deadline, ready.candidate.provider, retry, retries
@@ -341,13 +381,18 @@ class RequestAttempts:
         """The candidate the all-open rule tries anyway, if the decision point says so."""
         return self._context.decisions.all_open(self.attempts, self.stopped, self._open_skips)
 
+    def capacity_only(self) -> bool:
+        """Whether the decision point would have a queued group's request wait: nothing was
+        tried only for want of capacity."""
+        return self._context.decisions.waits(self.attempts, self.stopped, self._summaries)
+
     def exhausted(self) -> RouterError:
         return exhausted_error(self._summaries or [])
 
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""
         failure = Failed(skip.reason, retry_after=skip.retry_after, skipped=True)
-        self._note(name, "skipped", failure, 0.0, detail=skip.detail)
+        self._note(name, "skipped", failure, 0.0, detail=skip.detail, evented=not self._quiet)
 
     def _note(
         self,
@@ -358,6 +403,7 @@ class RequestAttempts:
         *,
         summary: bool = True,
         detail: str | None = None,
+        evented: bool = True,
     ) -> None:
         if summary:
             if self._summaries is None:
@@ -367,6 +413,8 @@ class RequestAttempts:
                     name, failure.reason, failure.status, failure.retry_after, failure.skipped, detail, failure.words
                 )
             )
+        if not evented:
+            return
         self.record.events.append(
             AttemptEvent(
                 self.record.request_id,

@@ -6,7 +6,8 @@ built, with a message naming the offending key and where its value came from.
 
 ``settings.py`` is ``RouterSettings`` and the checks only the whole can make; the tables it is
 made of each have a module: ``provider_settings.py`` (providers, timeouts, the connection pool),
-``group_settings.py`` (groups, members, nesting), ``rules_settings.py``, ``catalog_settings.py``,
+``group_settings.py`` (groups, members, nesting), ``capacity_settings.py`` (a group's ``sticky``
+and ``queue``), ``rules_settings.py``, ``catalog_settings.py``,
 ``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
 events), ``state_settings.py`` (the shared state store), ``auth_settings.py`` (inbound auth) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per

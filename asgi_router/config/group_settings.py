@@ -15,6 +15,7 @@ from typing import Final, Literal, Self
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from asgi_router.config.capacity_settings import QueueSettings, StickySettings
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.config.strict_settings import StrictSettings
@@ -111,6 +112,16 @@ class GroupSettings(StrictSettings):
         default=None,
         description='A canned reply, `{content = "..."}`, sent (marked `x-router-degraded: 1`) when every '
         "candidate fails with a 429 or 5xx (unset: off).",
+    )
+    sticky: StickySettings | None = Field(
+        default=None,
+        description="Send a session's (or caller's, or prompt prefix's) requests to the member that served it "
+        "last, to keep its prompt cache warm (unset: off).",
+    )
+    queue: QueueSettings | None = Field(
+        default=None,
+        description="Let a request wait for a member with capacity when every member is at its budget, "
+        "concurrency cap or provider rate limit (unset: answer at once).",
     )
 
     @model_validator(mode="after")

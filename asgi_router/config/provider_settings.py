@@ -161,6 +161,12 @@ class ProviderSettings(StrictSettings):
         description="Attempts in flight to this provider at once (unset: no cap); over it, candidates are "
         "skipped with reason `saturated`.",
     )
+    honour_rate_limit_headers: bool = Field(
+        default=True,
+        description="Read the provider's rate-limit headers (OpenAI's `x-ratelimit-remaining-*`/`-reset-*`, "
+        "Anthropic's `anthropic-ratelimit-*`) and a 429's `Retry-After`: a member whose requests ran out, or "
+        "whose tokens cannot cover the request, is skipped as `over_budget` until the stated reset.",
+    )
     health: HealthSettings | None = Field(
         default=None, description='Opt-in active health probes, e.g. `{interval = 5, path = "/models"}` (unset: off).'
     )

@@ -17,6 +17,7 @@ shared is kept fresh in the background:
 * **Rotation.** :meth:`fleet_rotation` is one atomic ``INCR`` per request of a rotate group,
   the one round trip a request may wait for, at most ``link.REQUEST_TIMEOUT``.
 * **Budgets.** Leased slices (``budgets.py``).
+* **Providers' stated limits.** Marks published on the same channel (``shared_rate_limits.py``).
 
 Every answer from the store carries a version (the store's clock in microseconds, never lower
 than the key's last): an answer older than what this process has already adopted is ignored, so
@@ -45,6 +46,7 @@ from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.fleet.budgets import Leases
 from asgi_router.fleet.link import Link
 from asgi_router.fleet.scripts import BREAKER, RESYNC
+from asgi_router.fleet.shared_rate_limits import FleetRateLimits
 from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
 from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
@@ -110,6 +112,8 @@ class SharedState(InMemoryState):
         #: Per breaker, the operations waiting for their write's turn (``_write``).
         self._queued: dict[str, list[_Op]] = {}
         self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
+        #: Providers' stated limits, shared on the same channel (``shared_rate_limits.py``).
+        self.rate_limits = FleetRateLimits(self.link, f"{prefix}:breakers")
 
     # --- lifespan -------------------------------------------------------------------------------
 
@@ -272,7 +276,9 @@ class SharedState(InMemoryState):
         breaker.adopt(decoded, opened_at, float(open_for), int(consecutive))
 
     def _on_message(self, data: bytes) -> None:
-        """A breaker changed phase somewhere in the fleet."""
+        """A breaker changed phase somewhere in the fleet (or a member hit its provider's limit)."""
+        if self.rate_limits.heard(data):
+            return
         try:
             key, phase, age, open_for, consecutive, version = json.loads(data)
             self._adopt(str(key), str(phase), age, open_for, consecutive, version)

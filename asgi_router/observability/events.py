@@ -104,6 +104,12 @@ class RequestRecord:
     caller_outcome: Literal["served", "downgraded", "refused"] | None = None
     #: The cap that downgraded or refused it (``x-router-limit``), e.g. ``usd_per_day``.
     limit: str | None = None
+    #: A sticky group's request that had a key: ``(group, outcome)``, outcome ``hit``, ``miss``
+    #: or ``moved`` (sent as ``x-router-sticky``).
+    sticky: tuple[str, str] | None = None
+    #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
+    #: ``served``, ``timed_out``, ``full`` or ``left``.
+    queued: tuple[str, str, float] | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -16,11 +16,14 @@ contract (dashboards and alerts are built on them)::
     asgi_router_hedges_total{outcome}                   won | lost | failed | denied
     asgi_router_resumes_total{candidate, outcome}       served | failed (a broken stream continued)
     asgi_router_events_dropped_total                    records event sinks' full queues turned away
+    asgi_router_sticky_total{group, outcome}            hit | miss | moved (sticky groups' keyed requests)
+    asgi_router_queue_depth{group}                      gauge: requests waiting for capacity
+    asgi_router_queue_wait_seconds{group, outcome}      histogram; served | timed_out | full | left
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
 sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
 folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
-configured routes, ``status`` an HTTP status.
+configured routes, ``status`` an HTTP status, ``group`` a configured group.
 
 A finished request adds to a :class:`Tally` of plain numbers on its own task: dictionary
 increments and a bisection per histogram, instead of ``prometheus_client``'s own metric objects
@@ -68,6 +71,7 @@ __all__ = [
     "BREAKER_VALUES",
     "CONTENT_TYPE",
     "DURATION_BUCKETS",
+    "QUEUE_WAIT_BUCKETS",
     "TTFB_BUCKETS",
     "Readings",
     "RouterMetrics",
@@ -81,6 +85,8 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 DURATION_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 #: Seconds to the first body byte: a streamed token within a second, a whole answer within a minute.
 TTFB_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+#: Seconds a request waited for capacity: a turn behind one call, up to a long ``max_wait``.
+QUEUE_WAIT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: A breaker's phase as the gauges report it.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -96,6 +102,9 @@ _IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
 _HEDGES = ("asgi_router_hedges", "Hedges of hedging groups: won, lost, failed, or denied by the budget.")
 _RESUMES = ("asgi_router_resumes", "Broken streams the router tried to continue, by candidate: served or failed.")
 _DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's full queue turned away.")
+_STICKY = ("asgi_router_sticky", "Sticky groups' requests with a key: hit, miss or moved.")
+_QUEUE_DEPTH = ("asgi_router_queue_depth", "Requests waiting for capacity, by group (this process).")
+_QUEUE_WAIT = ("asgi_router_queue_wait_seconds", "Seconds requests waited for capacity, by group and outcome.")
 
 
 def multiprocess_dir() -> str | None:
@@ -158,13 +167,16 @@ class _Candidate:
 class Tally:
     """Requests and attempts added up as plain numbers, by label values."""
 
-    __slots__ = ("candidates", "hedges", "resumes", "routes")
+    __slots__ = ("candidates", "hedges", "queued", "resumes", "routes", "sticky")
 
     def __init__(self) -> None:
         self.routes: dict[str, _Route] = {}
         self.candidates: dict[str, _Candidate] = {}
         self.hedges: dict[str, int] = {}
         self.resumes: dict[tuple[str, str], int] = {}
+        #: ``(group, outcome)`` counts of sticky requests, and waits for capacity.
+        self.sticky: dict[tuple[str, str], int] = {}
+        self.queued: dict[tuple[str, str], _Buckets] = {}
 
     def candidate(self, label: str) -> _Candidate:
         found = self.candidates.get(label)
@@ -173,15 +185,18 @@ class Tally:
         return found
 
 
-def _histogram(name: str, doc: str, label: str, table: Iterable[tuple[str, _Buckets]]) -> Metric:
-    family = HistogramMetricFamily(name, doc, labels=[label])
+def _histogram(
+    name: str, doc: str, label: str | list[str], table: Iterable[tuple[str | tuple[str, ...], _Buckets]]
+) -> Metric:
+    labels = [label] if isinstance(label, str) else label
+    family = HistogramMetricFamily(name, doc, labels=labels)
     for key, buckets in table:
         edges = [str(float(bound)) for bound in buckets.bounds] + ["+Inf"]
         running, cumulative = 0, []
         for edge, count in zip(edges, buckets.counts, strict=True):
             running += count
             cumulative.append((edge, float(running)))
-        family.add_metric([key], cumulative, sum(buckets.sums))
+        family.add_metric([key] if isinstance(key, str) else list(key), cumulative, sum(buckets.sums))
     return family
 
 
@@ -200,6 +215,8 @@ class RouterMetrics:
         self._named = frozenset(named)
         self._readings = readings
         self._labels: dict[str, str] = {}
+        #: Each group queue's depth now (the router sets it when a group has a ``queue``).
+        self.queue_depths: Callable[[], Sequence[tuple[str, int]]] = tuple
         #: What requests added (since the last flush, in multiprocess mode).
         self.tally = Tally()
         #: Requests, tokens and cost per caller, when caps are configured.
@@ -268,6 +285,14 @@ class RouterMetrics:
             tally.resumes[counted] = tally.resumes.get(counted, 0) + 1
         if record.caller is not None and self.callers is not None:
             self.callers.observe(record)
+        if record.sticky is not None:
+            tally.sticky[record.sticky] = tally.sticky.get(record.sticky, 0) + 1
+        if record.queued is not None:
+            waited_in = record.queued[:2]
+            waits = tally.queued.get(waited_in)
+            if waits is None:
+                waits = tally.queued[waited_in] = _Buckets(QUEUE_WAIT_BUCKETS)
+            waits.add(record.queued[2])
 
     # --- one process: the router is its registry's collector ------------------------------------
 
@@ -288,6 +313,9 @@ class RouterMetrics:
         for provider, phase, count in readings.providers:
             providers.add_metric([provider], BREAKER_VALUES[phase])
             in_flight.add_metric([provider], count)
+        queue_depth = GaugeMetricFamily(*_QUEUE_DEPTH, labels=["group"])
+        for group, depth in self.queue_depths():
+            queue_depth.add_metric([group], depth)
         return iter(
             [
                 self._counter(_REQUESTS, ["path", "status"], requests),
@@ -303,6 +331,9 @@ class RouterMetrics:
                 self._counter(_RESUMES, ["candidate", "outcome"], list(tally.resumes.items())),
                 CounterMetricFamily(*_DROPPED, value=readings.dropped),
                 *(self.callers.families() if self.callers is not None else ()),
+                self._counter(_STICKY, ["group", "outcome"], tally.sticky.items()),
+                queue_depth,
+                _histogram(*_QUEUE_WAIT, ["group", "outcome"], tally.queued.items()),
             ]
         )
 
@@ -341,6 +372,12 @@ class RouterMetrics:
             files.hedges.labels(outcome).inc(count)
         for (label, outcome), count in tally.resumes.items():
             files.resumes.labels(label, outcome).inc(count)
+        for (group, outcome), count in tally.sticky.items():
+            files.sticky.labels(group, outcome).inc(count)
+        for (group, outcome), buckets in tally.queued.items():
+            _replay(files.queue_wait.labels(group, outcome), buckets)
+        for group, depth in self.queue_depths():
+            files.queue_depth.labels(group).set(depth)
         for key, phase in readings.breakers:
             files.breaker_state.labels(key).set(BREAKER_VALUES[phase])
         for provider, phase, attempts in readings.providers:
@@ -404,3 +441,6 @@ class _Files:
         self.hedges = Counter(*_HEDGES, ["outcome"], registry=None)
         self.resumes = Counter(*_RESUMES, ["candidate", "outcome"], registry=None)
         self.events_dropped = Counter(*_DROPPED, registry=None)
+        self.sticky = Counter(*_STICKY, ["group", "outcome"], registry=None)
+        self.queue_depth = Gauge(*_QUEUE_DEPTH, ["group"], registry=None, multiprocess_mode="livesum")
+        self.queue_wait = Histogram(*_QUEUE_WAIT, ["group", "outcome"], buckets=QUEUE_WAIT_BUCKETS, registry=None)

@@ -3,7 +3,7 @@
 Circuit breakers (``breaker.py``), admission to a candidate (``gate.py``: breakers and
 concurrency caps), retry backoff and budgets (``retry.py``), and all mutable routing state
 behind one interface (``router_state.py``, ``stats.py``); a read-only view of that state for the status
-page and the metrics' gauges (``overview.py``). Caps per caller and per session: what each caller
-and session used (``caller_tally.py``) and the answer per request, serve, downgrade or refuse
-(``caller_limits.py``).
+page and the metrics' gauges (``overview.py``); sticky sessions' memory of which member served a
+key (``affinity.py``). Caps per caller and per session: what each caller and session used
+(``caller_tally.py``) and the answer per request, serve, downgrade or refuse (``caller_limits.py``).
 """

@@ -86,6 +86,8 @@ class Answer:
         upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
         headers = response_headers_for_client(upstream_headers)
         headers += router_headers(request_id, winner, result.attempts, plan.route)
+        if record.sticky is not None:
+            headers.append((b"x-router-sticky", record.sticky[1].encode()))
         if isinstance(result, Refused):
             context.status = result.status
             await send_whole(context.send_tracked, result.status, headers, result.body)

@@ -194,6 +194,8 @@ class Resolver:
                 {member.key: member.limits for member in members if member.limits != Limits()},
                 {member.ref: member.resume for member in settings.flat_member_settings(name) if member.resume},
                 group.max_resumes,
+                group.sticky,
+                group.queue,
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)

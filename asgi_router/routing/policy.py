@@ -1,7 +1,8 @@
 """A group's per-request policies beyond the candidate order, carried on its :class:`Plan`.
 
 The attempt loop and the middleware need to know, for the plan they run: may it hedge and
-when, what canned reply it has when everything fails, and which members have rpm/tpm budgets.
+when, what canned reply it has when everything fails, which members have rpm/tpm budgets, and
+whether it sticks sessions to members or lets requests wait for capacity.
 These are properties of the *group*, fixed at load, so one :class:`GroupPolicy` is built per group
 and every plan of that group points at it (nothing is allocated per request).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from asgi_router.config.capacity_settings import QueueSettings, StickySettings
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.resilience.stats import Limits
@@ -36,3 +38,7 @@ class GroupPolicy:
     resume: Mapping[str, ResumeMode] = field(default_factory=dict)
     #: Continuations of a broken stream per request (``None``: the router's ``max_resumes``).
     max_resumes: int | None = None
+    #: Sticky sessions: what a request's affinity is keyed on (``None``: off).
+    sticky: StickySettings | None = None
+    #: Waiting for capacity (``None``: answer at once).
+    queue: QueueSettings | None = None
