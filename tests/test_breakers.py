@@ -28,12 +28,12 @@ def phase(router: ModelRouter, key: str) -> Phase | None:
     return view.phase if view is not None else None
 
 
-async def test_breaker_opens_skips_probes_reopens_doubled_then_closes(upstream: MockUpstream) -> None:
+async def test_breaker_opens_skips_probes_reopens_for_probe_interval_then_closes(upstream: MockUpstream) -> None:
     clock = FakeClock()
     model = f"fail-3-{tag()}-503"
     name = f"mock/{model}"
     groups = {"g": {"members": [name, "mock2/ok"]}}
-    breaker = {"consecutive_failures": 2, "open_for": 30}
+    breaker = {"consecutive_failures": 2, "open_for": 30, "probe_interval": 10, "ramp": []}
     async with routed_router(upstream, clock=clock, groups=groups, breaker=breaker) as (client, router):
 
         async def winner() -> str:
@@ -52,14 +52,14 @@ async def test_breaker_opens_skips_probes_reopens_doubled_then_closes(upstream: 
         assert await winner() == "mock2/ok"  # the half-open probe fails (third failure) ...
         assert upstream.count(model) == 3
         view = router.state.breaker(name)
-        assert view is not None and view.phase is Phase.OPEN and view.open_for == 60  # ... re-open, doubled
+        assert view is not None and view.phase is Phase.OPEN and view.open_for == 10  # ... re-open, probe_interval
 
-        clock.advance(30)
+        clock.advance(9)
         assert await winner() == "mock2/ok"
-        assert upstream.count(model) == 3  # 30 s into a 60 s open: still skipped
+        assert upstream.count(model) == 3  # 9 s into a 10 s wait: still skipped
 
-        clock.advance(30)
-        assert await winner() == name  # the probe succeeds and closes it
+        clock.advance(1)
+        assert await winner() == name  # the probe succeeds and closes it (no ramp here)
         assert phase(router, name) is Phase.CLOSED
         assert await winner() == name
         assert upstream.count(model) == 5
@@ -196,7 +196,7 @@ async def test_health_probes_open_the_provider_breaker_and_let_it_close_again(up
     health = {"interval": 0.05, "path": f"/health/{probe}", "unhealthy_threshold": 2, "timeout": 1}
     providers = {"hp": {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "health": health}}  # type: ignore[attr-defined]
     groups = {"g": {"members": ["hp/ok", "mock2/ok"]}}
-    breaker = {"open_for": 0.15}
+    breaker = {"open_for": 0.15, "probe_interval": 0.1, "ramp": []}
     async with routed_router(upstream, providers=providers, groups=groups, breaker=breaker) as (client, router):
         await eventually(lambda: phase(router, "hp") is Phase.OPEN)
         while_down = await chat(client, "group/g")

@@ -68,6 +68,9 @@ def test_the_page_asks_for_credentials_and_shows_a_tripped_breaker_as_open(
             "document.querySelector('tr[data-candidate=\"down/gpt-4o-mini\"] .breaker').textContent"
         )
         assert "half-opens in" in half_opens
+        assert "opened: failures" in half_opens  # why it opened, in words
+        recent = browser.evaluate("document.getElementById('recent').textContent")
+        assert "skipped circuit_open [failures]" in recent  # the skip's open cause
         budget = browser.evaluate("document.querySelector('tr[data-candidate=\"mock/ok\"]').textContent")
         assert "3 / 600" in budget
         rows = browser.evaluate("document.querySelectorAll('#recent tr[data-request]').length")

@@ -56,7 +56,14 @@ async def test_the_json_shows_breakers_ttfb_in_flight_budgets_and_recent_request
     (down_ok,) = down["candidates"]
     assert (down_ok["key"], down_ok["breaker"]["phase"]) == ("down/ok", "open")
     (mock_ok,) = providers["mock"]["candidates"]
-    assert mock_ok["breaker"] == {"phase": "closed", "half_opens_in": None, "consecutive_failures": 0}
+    assert mock_ok["breaker"] == {
+        "phase": "closed",
+        "half_opens_in": None,
+        "consecutive_failures": 0,
+        "cause": None,
+        "share": 1.0,
+        "notes": [],
+    }
     assert mock_ok["ttfb_ms"] > 0
     assert mock_ok["in_flight"] == 0
     assert mock_ok["rpm"] == {"used": 2, "limit": 100}

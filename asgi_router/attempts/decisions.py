@@ -23,8 +23,11 @@ its rpm/tpm budget in the group is spent       Skip ``over_budget`` (Retry-After
 its provider said it is at its limit (rate-    Skip ``over_budget`` (Retry-After: the
 limit headers: no requests left, fewer tokens  stated reset); no breaker counts it
 than the estimate; or a 429 asked to wait)
-its provider's or its own breaker is open      Skip ``circuit_open`` (when it opened)
-(unless forced: the all-open rule below)
+its provider's or its own breaker is open      Skip ``circuit_open`` (when it opened;
+(unless forced: the all-open rule below)       its open cause, ``failures`` or ``slow``)
+its provider's or its own breaker recovers     Skip ``recovering`` (when its ramp began)
+after an outage and this request is past its
+share of the ramp (unless forced)
 its provider is at ``max_concurrent``          Skip ``saturated``
 otherwise                                      Admit: a gate lease (breaker admissions
                                                and the in-flight slot, held until the
@@ -59,10 +62,17 @@ waits for capacity and walks its plan again (:meth:`Decisions.waits`; ``capacity
 A sticky group's key's member is put first before the walk (``capacity.py``): whether it may be
 called is this table's answer, as for any candidate.
 
-When the walk ends with nothing attempted and every candidate skipped ``circuit_open`` (and
-``max_attempts``/the deadline did not stop it), the one whose breaker opened longest ago is
-tried anyway, forced, with no retries (:meth:`Decisions.all_open`): breakers alone never fail
-a plan untried.
+When the walk ends with nothing attempted and every candidate skipped ``circuit_open`` or
+``recovering`` (and ``max_attempts``/the deadline did not stop it), the one whose breaker opened
+(or began its ramp) longest ago is tried anyway, forced, with no retries
+(:meth:`Decisions.all_open`): breakers alone never fail a plan untried, and a ramp never turns
+a request of a one-candidate plan into a 502.
+
+**Order** (:meth:`Decisions.order`): a plan's candidates are walked in the strategy's order,
+except that candidates marked slow (``asgi_router.resilience.slowness``: p90 time to first byte
+of streamed calls above ``slow_factor`` times the target, with few errors) are demoted after
+the ones that are not, order kept among each. Slow *and* failing is not an order: the breaker
+opens with cause ``slow`` and the candidate is skipped ``circuit_open`` above.
 
 **After a committed stream broke** (:meth:`Decisions.resume`, asked by the relay when a plan
 has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued):
@@ -125,7 +135,7 @@ passes the 429 through. It counts on no breaker unless ``breaker.failure_reasons
 The breaker counts themselves are applied by the gate (``asgi_router.resilience.gate``) when a
 lease is finished, because a streamed attempt's lease is finished by the relay, below this
 layer. Answers added later (resume a broken stream; wait for capacity, serve from a
-downgrade, stick to a member, a recovering member) are new answer classes here, joining
+downgrade, stick to a member) are new answer classes here, joining
 :data:`Next` or the admission answer, with their rule in the method that gives them.
 """
 
@@ -295,11 +305,13 @@ class Decisions:
         policy: GroupPolicy | None,
         facts: RequestFacts,
         force: bool = False,
+        stream: bool = False,
     ) -> Admit | Skip:
         """Admit ``candidate`` (a lease) or skip it, and why (the module's first table).
 
         ``wire`` is its body builder for the route, or why it has none; ``attempts`` how many
-        the request has made; ``force`` admits it through open breakers (the all-open rule).
+        the request has made; ``force`` admits it through open and recovering breakers (the
+        all-open rule); ``stream``: the request is streamed (its first byte counts for slowness).
         """
         if provider is None or not provider.configured:
             unset = provider.missing_key_env if provider is not None else None
@@ -319,12 +331,18 @@ class Decisions:
             frees_in = book.over_stated_limit(key, facts)
             if frees_in is not None:
                 return Skip("over_budget", frees_in)
-        entered = self._gate.enter(candidate, force=force)
+        entered = self._gate.enter(candidate, force=force, stream=stream)
         if isinstance(entered, Lease):
             return entered
         if entered is None:
             return _SATURATED
-        return Skip("circuit_open", opened_at=entered.opened_at)
+        if entered.recovering:
+            return Skip("recovering", opened_at=entered.opened_at)
+        return Skip("circuit_open", opened_at=entered.opened_at, cause=entered.cause)
+
+    def order(self, candidates: Sequence[Candidate]) -> Sequence[Candidate]:
+        """The order to walk ``candidates`` in: the strategy's, slow candidates after the others."""
+        return self._gate.demote(candidates)
 
     @staticmethod
     def waits(attempts: int, stopped: bool, skipped: Sequence[AttemptSummary] | None) -> bool:
@@ -338,8 +356,9 @@ class Decisions:
     def all_open(
         self, attempts: int, stopped: bool, open_skips: Sequence[tuple[float, Candidate]] | None
     ) -> Candidate | None:
-        """The candidate to try anyway when nothing was tried and open breakers were why: the
-        one whose breaker opened first (``open_skips``: each with when it opened)."""
+        """The candidate to try anyway when nothing was tried and open or recovering breakers
+        were why: the one whose breaker opened (or began its ramp) first (``open_skips``: each
+        with that time)."""
         if attempts or stopped or not open_skips:
             return None
         return min(open_skips, key=lambda skipped: skipped[0])[1]

@@ -59,7 +59,7 @@ async def race(
     assert policy.hedge_after is not None
     hedge_after = policy.hedge_after
     stats.earn_hedge_credit(policy.name, policy.hedge_budget)
-    waiting = list(attempts.plan.candidates)
+    waiting = list(attempts.candidates())
     running: dict[asyncio.Task[Attempted], Ready] = {}
     launched: dict[Ready, float] = {}
     decided: Committed | Refused | RouterError | None = None

@@ -11,7 +11,9 @@ decision point says how often: never for a client that retries on its own) runs 
 through :meth:`AttemptLoop._candidate`, which holds the retry-budget token of a retry until it
 has ended and sleeps the answered wait; other plans run each candidate once. When the walk ends
 with nothing decided, the decision point may name a candidate to try anyway (every candidate
-skipped for an open breaker: the one that opened longest ago, as its probe). A hedged group
+skipped for an open or recovering breaker: the one that opened, or began its ramp, longest ago,
+as its probe). Candidates marked slow are tried after the others, as the decision point orders
+them. A hedged group
 races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
 and the all-open rule apply to it too.
 """
@@ -84,7 +86,7 @@ class AttemptLoop:
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
-                # Every candidate was skipped for an open breaker: failing untried would make the
+                # Every candidate was skipped for an open (or recovering) breaker: failing untried would make the
                 # breakers the outage. Try the one that opened longest ago, as its probe.
                 decided = await self._candidate(attempts, oldest, 0, force=True)
         if stuck is not None and capacity is not None and isinstance(decided, Committed):
@@ -103,7 +105,7 @@ class AttemptLoop:
             decided = await race(attempts, policy, context.book.stats, context.clock)
         elif (retries := context.decisions.retries_in_place(plan, inbound)) == 0:
             # Each candidate is one prepare, call, settle (every multi-member group by default).
-            for candidate in plan.candidates:
+            for candidate in attempts.candidates():
                 ready = attempts.prepare(candidate)
                 if ready is not None:
                     result = await attempts.attempt(ready)
@@ -111,7 +113,7 @@ class AttemptLoop:
                 if decided is not None or attempts.stopped:
                     break
         else:
-            for candidate in plan.candidates:
+            for candidate in attempts.candidates():
                 decided = await self._candidate(attempts, candidate, retries)
                 if decided is not None or attempts.stopped:
                     break

@@ -11,6 +11,8 @@ steps:
   request is translated once per request, when the first Anthropic candidate is reached:
   ``asgi_router.protocols``), asks the decision point to admit it, and events a skip. An
   admitted candidate holds a gate lease.
+* :meth:`~RequestAttempts.candidates` is the plan's order as the decision point gives it (slow
+  candidates after the others).
 * :meth:`~RequestAttempts.attempt` calls it (``call.py``; the lease learns when the upstream
   answered), and accounts for a call that was cancelled (the client left, a lost hedge race).
 * :meth:`~RequestAttempts.settle` finishes the lease with the attempt's reason (a committed
@@ -144,7 +146,8 @@ class RequestAttempts:
         self.attempts = 0
         #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
         self.stopped = False
-        #: Candidates skipped for an open breaker, with when it opened.
+        #: Candidates skipped for an open or recovering breaker, with when it opened (or began
+        #: its ramp).
         self._open_skips: list[tuple[float, Candidate]] | None = None
 
     @property
@@ -169,6 +172,10 @@ class RequestAttempts:
             quiet=quiet,
         )
 
+    def candidates(self) -> Sequence[Candidate]:
+        """The plan's candidates in the order to try them: the slow ones after the others."""
+        return self._context.decisions.order(self.plan.candidates)
+
     def prepare(self, candidate: Candidate, *, force: bool = False, retry: bool = False) -> Ready | None:
         """The candidate ready to call, or ``None`` when the decision point skips it (evented).
 
@@ -184,7 +191,7 @@ class RequestAttempts:
             target = provider.targets.get(self._route)
             wire = self._wire_for(target, provider.default_max_tokens)
         admitted = context.decisions.admit(
-            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force
+            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force, self._stream
         )
         key = candidate.key
         if isinstance(admitted, Skip):
@@ -293,7 +300,8 @@ class RequestAttempts:
             book.answered(provider, ready.key, result.response.raw_headers)
             book.committed(ready.key, result.ttfb)
             if self._stream:
-                result.lease = ready.lease  # finished by the relay's end (``Answer._note_served``)
+                ready.lease.ttfb = result.ttfb  # the slowness rule reads it when the lease is finished
+                result.lease = ready.lease  # finished by the relay's end (responses/answer.py)
             else:
                 ready.lease.finish("served")
         elif isinstance(result, Refused):
@@ -392,7 +400,8 @@ class RequestAttempts:
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""
         failure = Failed(skip.reason, retry_after=skip.retry_after, skipped=True)
-        self._note(name, "skipped", failure, 0.0, detail=skip.detail, evented=not self._quiet)
+        detail = skip.detail if skip.cause != "slow" else "opened: slow"
+        self._note(name, "skipped", failure, 0.0, detail=detail, cause=skip.cause, evented=not self._quiet)
 
     def _note(
         self,
@@ -404,6 +413,7 @@ class RequestAttempts:
         summary: bool = True,
         detail: str | None = None,
         evented: bool = True,
+        cause: str | None = None,
     ) -> None:
         if summary:
             if self._summaries is None:
@@ -426,5 +436,6 @@ class RequestAttempts:
                 latency,
                 failure.ttfb,
                 principal=self.record.principal,
+                cause=cause,
             )
         )

@@ -124,9 +124,11 @@ class _Checker:
                 loc: Loc = ("groups", name, "members", index)
                 ref = member if isinstance(member, str) else _get(member, "ref")
                 self.member(loc, ref)
-                limited = not isinstance(member, str) and (_get(member, "rpm") or _get(member, "tpm"))
+                limited = not isinstance(member, str) and (
+                    _get(member, "rpm") or _get(member, "tpm") or _get(member, "latency_target")
+                )
                 if isinstance(ref, str) and ref.startswith(f"{GROUP_NAMESPACE}/") and limited:
-                    self.refuse(loc, "rpm/tpm belong on 'provider/model-id' members, not on a group")
+                    self.refuse(loc, "rpm/tpm/latency_target belong on 'provider/model-id' members, not on a group")
                 resume = None if isinstance(member, str) else _get(member, "resume")
                 if resume is not None and isinstance(ref, str):
                     self.member_resume(loc, ref, resume)

@@ -55,6 +55,12 @@ class MemberSettings(StrictSettings):
         description="How this member may continue a broken stream (`provider/model-id` members only); unset: its "
         "provider's `resume`.",
     )
+    latency_target: PositiveFloat | None = Field(
+        default=None,
+        description="Seconds to the first byte of a streamed answer this member should meet; overrides its "
+        "provider's and `breaker.latency_target` (`provider/model-id` members only; the tightest wins where "
+        "several groups set one).",
+    )
 
 
 class GroupSettings(StrictSettings):

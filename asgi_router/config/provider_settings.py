@@ -167,6 +167,11 @@ class ProviderSettings(StrictSettings):
         "Anthropic's `anthropic-ratelimit-*`) and a 429's `Retry-After`: a member whose requests ran out, or "
         "whose tokens cannot cover the request, is skipped as `over_budget` until the stated reset.",
     )
+    latency_target: PositiveFloat | None = Field(
+        default=None,
+        description="Seconds to the first byte of a streamed answer this provider's models should meet; "
+        "overrides `breaker.latency_target` (unset: that one).",
+    )
     health: HealthSettings | None = Field(
         default=None, description='Opt-in active health probes, e.g. `{interval = 5, path = "/models"}` (unset: off).'
     )

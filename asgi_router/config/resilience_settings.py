@@ -15,7 +15,13 @@ docs' "Resilience" page explains every key). The defaults and why:
   multiply traffic, while a lone failing request still gets its retries.
 * breaker: 5 consecutive failures (Envoy's ``consecutive_5xx``), or >= 50 % of >= 20 calls in
   60 s (resilience4j's rate threshold; fewer calls than its 100, as LLM traffic per model is
-  low); open 30 s doubling to 5 min (Envoy's base and max ejection times).
+  low); open 30 s (Envoy's base ejection time), then a real request probes every 5 s
+  (``probe_interval``): a failed probe no longer doubles the wait, so a recovered upstream is back
+  within ``open_for`` of its recovery whatever the outage did (``max_open_for`` is still accepted).
+* ramp 10 % → 50 % → 100 %, a step per 5 successes in a row or 10 s without a failure: Envoy's
+  slow start; a barely recovered service is not knocked over again by its whole share at once.
+* slowness (opt-in, ``latency_target``): p90 time to first byte above twice the target *and* more
+  than 5 % errors opens the breaker; slow alone only demotes.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ __all__ = [
     "DEFAULT_RETRY_ON",
     "EventSettings",
     "Fraction",
+    "Ramp",
     "HealthSettings",
     "RetryBudgetSettings",
 ]
@@ -59,6 +66,8 @@ DEFAULT_BREAKER_FAILURES: Final[frozenset[Reason]] = frozenset(
 )
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+#: Traffic shares a recovering breaker steps through before full traffic (each above 0, below 1).
+Ramp = list[Annotated[float, Field(gt=0.0, lt=1.0)]]
 
 
 class BackoffSettings(StrictSettings):
@@ -105,10 +114,19 @@ class BreakerSettings(StrictSettings):
         default=60.0, description="The sliding window the failure rate is counted over, in seconds."
     )
     open_for: PositiveFloat = Field(
-        default=30.0, description="How long a breaker stays open the first time, in seconds; doubled on each re-open."
+        default=30.0,
+        description="How long a breaker stays open before its first probe, in seconds; after that a real "
+        "request probes every `probe_interval`.",
+    )
+    probe_interval: PositiveFloat = Field(
+        default=5.0,
+        description="While open after the first `open_for`: at most one real request every this many seconds "
+        "is admitted as a probe (a failed probe waits this long again, never longer).",
     )
     max_open_for: PositiveFloat = Field(
-        default=300.0, description="The cap on that doubling, in seconds; at least `open_for`. Closing resets it."
+        default=300.0,
+        description="Accepted so that older files load; unused (a failed probe no longer doubles the wait: "
+        "see `probe_interval`).",
     )
     half_open_probes: PositiveInt = Field(
         default=1, description="Requests admitted at once as probes while half-open; that many successes close it."
@@ -123,11 +141,44 @@ class BreakerSettings(StrictSettings):
         description="The reasons that count against a candidate's breaker: the ones that mean "
         '"unhealthy", not "refused" (a 429 is not among them by default).',
     )
+    ramp: Ramp = Field(
+        default_factory=lambda: [0.1, 0.5],
+        description="Shares of traffic (each above 0, below 1, rising) a breaker that closes after an outage "
+        "takes, step by step, before all of it; requests beyond the share skip it as `recovering`. `[]`: "
+        "close at once.",
+    )
+    ramp_successes: PositiveInt = Field(
+        default=5, description="Successes in a row that advance a recovering breaker one step ..."
+    )
+    ramp_step: PositiveFloat = Field(
+        default=10.0, description="... or seconds without a failure, whichever comes first; a failure re-opens it."
+    )
+    latency_target: PositiveFloat | None = Field(
+        default=None,
+        description="Seconds to the first byte of a streamed answer each candidate should meet (unset: "
+        "slowness is not judged); providers and member tables may set their own.",
+    )
+    slow_factor: float = Field(
+        default=2.0,
+        gt=1.0,
+        description="A candidate whose p90 time to first byte over `window` exceeds this many times its "
+        "target (once the window holds `min_requests` streamed calls) is slow: tried after the others ...",
+    )
+    slow_error_rate: Fraction = Field(
+        default=0.05,
+        description="... and opened (open cause `slow`) if more than this share of those calls failed too.",
+    )
 
     @model_validator(mode="after")
     def _check_order(self) -> Self:
         if self.max_open_for < self.open_for:
             raise ValueError("breaker.max_open_for must be at least breaker.open_for")
+        return self
+
+    @model_validator(mode="after")
+    def _check_ramp(self) -> Self:
+        if any(later <= earlier for earlier, later in zip(self.ramp, self.ramp[1:], strict=False)):
+            raise ValueError("breaker.ramp must rise: each share above the one before it")
         return self
 
 

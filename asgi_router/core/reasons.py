@@ -28,6 +28,7 @@ Reason = Literal[
     "provider_not_configured",
     "client_disconnected",
     "circuit_open",
+    "recovering",
     "saturated",
     "budget_exhausted",
     "over_budget",

@@ -52,7 +52,7 @@ ERROR_TYPES: Final[dict[int, str]] = {
 
 #: Reasons for a candidate that was never contacted: they explain, but do not decide the status.
 SKIP_REASONS: Final[frozenset[Reason]] = frozenset(
-    {"provider_not_configured", "circuit_open", "saturated", "budget_exhausted"}
+    {"provider_not_configured", "circuit_open", "recovering", "saturated", "budget_exhausted"}
 )
 
 

@@ -2,7 +2,7 @@
 
 Before each attempt the decision point (``asgi_router.attempts.decisions``) answers admit or
 :class:`Skip`, with the reason (``provider_not_configured``, ``protocol_mismatch``,
-``budget_exhausted``, ``context_window``, ``over_budget``, ``circuit_open``, ``saturated``). A
+``budget_exhausted``, ``context_window``, ``over_budget``, ``circuit_open``, ``recovering``, ``saturated``). A
 skip becomes the ``skipped`` event and the line in an exhausted plan's error.
 """
 
@@ -22,8 +22,11 @@ class Skip:
     reason: Reason
     #: ``over_budget``: seconds until the member's rpm/tpm usage frees up (a Retry-After).
     retry_after: float | None = None
-    #: ``circuit_open``: when the breaker opened (the all-open fallback tries the oldest).
+    #: ``circuit_open`` / ``recovering``: when the breaker opened, or its ramp began (the
+    #: all-open fallback tries the oldest).
     opened_at: float | None = None
+    #: ``circuit_open``: why the breaker opened (``failures`` or ``slow``), for the event.
+    cause: str | None = None
     #: What the operator can fix, for the client's error line (``provider_not_configured``:
     #: which variable is unset).
     detail: str | None = None

@@ -38,6 +38,7 @@ def readings_of(overview: Overview, events: EventBus) -> Callable[[], Readings]:
             breakers=[(key, overview.breaker(key).phase) for name in providers for key in overview.models(name)],
             providers=[(name, overview.breaker(name).phase, overview.provider_in_flight(name)) for name in providers],
             dropped=events.dropped,
+            ramps=[(key, overview.ramp_share(key)) for name in providers for key in overview.models(name)],
         )
 
     return read

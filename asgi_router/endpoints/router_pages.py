@@ -162,8 +162,12 @@ def build_pages(
     if settings.metrics_route is not None:
         from asgi_router.endpoints.metrics_page import MetricsEndpoint, readings_of
 
+        named = named_models(settings)
         metrics = metrics_for(
-            named_models(settings), readings_of(overview, events), callers.names if callers is not None else None
+            named,
+            readings_of(overview, events),
+            callers.names if callers is not None else None,
+            overview.targets(named),
         )
         endpoint = MetricsEndpoint(metrics)
         metrics_page = (settings.metrics_route, endpoint, settings.metrics_public)

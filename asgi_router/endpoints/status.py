@@ -2,7 +2,8 @@
 
 The page answers "which provider is failing right now, how slow is it, what is it using": every
 provider and every model the configuration names, with its breaker (and when an open one lets a
-probe through), its time-to-first-byte average, its attempts in flight and its rpm/tpm use against
+probe through, why it opened, how far a recovering one's ramp has come, whether it is slow), its
+time-to-first-byte average, its attempts in flight and its rpm/tpm use against
 the budget; then, when callers are capped, a Callers table (each cap: spent, limit, resets in);
 then the most recent requests with each attempt. The data is read on demand from the
 router's state (``resilience/overview.py``) and its ring of recent requests; nothing is kept for
@@ -68,6 +69,9 @@ def _breaker(status: BreakerStatus) -> dict[str, object]:
         "phase": status.phase,
         "half_opens_in": round(opens, 1) if opens is not None else None,
         "consecutive_failures": status.consecutive_failures,
+        "cause": status.cause,
+        "share": status.share,
+        "notes": list(status.notes),
     }
 
 
@@ -95,6 +99,7 @@ def _request(record: RequestRecord) -> dict[str, object]:
                 "status": event.status,
                 "latency_ms": _ms(event.latency),
                 "ttfb_ms": _ms(event.ttfb),
+                "cause": event.cause,
             }
             for event in record.events
         ],

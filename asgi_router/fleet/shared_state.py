@@ -14,6 +14,14 @@ shared is kept fresh in the background:
   skipped as ``circuit_open``) and only a process holding a slot sends a probe: the probes are
   counted fleet-wide. The failure-rate rule is judged on each process's own calls (counting
   the fleet's successes would cost a write per success); an opening it decides is shared.
+* **Recovery and slowness.** The store closes a breaker and starts its ramp (``breaker.py``) in
+  one step, so every process admits the same share from the same moment. Successes in a row
+  are counted by each process on its own (a success still costs no round trip); the process
+  that reaches ``ramp_successes`` writes ``advance`` from the step it counted on, which the
+  store takes unless the fleet is past that step already, and publishes. Time advances a step
+  in every process alike (each converts the step's age to its own clock). A slow mark is written
+  when it is set, lifted, or renewed by more than half a ``window``, and published; an opening
+  by the slowness rule carries its cause and p90.
 * **Rotation.** :meth:`fleet_rotation` is one atomic ``INCR`` per request of a rotate group,
   the one round trip a request may wait for, at most ``link.REQUEST_TIMEOUT``.
 * **Budgets.** Leased slices (``budgets.py``).
@@ -47,7 +55,7 @@ from asgi_router.fleet.budgets import Leases
 from asgi_router.fleet.link import Link
 from asgi_router.fleet.scripts import BREAKER, RESYNC
 from asgi_router.fleet.shared_rate_limits import FleetRateLimits
-from asgi_router.resilience.breaker import ADMITTED, Admission, Phase, Verdict
+from asgi_router.resilience.breaker import ADMITTED, Admission, Cause, Phase, Verdict
 from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
 
@@ -65,15 +73,22 @@ RESYNC_BATCH: Final = 500
 MAX_QUEUED_OPS: Final = 8
 
 
+#: An operation's own arguments: a trip's cause and p90, the step an advance starts from, the
+#: seconds a slow mark holds.
+_Extra = tuple[str, str, int, float]
+_NO_EXTRA: Final[_Extra] = ("failures", "", -1, 0.0)
+
+
 class _Op:
     """One breaker operation waiting for its turn, and how many times it happened meanwhile."""
 
-    __slots__ = ("count", "op", "opened")
+    __slots__ = ("count", "extra", "op", "opened")
 
-    def __init__(self, op: str, opened: bool) -> None:
+    def __init__(self, op: str, opened: bool, extra: _Extra = _NO_EXTRA) -> None:
         self.op = op
         self.count = 1
         self.opened = opened
+        self.extra = extra
 
 
 class SharedState(InMemoryState):
@@ -99,7 +114,8 @@ class SharedState(InMemoryState):
         super().__init__(clock, half_life)
         self._prefix = prefix
         self._policy = policy
-        self._ttl = math.ceil(max(policy.max_open_for, policy.window, policy.probe_timeout)) * 2 + 60
+        ramp = policy.ramp_step * len(policy.ramp)  # a ramp's state outlives the ramp
+        self._ttl = math.ceil(max(policy.max_open_for, policy.window, policy.probe_timeout, ramp)) * 2 + 60
         self.link = Link(url, f"{prefix}:breakers", on_up=self._resync, on_message=self._on_message, clock=clock)
         self._leases = Leases(self.link, prefix, clock, dict(budgets or {}))
         #: The newest version adopted per breaker.
@@ -111,6 +127,8 @@ class SharedState(InMemoryState):
         self._claim_after: dict[str, float] = {}
         #: Per breaker, the operations waiting for their write's turn (``_write``).
         self._queued: dict[str, list[_Op]] = {}
+        #: Per candidate, until when the slow mark last written to the store holds.
+        self._slow_sent: dict[str, float] = {}
         self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
         #: Providers' stated limits, shared on the same channel (``shared_rate_limits.py``).
         self.rate_limits = FleetRateLimits(self.link, f"{prefix}:breakers")
@@ -167,9 +185,15 @@ class SharedState(InMemoryState):
         breaker = self._breakers.get(key)
         was_closed = breaker is None or breaker.phase is Phase.CLOSED
         counted = breaker is not None and breaker.consecutive_failures > 0
+        # The step this success counts toward (time may have moved it on since the last call).
+        step = breaker.ramp_step if breaker is not None and was_closed and breaker.share(now) < 1.0 else None
         super().record(key, policy, now, verdict, probe=probe)
         if not self.link.up or verdict == "neutral":
             return
+        if step is not None and verdict == "success":
+            after = self._breakers[key]
+            if after.phase is Phase.CLOSED and after.ramp_step != step:
+                self._write(key, policy, "advance", extra=("failures", "", step, 0.0))
         if probe:
             self._write(key, policy, "probe_ok" if verdict == "success" else "probe_fail")
         elif verdict == "failure" and was_closed:
@@ -178,16 +202,36 @@ class SharedState(InMemoryState):
         elif verdict == "success" and was_closed and counted:
             self._write(key, policy, "ok")
 
-    def trip(self, key: str, policy: BreakerSettings, now: float) -> None:
-        super().trip(key, policy, now)
-        self._write(key, policy, "trip")
+    def trip(
+        self, key: str, policy: BreakerSettings, now: float, cause: Cause = "failures", p90: float | None = None
+    ) -> None:
+        super().trip(key, policy, now, cause, p90)
+        self._write(key, policy, "trip", extra=(cause, "" if p90 is None else f"{p90:.6f}", -1, 0.0))
+
+    def mark_slow(self, key: str, until: float | None) -> None:
+        now = self._clock()
+        was = self.slow(key, now)
+        super().mark_slow(key, until)
+        if until is None:
+            if was or key in self._slow_sent:
+                self._slow_sent.pop(key, None)
+                self._write(key, self._policy, "slow", extra=("failures", "", -1, 0.0))
+            return
+        sent = self._slow_sent.get(key)
+        if sent is None or sent <= now or until - sent > self._policy.window / 2:
+            if len(self._slow_sent) >= MAX_BREAKERS:
+                self._slow_sent.clear()  # bounded like the table: a mark may then be written again
+            self._slow_sent[key] = until
+            self._write(key, self._policy, "slow", extra=("failures", "", -1, until - now))
 
     def recover(self, key: str, policy: BreakerSettings, now: float) -> None:
         super().recover(key, policy, now)
         if key in self._breakers:
             self._write(key, policy, "recover")
 
-    def _write(self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False) -> None:
+    def _write(
+        self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False, extra: _Extra = _NO_EXTRA
+    ) -> None:
         """Run one breaker operation in the store, in the background, and adopt its answer.
 
         Coalesced per breaker: while a write of ``key`` waits for its turn, the operations that
@@ -201,15 +245,15 @@ class SharedState(InMemoryState):
         queued = self._queued.get(key)
         if queued is not None:
             last = queued[-1]
-            if last.op == op and op != "claim":
+            if last.op == op and last.extra == extra and op != "claim":
                 last.count += 1
                 last.opened = last.opened or opened
             elif len(queued) < MAX_QUEUED_OPS:
-                queued.append(_Op(op, opened))
+                queued.append(_Op(op, opened, extra))
             elif op == "claim":
                 self._claiming.discard(key)  # dropped: this process may ask again
             return
-        self._queued[key] = [_Op(op, opened)]
+        self._queued[key] = [_Op(op, opened, extra)]
         keys = [self._breaker_key(key), f"{self._prefix}:breakers"]
 
         async def write(client: Redis) -> None:
@@ -219,8 +263,8 @@ class SharedState(InMemoryState):
                 finally:
                     if step.op == "claim":
                         self._claiming.discard(key)
-                phase, age, open_for, consecutive, version, granted = answer
-                self._adopt(key, phase, age, open_for, consecutive, version)
+                phase, age, open_for, consecutive, version, granted, *rest = answer
+                self._adopt(key, phase, age, open_for, consecutive, version, *rest)
                 if int(granted):
                     self._slots.add(key)
                     self._claim_after.pop(key, None)
@@ -234,11 +278,12 @@ class SharedState(InMemoryState):
 
     def _args(self, key: str, policy: BreakerSettings, step: _Op) -> list[str | int | float]:
         """``scripts.BREAKER``'s arguments for ``step`` on ``key``."""
+        cause, p90, from_step, slow_for = step.extra
         return [
             step.op,
             policy.consecutive_failures,
             policy.open_for,
-            policy.max_open_for,
+            policy.probe_interval,
             policy.half_open_probes,
             policy.probe_timeout,
             self._ttl,
@@ -248,6 +293,12 @@ class SharedState(InMemoryState):
             "1" if step.opened else "0",
             f"{self._prefix}:br:",
             step.count,
+            len(policy.ramp),
+            policy.ramp_step,
+            cause,
+            p90,
+            from_step,
+            slow_for,
         ]
 
     def _script(self, client: Redis) -> AsyncScript:
@@ -259,8 +310,22 @@ class SharedState(InMemoryState):
     def _breaker_key(self, key: str) -> str:
         return f"{self._prefix}:br:{key}"
 
-    def _adopt(self, key: str, phase: Any, age: Any, open_for: Any, consecutive: Any, version: Any) -> None:
-        """Take the store's view of ``key``'s breaker unless this process has a newer one."""
+    def _adopt(
+        self,
+        key: str,
+        phase: Any,
+        age: Any,
+        open_for: Any,
+        consecutive: Any,
+        version: Any,
+        cause: Any = "failures",
+        p90: Any = "",
+        step: Any = -1,
+        step_age: Any = 0,
+        slow_left: Any = 0,
+    ) -> None:
+        """Take the store's view of ``key``'s breaker (its ramp step and slow mark with it) unless
+        this process has a newer one."""
         version = int(version)
         if version <= self._versions.get(key, 0):
             return
@@ -272,16 +337,32 @@ class SharedState(InMemoryState):
         breaker = self._breaker(key, self._policy)
         if decoded is not breaker.phase:
             self._slots.discard(key)
-        opened_at = None if decoded is Phase.CLOSED else self._clock() - float(age)
-        breaker.adopt(decoded, opened_at, float(open_for), int(consecutive))
+        now = self._clock()
+        opened_at = None if decoded is Phase.CLOSED else now - float(age)
+        ramp_step = int(step)
+        why = _text(cause)
+        breaker.adopt(
+            decoded,
+            opened_at,
+            float(open_for),
+            int(consecutive),
+            cause="slow" if why == "slow" else "failures",
+            ramp_step=ramp_step if ramp_step >= 0 else None,
+            ramp_since=now - float(step_age) if ramp_step >= 0 else None,
+            p90=float(p90) if _text(p90) else None,
+        )
+        left = float(slow_left)
+        InMemoryState.mark_slow(self, key, now + left if left > 0 else None)
+        if left <= 0:
+            self._slow_sent.pop(key, None)
 
     def _on_message(self, data: bytes) -> None:
         """A breaker changed phase somewhere in the fleet (or a member hit its provider's limit)."""
         if self.rate_limits.heard(data):
             return
         try:
-            key, phase, age, open_for, consecutive, version = json.loads(data)
-            self._adopt(str(key), str(phase), age, open_for, consecutive, version)
+            key, phase, age, open_for, consecutive, version, *rest = json.loads(data)
+            self._adopt(str(key), str(phase), age, open_for, consecutive, version, *rest)
         except (ValueError, TypeError):
             return  # not ours, or garbage: the next resync puts things right
 
@@ -306,12 +387,12 @@ class SharedState(InMemoryState):
         answer = await client.register_script(RESYNC)(keys=[index], args=[hashes, first, last])
         seconds, micros, held, found = answer
         now = float(seconds) + float(micros) / 1e6
-        for name, phase, opened_at, open_for, consecutive, version in found:
+        for name, phase, opened_at, open_for, consecutive, version, cause, p90, step, step_at, slow in found:
             closed = phase in (b"closed", "closed")
             age = 0.0 if closed else now - float(opened_at)
-            self._adopt(
-                name.decode() if isinstance(name, bytes) else str(name), phase, age, open_for, consecutive, version
-            )
+            step_age = now - float(step_at) if int(step) >= 0 else 0.0
+            slow_left = max(0.0, float(slow) - now)
+            self._adopt(_text(name), phase, age, open_for, consecutive, version, cause, p90, step, step_age, slow_left)
         return int(held)
 
     # --- budgets --------------------------------------------------------------------------------
@@ -338,3 +419,8 @@ class SharedState(InMemoryState):
     def usage_frees_in(self, key: str) -> float:
         fleet = self._leases.frees_in(key)
         return super().usage_frees_in(key) if not fleet else fleet
+
+
+def _text(value: Any) -> str:
+    """A string the store answered (bytes from a reply, str from a message)."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -53,6 +53,8 @@ class AttemptEvent:
     cost_usd: float | None = None
     #: Who inbound auth admitted (``None`` when serving unauthenticated).
     principal: object = None
+    #: A ``circuit_open`` skip: why that breaker opened (``failures`` or ``slow``).
+    cause: str | None = None
 
 
 @dataclass(slots=True)
@@ -114,7 +116,8 @@ class RequestRecord:
 
 def _attempt_text(event: AttemptEvent) -> str:
     status = f"({event.status})" if event.status is not None else ""
-    return f"{event.candidate}:{event.outcome}:{event.reason}{status}"
+    cause = f"[{event.cause}]" if event.cause is not None else ""
+    return f"{event.candidate}:{event.outcome}:{event.reason}{cause}{status}"
 
 
 _SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")

@@ -55,6 +55,7 @@ def record_line(record: RequestRecord) -> dict[str, object]:
                 "status": event.status,
                 "latency": round(event.latency, 6),
                 "ttfb": round(event.ttfb, 6) if event.ttfb is not None else None,
+                **({"cause": event.cause} if event.cause is not None else {}),
             }
             for event in record.events
         ],

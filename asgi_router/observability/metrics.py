@@ -10,6 +10,10 @@ contract (dashboards and alerts are built on them)::
     asgi_router_time_to_first_byte_seconds{candidate}   histogram, buckets up to 60 s
     asgi_router_breaker_state{candidate}                gauge: 0 closed, 1 half-open, 2 open
     asgi_router_provider_breaker_state{provider}        gauge, the same values
+    asgi_router_ramp_share{candidate}                   gauge: the share of its traffic a recovering
+                                                        candidate takes (1.0 when not ramping)
+    asgi_router_slow_requests_total{candidate}          streamed calls whose first byte came later
+                                                        than the candidate's latency_target
     asgi_router_tokens_total{candidate, kind}           kind: prompt | completion (reported usage only)
     asgi_router_cost_usd_total{candidate}               where the catalog has prices
     asgi_router_in_flight{provider}                     gauge
@@ -38,9 +42,9 @@ so when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process starts) ``promet
 multiprocess mode is used: :meth:`RouterMetrics.flush` moves the tally into ``prometheus_client``
 metrics, which write to files in that directory (the worker does it every second, and before it
 answers a scrape), and a scrape of any worker reads every worker's files. Gauges then need a rule
-to combine the workers' values: breaker states report the worst worker's (``livemax``), in-flight
-counts the sum (``livesum``), both over live processes only; a worker that stops takes its gauge
-files with it (:meth:`RouterMetrics.close`).
+to combine the workers' values: breaker states report the worst worker's (``livemax``), ramp
+shares the lowest (``livemin``), in-flight counts the sum (``livesum``), all over live processes
+only; a worker that stops takes its gauge files with it (:meth:`RouterMetrics.close`).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from __future__ import annotations
 import math
 import os
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -96,6 +100,8 @@ _ATTEMPTS = ("asgi_router_attempts", "Attempts and skips, by candidate, outcome 
 _TTFB = ("asgi_router_time_to_first_byte_seconds", "Seconds from sending an attempt to its first body byte.")
 _BREAKER = ("asgi_router_breaker_state", "A candidate's circuit breaker: 0 closed, 1 half-open, 2 open.")
 _PROVIDER_BREAKER = ("asgi_router_provider_breaker_state", "A provider's breaker: 0 closed, 1 half-open, 2 open.")
+_RAMP = ("asgi_router_ramp_share", "The share of its traffic a candidate takes: below 1 while it recovers.")
+_SLOW = ("asgi_router_slow_requests", "Streamed calls whose first byte came later than the latency target.")
 _TOKENS = ("asgi_router_tokens", "Tokens served responses used, as their upstream reported.")
 _COST = ("asgi_router_cost_usd", "USD served responses cost, for models with catalog prices.")
 _IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
@@ -122,6 +128,8 @@ class Readings:
     providers: Sequence[tuple[str, str, int]]
     #: Records the event bus dropped so far.
     dropped: int
+    #: ``(candidate, share of its traffic)`` per model the configuration names.
+    ramps: Sequence[tuple[str, float]] = ()
 
 
 class _Buckets:
@@ -153,7 +161,7 @@ class _Route:
 class _Candidate:
     """One candidate label's attempts (by outcome and reason), first-byte times and usage."""
 
-    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "ttfb")
+    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "slow", "ttfb")
 
     def __init__(self) -> None:
         self.attempts: dict[tuple[str, str], int] = {}
@@ -162,6 +170,8 @@ class _Candidate:
         #: Whether any usage was counted (a candidate with none reports no token series).
         self.counted = False
         self.cost = 0.0
+        #: Streamed calls whose first byte was later than the latency target.
+        self.slow = 0
 
 
 class Tally:
@@ -205,15 +215,22 @@ class RouterMetrics:
 
     ``named`` is the configuration's ``provider/model-id`` set (every other candidate is folded
     into ``provider/*``); ``readings`` reads the gauges from the router's state; ``callers``, when
-    callers or sessions are capped, the callers with a table of their own (``caller_metrics.py``).
+    callers or sessions are capped, the callers with a table of their own (``caller_metrics.py``);
+    ``targets`` is each candidate label's latency target, where it has one (its slow requests are
+    counted).
     """
 
     def __init__(
-        self, named: Iterable[str], readings: Callable[[], Readings], callers: Iterable[str] | None = None
+        self,
+        named: Iterable[str],
+        readings: Callable[[], Readings],
+        callers: Iterable[str] | None = None,
+        targets: Mapping[str, float] | None = None,
     ) -> None:
         self.multiprocess = multiprocess_dir() is not None
         self._named = frozenset(named)
         self._readings = readings
+        self._targets = dict(targets or {})
         self._labels: dict[str, str] = {}
         #: Each group queue's depth now (the router sets it when a group has a ``queue``).
         self.queue_depths: Callable[[], Sequence[tuple[str, int]]] = tuple
@@ -255,6 +272,7 @@ class RouterMetrics:
         buckets.counts[index] += 1
         buckets.sums[index] += value
         labels, candidates = self._labels, tally.candidates
+        targets = self._targets if record.stream else None
         for event in record.events:
             label = labels.get(event.candidate) or self.candidate_label(event.candidate)
             candidate = candidates.get(label) or tally.candidate(label)
@@ -266,6 +284,10 @@ class RouterMetrics:
                 index = bisect_left(TTFB_BUCKETS, ttfb)
                 buckets.counts[index] += 1
                 buckets.sums[index] += ttfb
+                if targets:
+                    target = targets.get(label)
+                    if target is not None and ttfb > target:
+                        candidate.slow += 1
         winner = record.winner
         if winner is not None and (record.tokens_measured or record.cost_usd):
             label = labels.get(winner) or self.candidate_label(winner)
@@ -308,6 +330,9 @@ class RouterMetrics:
         breakers = GaugeMetricFamily(*_BREAKER, labels=["candidate"])
         for candidate_label, phase in readings.breakers:
             breakers.add_metric([candidate_label], BREAKER_VALUES[phase])
+        ramps = GaugeMetricFamily(*_RAMP, labels=["candidate"])
+        for candidate_label, share in readings.ramps:
+            ramps.add_metric([candidate_label], share)
         providers = GaugeMetricFamily(*_PROVIDER_BREAKER, labels=["provider"])
         in_flight = GaugeMetricFamily(*_IN_FLIGHT, labels=["provider"])
         for provider, phase, count in readings.providers:
@@ -324,6 +349,8 @@ class RouterMetrics:
                 _histogram(*_TTFB, "candidate", [(label, c.ttfb) for label, c in candidates if any(c.ttfb.counts)]),
                 breakers,
                 providers,
+                ramps,
+                self._counter(_SLOW, ["candidate"], [((label,), c.slow) for label, c in candidates if c.slow]),
                 self._counter(_TOKENS, ["candidate", "kind"], tokens),
                 self._counter(_COST, ["candidate"], [((label,), c.cost) for label, c in candidates if c.cost]),
                 in_flight,
@@ -368,6 +395,8 @@ class RouterMetrics:
                     files.tokens.labels(label, kind).inc(value)
             if candidate.cost:
                 files.cost.labels(label).inc(candidate.cost)
+            if candidate.slow:
+                files.slow.labels(label).inc(candidate.slow)
         for outcome, count in tally.hedges.items():
             files.hedges.labels(outcome).inc(count)
         for (label, outcome), count in tally.resumes.items():
@@ -380,6 +409,8 @@ class RouterMetrics:
             files.queue_depth.labels(group).set(depth)
         for key, phase in readings.breakers:
             files.breaker_state.labels(key).set(BREAKER_VALUES[phase])
+        for key, share in readings.ramps:
+            files.ramp_share.labels(key).set(share)
         for provider, phase, attempts in readings.providers:
             files.provider_breaker_state.labels(provider).set(BREAKER_VALUES[phase])
             files.in_flight.labels(provider).set(attempts)
@@ -435,6 +466,8 @@ class _Files:
         self.provider_breaker_state = Gauge(
             *_PROVIDER_BREAKER, ["provider"], registry=None, multiprocess_mode="livemax"
         )
+        self.ramp_share = Gauge(*_RAMP, ["candidate"], registry=None, multiprocess_mode="livemin")
+        self.slow = Counter(*_SLOW, ["candidate"], registry=None)
         self.tokens = Counter(*_TOKENS, ["candidate", "kind"], registry=None)
         self.cost = Counter(*_COST, ["candidate"], registry=None)
         self.in_flight = Gauge(*_IN_FLIGHT, ["provider"], registry=None, multiprocess_mode="livesum")

@@ -8,7 +8,7 @@ A router without either imports neither, and its requests pay one ``is None`` te
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
@@ -39,10 +39,14 @@ def tracing_for(provider: TracerProvider | None) -> Tracing | None:
 
 
 def metrics_for(
-    named: frozenset[str], readings: Callable[[], Readings], callers: frozenset[str] | None = None
+    named: frozenset[str],
+    readings: Callable[[], Readings],
+    callers: frozenset[str] | None = None,
+    targets: Mapping[str, float] | None = None,
 ) -> RouterMetrics:
     """A router's metrics (``named``: the configuration's models, the only candidate labels;
-    ``readings``: the gauges, read when asked; ``callers``: the named callers, when capped)."""
+    ``readings``: the gauges, read when asked; ``callers``: the named callers, when capped;
+    ``targets``: latency targets by candidate label)."""
     from asgi_router.observability.metrics import RouterMetrics
 
-    return RouterMetrics(named, readings, callers)
+    return RouterMetrics(named, readings, callers, targets)

@@ -1,7 +1,8 @@
 """Keeping a failing upstream from taking requests down with it.
 
-Circuit breakers (``breaker.py``), admission to a candidate (``gate.py``: breakers and
-concurrency caps), retry backoff and budgets (``retry.py``), and all mutable routing state
+Circuit breakers with their stepwise recovery (``breaker.py``), slowness judged against latency
+targets (``slowness.py``), admission to a candidate (``gate.py``: breakers, ramps, slow marks
+and concurrency caps), retry backoff and budgets (``retry.py``), and all mutable routing state
 behind one interface (``router_state.py``, ``stats.py``); a read-only view of that state for the status
 page and the metrics' gauges (``overview.py``); sticky sessions' memory of which member served a
 key (``affinity.py``). Caps per caller and per session: what each caller and session used

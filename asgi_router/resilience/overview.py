@@ -9,19 +9,26 @@ view is taken on demand (a page load, a scrape) and never kept.
 
 An open breaker becomes half-open lazily, when the next call asks to be admitted
 (``breaker.py``); a view reports what that call would find: ``half_open`` once ``open_for`` has
-run out, with ``half_opens_in`` at 0.
+run out, with ``half_opens_in`` at 0. Likewise a ramp advances with time by itself: the share
+shown is the one the next call would meet.
+
+Besides the phase, a breaker's status says in words what an operator needs (``notes``): why it
+opened (``opened: slow (p90 4.1 s / target 2 s)``), where its ramp is (``recovering 10% → 50%``)
+and whether its candidate is demoted (``slow``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from asgi_router.config.named import named_models
+from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.config.settings import RouterSettings
-from asgi_router.resilience.breaker import BreakerView, Phase
+from asgi_router.resilience.breaker import BreakerView, Phase, ramp_position
 from asgi_router.resilience.router_state import RouterState
+from asgi_router.resilience.slowness import Slowness
 from asgi_router.resilience.stats import RoutingStats
 
 __all__ = ["BreakerStatus", "Budget", "CandidateStatus", "Overview", "ProviderStatus", "breaker_status"]
@@ -37,21 +44,57 @@ class BreakerStatus:
     #: Seconds until an open breaker admits a probe (``None`` unless open).
     half_opens_in: float | None = None
     consecutive_failures: int = 0
+    #: Why an open or half-open breaker opened: ``failures`` or ``slow``.
+    cause: str | None = None
+    #: The share of its traffic it takes: below 1.0 while recovering.
+    share: float = 1.0
+    #: What an operator reads next to the phase, e.g. ``recovering 10% → 50%``.
+    notes: tuple[str, ...] = ()
 
 
 _CLOSED = BreakerStatus("closed")
 
 
-def breaker_status(view: BreakerView | None, now: float) -> BreakerStatus:
-    """What ``view`` (``None``: the key never failed) means at ``now`` (the router's clock)."""
+def _percent(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def _seconds(value: float) -> str:
+    """``4.1 s``, ``2 s``, ``0.05 s``: one decimal from a second up, two figures below."""
+    return (f"{value:.1f}".removesuffix(".0") if value >= 1 else f"{value:.2g}") + " s"
+
+
+def breaker_status(
+    view: BreakerView | None,
+    now: float,
+    policy: BreakerSettings | None = None,
+    *,
+    slow: bool = False,
+    target: float | None = None,
+) -> BreakerStatus:
+    """What ``view`` (``None``: the key never failed) means at ``now`` (the router's clock);
+    ``policy`` places a ramp, ``slow`` and ``target`` are the candidate's slow mark and target."""
+    marks = ("slow",) if slow else ()
     if view is None or view.phase is Phase.CLOSED:
-        return _CLOSED if view is None else BreakerStatus("closed", None, view.consecutive_failures)
+        step = ramp_position(view, policy, now) if policy is not None else None
+        if step is not None and policy is not None:
+            share = policy.ramp[step]
+            after = policy.ramp[step + 1] if step + 1 < len(policy.ramp) else 1.0
+            notes = (f"recovering {_percent(share)} → {_percent(after)}", *marks)
+            return BreakerStatus("closed", None, view.consecutive_failures if view else 0, None, share, notes)
+        if view is None and not marks:
+            return _CLOSED
+        return BreakerStatus("closed", None, view.consecutive_failures if view else 0, notes=marks)
+    opened = f"opened: {view.cause}"
+    if view.cause == "slow" and view.p90 is not None and target is not None:
+        opened += f" (p90 {_seconds(view.p90)} / target {_seconds(target)})"
+    notes = (opened,)
     if view.phase is Phase.HALF_OPEN:
-        return BreakerStatus("half_open", None, view.consecutive_failures)
+        return BreakerStatus("half_open", None, view.consecutive_failures, view.cause, notes=notes)
     opens = (view.opened_at or 0.0) + view.open_for - now
     if opens <= 0:
-        return BreakerStatus("half_open", None, view.consecutive_failures)
-    return BreakerStatus("open", opens, view.consecutive_failures)
+        return BreakerStatus("half_open", None, view.consecutive_failures, view.cause, notes=notes)
+    return BreakerStatus("open", opens, view.consecutive_failures, view.cause, notes=notes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +136,8 @@ class Overview:
         self._state = state
         self._stats = stats
         self._clock = clock
+        self._policy = settings.breaker
+        self._slowness = Slowness(settings)
         self._providers = {name: settings.providers[name] for name in sorted(settings.providers)}
         models = sorted(named_models(settings))
         self._models = {name: tuple(key for key in models if key.split("/", 1)[0] == name) for name in self._providers}
@@ -111,7 +156,26 @@ class Overview:
         return getattr(self._state, "shared", False) is True
 
     def breaker(self, key: str) -> BreakerStatus:
-        return breaker_status(self._state.breaker(key), self._clock())
+        """``key``'s breaker (a provider's, or a candidate's with its slow mark and target)."""
+        now = self._clock()
+        if "/" not in key:
+            return breaker_status(self._state.breaker(key), now, self._policy)
+        slow = self._state.slow(key, now)
+        return breaker_status(self._state.breaker(key), now, self._policy, slow=slow, target=self._slowness.target(key))
+
+    def targets(self, keys: Iterable[str]) -> dict[str, float]:
+        """The latency target of each of ``keys`` that has one, and of each provider's ``provider/*``."""
+        found = {key: target for key in keys if (target := self._slowness.target(key)) is not None}
+        for name in self._providers:
+            target = self._slowness.target(f"{name}/*")
+            if target is not None:
+                found[f"{name}/*"] = target
+        return found
+
+    def ramp_share(self, key: str) -> float:
+        """The share of its traffic ``key`` takes: the smaller of its own and its provider's."""
+        provider = self.breaker(key.split("/", 1)[0]).share
+        return min(provider, self.breaker(key).share)
 
     def models(self, provider: str) -> tuple[str, ...]:
         """The ``provider/model-id`` keys the configuration names for ``provider``."""

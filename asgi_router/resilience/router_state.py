@@ -1,4 +1,5 @@
-"""All mutable routing state behind one small interface: breakers, rotation, budgets, statistics.
+"""All mutable routing state behind one small interface: breakers (with their ramps and the
+slow marks of ``slowness.py``), rotation, budgets, statistics.
 
 Nothing else in the router keeps or touches this state; it asks a :class:`RouterState`. The
 in-memory implementation serves one process; :mod:`asgi_router.fleet` shares it through Redis, so
@@ -40,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from asgi_router.config.resilience_settings import BreakerSettings, RetryBudgetSettings
-from asgi_router.resilience.breaker import ADMITTED, Admission, BreakerView, CircuitBreaker, Verdict
+from asgi_router.resilience.breaker import ADMITTED, Admission, BreakerView, Cause, CircuitBreaker, Verdict
 from asgi_router.resilience.stats import InMemoryStats, RoutingStats
 
 __all__ = ["InMemoryState", "MAX_BREAKERS", "RouterState"]
@@ -75,8 +76,19 @@ class RouterState(RoutingStats, Protocol):
         """Count a finished call to ``key`` (``probe``: its admission was a probe)."""
         ...
 
-    def trip(self, key: str, policy: BreakerSettings, now: float) -> None:
-        """Open ``key``'s breaker from outside (a failing health probe)."""
+    def trip(
+        self, key: str, policy: BreakerSettings, now: float, cause: Cause = "failures", p90: float | None = None
+    ) -> None:
+        """Open ``key``'s breaker from outside: a failing health probe, or the slowness rule
+        (``cause="slow"``, with the p90 time to first byte that opened it)."""
+        ...
+
+    def mark_slow(self, key: str, until: float | None) -> None:
+        """Mark ``key`` slow until ``until`` (this state's clock), or lift the mark (``None``)."""
+        ...
+
+    def slow(self, key: str, now: float) -> bool:
+        """Whether ``key`` is marked slow at ``now``: plans try it after the others."""
         ...
 
     def recover(self, key: str, policy: BreakerSettings, now: float) -> None:
@@ -120,6 +132,8 @@ class InMemoryState(InMemoryStats):
         self._counters: dict[str, itertools.count[int]] = {}
         self._breakers: OrderedDict[str, CircuitBreaker] = OrderedDict()
         self._retries: dict[str, int] = {}
+        #: Slow marks: until when each holds (only candidates with a latency target get one).
+        self._slow: dict[str, float] = {}
 
     def fleet_rotation(self, key: str) -> Callable[[], Awaitable[int]] | None:
         return None  # one process: next_rotation is the whole sequence
@@ -155,8 +169,22 @@ class InMemoryState(InMemoryStats):
             return  # a closed breaker with no failures is the same as none: keep the table small
         self._breaker(key, policy).record(now, verdict, probe=probe)
 
-    def trip(self, key: str, policy: BreakerSettings, now: float) -> None:
-        self._breaker(key, policy).trip(now)
+    def trip(
+        self, key: str, policy: BreakerSettings, now: float, cause: Cause = "failures", p90: float | None = None
+    ) -> None:
+        self._breaker(key, policy).trip(now, cause, p90)
+
+    def mark_slow(self, key: str, until: float | None) -> None:
+        if until is None:
+            self._slow.pop(key, None)
+            return
+        self._slow[key] = until
+        if len(self._slow) > MAX_BREAKERS:
+            self._slow.pop(next(iter(self._slow)))
+
+    def slow(self, key: str, now: float) -> bool:
+        until = self._slow.get(key)
+        return until is not None and now < until
 
     def recover(self, key: str, policy: BreakerSettings, now: float) -> None:
         breaker = self._breakers.get(key)

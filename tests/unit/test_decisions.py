@@ -154,6 +154,7 @@ ROWS: dict[Reason, Row] = {
     "budget_exhausted": Row("skip", None, None, None, None),
     "over_budget": Row("skip", None, None, None, None),
     "circuit_open": Row("skip", None, None, None, None),
+    "recovering": Row("skip", None, None, None, None),
     "saturated": Row("skip", None, None, None, None),
 }
 
@@ -354,6 +355,10 @@ class AdmissionCase:
     open_breaker: bool = False
     busy: bool = False
     force: bool = False
+    #: Its provider's breaker closed after an outage and ramps (10 % first: this one is past it).
+    recovering: bool = False
+    #: Its own breaker was opened by the slowness rule.
+    slow_open: bool = False
 
 
 ADMISSIONS = [
@@ -371,7 +376,11 @@ ADMISSIONS = [
     AdmissionCase("the deadline passed", Skip("budget_exhausted", stops=True), {}, left=0.0),
     AdmissionCase("the catalog window is too small", Skip("context_window"), {}, window=10),
     AdmissionCase("the rpm budget is spent", Skip("over_budget", retry_after=60.0), {}, spent=True),
-    AdmissionCase("a breaker is open", Skip("circuit_open", opened_at=100.0), {}, open_breaker=True),
+    AdmissionCase("a breaker is open", Skip("circuit_open", opened_at=100.0, cause="failures"), {}, open_breaker=True),
+    AdmissionCase("a breaker opened slow", Skip("circuit_open", opened_at=100.0, cause="slow"), {}, slow_open=True),
+    AdmissionCase("a breaker recovers: past its share", Skip("recovering", opened_at=130.0), {}, recovering=True),
+    AdmissionCase("a forced candidate passes a ramp", None, {}, recovering=True, force=True),
+    AdmissionCase("an empty ramp closes at once", None, {"breaker": {"ramp": []}}, recovering=True),
     AdmissionCase("a forced candidate passes an open breaker", None, {}, open_breaker=True, force=True),
     AdmissionCase("breakers off: an open one is not asked", None, {"breaker": {"enabled": False}}, open_breaker=True),
     AdmissionCase("its provider is at max_concurrent", Skip("saturated"), {"max_concurrent": 1}, busy=True),
@@ -380,7 +389,7 @@ ADMISSIONS = [
     AdmissionCase("the window comes before the breaker", Skip("context_window"), {}, window=10, open_breaker=True),
     AdmissionCase(
         "the breaker comes before the cap",
-        Skip("circuit_open", opened_at=100.0),
+        Skip("circuit_open", opened_at=100.0, cause="failures"),
         {"max_concurrent": 1},
         open_breaker=True,
         busy=True,
@@ -404,10 +413,24 @@ def _admission(case: AdmissionCase) -> Lease | Skip:
         assert isinstance(parts.gate.enter(CANDIDATE), Lease)
     if case.open_breaker:
         parts.gate.trip("p")
+    if case.slow_open:
+        parts.state.trip(KEY, parts.settings.breaker, parts.clock.now, "slow", 9.0)
+    if case.recovering:
+        parts.gate.trip("p")
+        parts.clock.now += parts.settings.breaker.open_for
+        parts.gate.recover("p")
     wire = case.wire if case.wire is not None else WireBody({"model": "x"})
     facts = RequestFacts({"messages": [{"role": "user", "content": "x" * 400}]})
     deadline = parts.clock.now + case.left
     return parts.decisions.admit(CANDIDATE, provider, wire, case.attempts, deadline, policy, facts, force=case.force)
+
+
+def test_the_order_puts_slow_candidates_after_the_others_keeping_the_order_among_each() -> None:
+    parts = _parts(breaker={"latency_target": 1.0})
+    fast, slow, other = Candidate("p", "fast"), Candidate("p", "slow"), Candidate("p", "other")
+    parts.state.mark_slow(slow.key, parts.clock.now + 60)
+    assert list(parts.decisions.order([slow, fast, other])) == [fast, other, slow]
+    assert list(_parts().decisions.order([slow, fast, other])) == [slow, fast, other]  # no target: as given
 
 
 @pytest.mark.parametrize("case", ADMISSIONS, ids=[case.name for case in ADMISSIONS])

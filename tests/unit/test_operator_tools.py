@@ -106,8 +106,9 @@ _POLICY = BreakerSettings(consecutive_failures=1, open_for=30)
     ("failures_at", "now", "expected"),
     [
         (None, 0.0, BreakerStatus("closed")),
-        (10.0, 15.0, BreakerStatus("open", 25.0, 1)),
-        (10.0, 40.0, BreakerStatus("half_open", None, 1)),  # due: the next call is its probe
+        (10.0, 15.0, BreakerStatus("open", 25.0, 1, "failures", notes=("opened: failures",))),
+        # due: the next call is its probe
+        (10.0, 40.0, BreakerStatus("half_open", None, 1, "failures", notes=("opened: failures",))),
     ],
 )
 def test_a_breaker_is_reported_as_the_next_call_would_find_it(
@@ -124,6 +125,25 @@ def test_a_probing_breaker_is_half_open() -> None:
     breaker.record(0.0, "failure")
     assert breaker.admit(31.0).probe
     assert breaker_status(breaker.view(), 31.0).phase == "half_open"
+
+
+def test_a_recovering_breaker_is_reported_closed_with_its_ramp_in_words() -> None:
+    breaker = CircuitBreaker(_POLICY)
+    breaker.record(0.0, "failure")
+    breaker.recover(30.0)
+    status = breaker_status(breaker.view(), 31.0, _POLICY)
+    assert (status.phase, status.share, status.notes) == ("closed", 0.1, ("recovering 10% → 50%",))
+    later = breaker_status(breaker.view(), 40.0, _POLICY)  # ramp_step (10 s) passed: the next step
+    assert (later.share, later.notes) == (0.5, ("recovering 50% → 100%",))
+    assert breaker_status(breaker.view(), 50.0, _POLICY).notes == ()
+
+
+def test_a_slow_opening_is_reported_with_its_p90_and_target_and_a_slow_mark_in_a_word() -> None:
+    breaker = CircuitBreaker(_POLICY)
+    breaker.trip(0.0, "slow", 4.1)
+    status = breaker_status(breaker.view(), 1.0, _POLICY, target=2.0)
+    assert (status.phase, status.cause, status.notes) == ("open", "slow", ("opened: slow (p90 4.1 s / target 2 s)",))
+    assert breaker_status(None, 0.0, _POLICY, slow=True).notes == ("slow",)
 
 
 def _settings(**fields: Any) -> RouterSettings:

@@ -115,6 +115,15 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"breaker": {"failure_rate": 0}}, "failure_rate"),
     ({"breaker": {"open_for": 60, "max_open_for": 30}}, "max_open_for"),
     ({"breaker": {"surprise": 1}}, "surprise"),
+    ({"breaker": {"ramp": [0.5, 0.1]}}, "ramp must rise"),
+    ({"breaker": {"ramp": [1.0]}}, "ramp.0"),
+    ({"breaker": {"probe_interval": 0}}, "probe_interval"),
+    ({"breaker": {"slow_factor": 1}}, "slow_factor"),
+    ({"providers": {"openai": {**_PROVIDERS["openai"], "latency_target": 0}}}, "latency_target"),
+    (
+        {"groups": {"g": {"members": ["openai/a"]}, "h": {"members": [{"ref": "group/g", "latency_target": 1}]}}},
+        "latency_target belong",
+    ),
     ({"providers": {"openai": {**_PROVIDERS["openai"], "max_concurrent": 0}}}, "max_concurrent"),
     ({"providers": {"openai": {**_PROVIDERS["openai"], "health": {"path": "models"}}}}, "health.path"),
     ({"providers": {"openai": {**_PROVIDERS["openai"], "health": {"interval": 0}}}}, "interval"),
@@ -127,6 +136,15 @@ def test_invalid_resilience_settings_are_refused_naming_the_key(overrides: dict[
     with pytest.raises(ValidationError) as info:
         RouterSettings(allow_unauthenticated=True, **kwargs)
     assert named in str(info.value)
+
+
+def test_the_recovery_and_slowness_defaults_and_an_old_file_with_max_open_for_loads() -> None:
+    settings = RouterSettings(
+        allow_unauthenticated=True, providers=_PROVIDERS, breaker={"open_for": 30, "max_open_for": 300}
+    )
+    breaker = settings.breaker
+    assert (breaker.ramp, breaker.ramp_successes, breaker.ramp_step, breaker.probe_interval) == ([0.1, 0.5], 5, 10, 5)
+    assert (breaker.latency_target, breaker.slow_factor, breaker.slow_error_rate) == (None, 2.0, 0.05)
 
 
 def _plan(settings: RouterSettings, ref: str) -> Plan:
