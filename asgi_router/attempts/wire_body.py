@@ -1,12 +1,12 @@
 """Each candidate's request body: the client's bytes with only the ``model`` value changed.
 
 The attempt loop sends every candidate the client's body with one change, the ``model`` value,
-and checks the result names the candidate (the target guard, ``docs/errors-and-headers.md``). Re-serialising the
-parsed payload for that costs as much as parsing it (~80 µs for a 100 KB long-context request,
-a third of the router's CPU there). So the inbound parse (:func:`asgi_router.inbound.safejson.loads_with_span`)
-records the byte span of the ``model`` value, and :class:`SplicedBody` replaces just that span:
-the upstream also sees every other byte exactly as the client sent it (key order, number
-spellings).
+and checks the result names the candidate (the target guard, ``docs/errors-and-headers.md``).
+Re-serialising the parsed payload for that costs as much as parsing it, which for a long-context
+request is a large share of the router's own work (docs/performance.md has the figures). So the
+inbound parse (:func:`asgi_router.inbound.safejson.loads_with_span`) records the byte span of the
+``model`` value, and :class:`SplicedBody` replaces just that span: the upstream also sees every
+other byte exactly as the client sent it (key order, number spellings).
 
 When there is no span (the body starts with a byte order mark, or a top-level member name
 repeats, so an upstream might read another value than the router did), :class:`WireBody`

@@ -1,8 +1,8 @@
 """The response a request gets when its client left before the first byte.
 
 The client will never read it, but the server (or a host's outer middleware) is owed one:
-Starlette's ``BaseHTTPMiddleware`` wrapping the router raises "No response returned" and logs an
-ERROR traceback when the app it wraps returns without starting a response, once per abandoned
+Starlette's request/response middleware base class, wrapping the router, raises "No response
+returned" and logs an ERROR traceback when the app it wraps returns without starting a response, once per abandoned
 request. So a request whose client left before anything was sent ends with a 499 start and an
 empty body, as nginx names that case; a server whose client is gone drops it.
 """
