@@ -54,7 +54,6 @@ class StreamResumer:
         "_broken",
         "_clock",
         "_continuations",
-        "_exchange",
         "_facts",
         "_max",
         "_modes",
@@ -84,7 +83,6 @@ class StreamResumer:
         self._continuations = continuations
         self._book = book
         self._clock = clock
-        self._exchange = exchange
         self.record = exchange.record
         #: The request's context: bytes relayed, the attempt in flight, the lease, the winner.
         self.context = exchange
@@ -106,11 +104,11 @@ class StreamResumer:
 
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
-        return said_in_messages(sent) if self._exchange.anthropic else said_so_far(sent)
+        return said_in_messages(sent) if self.context.anthropic else said_so_far(sent)
 
     def splice(self, said: Said, skip: str) -> Spliced:
         """The rewriting of the continuation that just committed, in the route's protocol."""
-        if self._exchange.anthropic:
+        if self.context.anthropic:
             return MessagesSplice(said, skip, self.prior)
         return Splice(said, skip, self.prior)
 
@@ -125,7 +123,7 @@ class StreamResumer:
         made ``failed`` if nothing continues it (:attr:`evented` then names it).
         """
         self._broken.append(broken.candidate.key)
-        record, exchange = self.record, self._exchange
+        record, exchange = self.record, self.context
         at = len(record.events)
         record.events.append(
             AttemptEvent(
