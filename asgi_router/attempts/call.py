@@ -56,7 +56,7 @@ from asgi_router.core.reasons import Reason
 from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
-from asgi_router.protocols.first_event import REAL, FirstEvent
+from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
 from asgi_router.transports.transport import UpstreamResponse, close_response
 
@@ -107,13 +107,13 @@ async def call(
     attempts: int,
     commit_by: float,
     translation: StreamTranslation | None = None,
-    first_event: FirstEvent | None = None,
+    anthropic_events: bool | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
-    whole, here too); ``first_event`` reads a relayed stream's leading events until one a client
-    shows (the commit point)."""
+    whole, here too); a relayed stream (``anthropic_events`` says which protocol its events are
+    in) commits once an event a client shows has come (the commit point)."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -140,20 +140,22 @@ async def call(
                 return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
             held: tuple[bytes, ...] | None = None
-            if first_event is not None:
-                held, verdict = await _first_real(chunks, first_event, context.max_response_bytes)
-                first = held[0] if len(held) == 1 else b"".join(held)
-                if verdict is not None and verdict != REAL:  # an error before anything to show
-                    return Failed(classify_status(verdict), status)
-                if verdict is None:
-                    first = b""  # it ended (or outgrew the limit) before saying anything
-            elif translation is None:
+            if translation is None:
                 try:  # the first non-empty chunk (b"": none before the end)
                     first = await anext(chunks)
                     while not first:
                         first = await anext(chunks)
                 except StopAsyncIteration:
                     first = b""
+                if first and anthropic_events is not None and (anthropic_events or not shows_text(first)):
+                    held, verdict = await _first_real(
+                        chunks, FirstEvent(anthropic=anthropic_events), context.max_response_bytes, first
+                    )
+                    first = held[0] if len(held) == 1 else b"".join(held)
+                    if verdict is not None and verdict != REAL:  # an error before anything to show
+                        return Failed(classify_status(verdict), status)
+                    if verdict is None:
+                        first = b""  # it ended (or outgrew the limit) before saying anything
             else:
                 first = await _first_translated(chunks, translation)
                 if translation.failure is not None:  # an error event before anything to show
@@ -214,28 +216,30 @@ async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTra
 
 
 async def _first_real(
-    chunks: AsyncIterator[bytes], first_event: FirstEvent, limit: int
+    chunks: AsyncIterator[bytes], first_event: FirstEvent, limit: int, first: bytes
 ) -> tuple[tuple[bytes, ...], int | None]:
-    """The stream's chunks up to its first real event, and :meth:`FirstEvent.feed`'s verdict
-    (``None``: the stream ended, broke once it had begun, or held more than ``limit`` bytes,
-    first: ``stream_interrupted``, as a stream that ends empty is)."""
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in chunks:
-            if not chunk:
-                continue
-            parts.append(chunk)
-            verdict = first_event.feed(chunk)
-            if verdict is not None:
-                return tuple(parts), verdict
-            size += len(chunk)
-            if size > limit:
-                break
-    except UpstreamBroken:
-        if not parts:
-            raise  # nothing came after the headers: classified as any cut is
-        return (), None
+    """The stream's chunks from ``first`` up to its first real event, and
+    :meth:`FirstEvent.feed`'s verdict (``None``: the stream ended, broke once it had begun, or
+    held more than ``limit`` bytes first: ``stream_interrupted``, as a stream that ends empty is)."""
+    parts = [first]
+    verdict = first_event.feed(first)
+    if verdict is not None:
+        return (first,), verdict
+    size = len(first)
+    if size <= limit:
+        try:
+            async for chunk in chunks:
+                if not chunk:
+                    continue
+                parts.append(chunk)
+                verdict = first_event.feed(chunk)
+                if verdict is not None:
+                    return tuple(parts), verdict
+                size += len(chunk)
+                if size > limit:
+                    break
+        except UpstreamBroken:
+            return (), None
     if parts and size <= limit and not first_event.saw_events:  # not an event stream: as it came
         return tuple(parts), REAL
     return (), None

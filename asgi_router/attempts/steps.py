@@ -40,9 +40,7 @@ from asgi_router.core.router_errors import AttemptSummary, RouterError, exhauste
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
-from asgi_router.protocols.first_event import FirstEvent
 from asgi_router.protocols.from_anthropic import StreamTranslation
-from asgi_router.protocols.routes import is_anthropic, route_kind
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
@@ -61,6 +59,8 @@ class Flight(Protocol):
     context): if the client leaves meanwhile, that attempt is evented as ``aborted``."""
 
     in_flight: tuple[str, float] | None
+    #: Whether the route speaks Anthropic's protocol (a relayed stream's events are its events).
+    anthropic: bool
 
 
 class RequestAttempts:
@@ -247,11 +247,7 @@ class RequestAttempts:
             else None
         )
         # A relayed stream commits on its first real event; a translated one already does.
-        first_event = (
-            FirstEvent(anthropic=is_anthropic(route_kind(self._route)))
-            if self._stream and not target.translated
-            else None
-        )
+        anthropic_events = self.flight.anthropic if self._stream and not target.translated else None
         if self._trace is not None:  # the attempt's span, and its traceparent in the headers
             self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
         try:
@@ -265,7 +261,7 @@ class RequestAttempts:
                 self.attempts,
                 self.deadline,
                 translation,
-                first_event,
+                anthropic_events,
             )
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)

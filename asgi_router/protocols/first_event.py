@@ -21,13 +21,13 @@ from typing import Any, Final
 from asgi_router.protocols.anthropic_errors import status_of_error_type
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["REAL", "FirstEvent"]
+__all__ = ["REAL", "FirstEvent", "shows_text"]
 
 #: :meth:`FirstEvent.feed`'s answer once an event a client shows has arrived.
 REAL: Final = 0
-# The bytes of a chat chunk's non-empty ``content``, and of an empty one (the role-only delta's).
+# The bytes that open a chat chunk's ``content`` string, and where its first character is.
 _SAYS_TEXT: Final = b'"content":"'
-_SAYS_NOTHING: Final = b'"content":""'
+_TEXT_AT: Final = len(_SAYS_TEXT)
 # Anthropic events that say nothing a client shows.
 _PREAMBLE: Final = frozenset({"message_start", "ping"})
 # OpenAI error types (and codes) that are not a server error.
@@ -42,6 +42,26 @@ _OPENAI_TYPES: Final[dict[str, int]] = {
 }
 
 
+def shows_text(chunk: bytes) -> bool:
+    """Whether ``chunk``, a chat stream's first, opens with an event whose ``content`` has text.
+
+    Nearly every relayed stream's first real event is such a content delta, so this byte test
+    (a parse would cost more than everything else the relay does per stream) answers for most
+    streams without a :class:`FirstEvent`: the chunk starts with a ``data:`` line, the first
+    ``"content":"`` is on that line and is not empty, and no ``"error"`` appears anywhere (a quote
+    inside a JSON string is escaped, so neither can match inside a value). Anything else, ``False``,
+    is read event by event by :class:`FirstEvent`.
+    """
+    at = chunk.find(_SAYS_TEXT)
+    return (
+        at > 0
+        and chunk[:6] == b"data: "
+        and b"\n" not in chunk[:at]
+        and chunk[at + _TEXT_AT : at + _TEXT_AT + 1] != b'"'
+        and b'"error"' not in chunk
+    )
+
+
 class FirstEvent:
     """Reads a stream's leading events until one that a client shows."""
 
@@ -49,7 +69,8 @@ class FirstEvent:
 
     def __init__(self, *, anthropic: bool) -> None:
         self._anthropic = anthropic
-        self._splitter = EventSplitter()
+        #: Made for the first chunk that is not one whole event (until then none is pending).
+        self._splitter: EventSplitter | None = None
         #: Whether any event came at all: a body that is not an event stream (a server that
         #: ignored ``stream``) is not ours to judge, and is relayed as it is once it ends.
         self.saw_events = False
@@ -57,7 +78,16 @@ class FirstEvent:
     def feed(self, chunk: bytes) -> int | None:
         """``None``: nothing shown yet, read on; :data:`REAL`: commit; else the HTTP status the
         stream's first real event, an error, stands for."""
-        for data in self._splitter.feed(chunk):
+        splitter = self._splitter
+        if splitter is None:
+            # The usual chunk is one whole event of one ``data:`` line: read it without the
+            # splitter (nothing is pending before it, since no chunk went to the splitter yet).
+            head, boundary, rest = chunk.partition(b"\n\n")
+            if boundary and not rest and head[:6] == b"data: " and b"\n" not in head and b"\r" not in head:
+                self.saw_events = True
+                return self._event(head[6:])
+            splitter = self._splitter = EventSplitter()
+        for data in splitter.feed(chunk):
             self.saw_events = True
             verdict = self._event(data)
             if verdict is not None:
@@ -67,10 +97,13 @@ class FirstEvent:
     def _event(self, data: bytes) -> int | None:
         if data == b"[DONE]":
             return REAL
-        if not self._anthropic and _SAYS_TEXT in data and _SAYS_NOTHING not in data and b'"error"' not in data:
-            # A content delta, as nearly every stream's second event is: no parse needed (a
-            # quote inside a JSON string is escaped, so this cannot match inside a value).
-            return REAL
+        if not self._anthropic:
+            at = data.find(_SAYS_TEXT)
+            if at >= 0 and data[at + _TEXT_AT : at + _TEXT_AT + 1] != b'"' and b'"error"' not in data:
+                # A content delta with text, as nearly every stream's second event is: no parse
+                # needed (a quote inside a JSON string is escaped, so this cannot match inside a
+                # value, and the first ``content`` holding text is something a client shows).
+                return REAL
         try:
             event = json.loads(data)
         except ValueError:

@@ -156,10 +156,10 @@ class Answer:
     ) -> StreamResumer | None:
         """The request's continuations, when its plan has a resumable candidate and it can be
         continued at all (one choice, no logprobs); else ``None``."""
-        if self._resumes is None or not resumable_request(request.payload):
+        if self._resumes is None:
             return None
         modes = self._resumes.modes(plan)
-        if modes is None:
+        if modes is None or not resumable_request(request.payload):
             return None
         assert self._continuations is not None
         return StreamResumer(

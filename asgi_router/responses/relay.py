@@ -54,6 +54,7 @@ from asgi_router.transports.transport import close_response
 
 __all__ = [
     "ENDINGS",
+    "MAY_END",
     "Progress",
     "RelayResult",
     "UpstreamSaid",
@@ -67,6 +68,11 @@ __all__ = [
 #: one is sent the client has the whole answer, and a client that closes before the response's
 #: last (empty) message still got it: the request is ``served``.
 ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"}\n\n', b'"message_stop"}\r\n\r\n')
+#: Above the fourth byte from the end of every one of :data:`ENDINGS` (``E`` of ``[DONE]``, the
+#: quote of ``"message_stop"``, ``\r`` of a CRLF ending). A chunk whose fourth byte from the end
+#: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
+#: test, a tuple ``endswith`` that is dear per chunk, runs only on the few that may.
+MAY_END: Final = b"F"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +151,21 @@ async def relay_stream(
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            for part in committed.parts or (last,):  # the chunks held for commit, as they came
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                sent += len(part)
-                count += 1
-                before_last, last = last if count > 1 else b"", part
+            parts = committed.parts
+            if parts is None:  # the usual commit: on the stream's first chunk
+                await send({"type": "http.response.body", "body": last, "more_body": True})
+                sent, count = len(last), 1
                 if tail is not None:
-                    tail.add(part)
-            ended = last.endswith(ENDINGS)
+                    tail.add(last)
+            else:
+                for part in parts:  # the chunks held for commit, as they came
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
+                    sent += len(part)
+                    count += 1
+                    before_last, last = last if count > 1 else b"", part
+                    if tail is not None:
+                        tail.add(part)
+            ended = last[-4:-3] < MAY_END and last.endswith(ENDINGS)
             if ended and complete is not None:
                 complete()
             failure: Exception | None = None
@@ -179,7 +192,7 @@ async def relay_stream(
                         before_last, last = last, chunk
                         if tail is not None:
                             tail.add(chunk)
-                        if chunk.endswith(ENDINGS) and not ended:
+                        if not ended and chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS):
                             ended = True
                             if complete is not None:
                                 complete()

@@ -33,7 +33,7 @@ from asgi_router.attempts.usage import Tail
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said
-from asgi_router.responses.relay import ENDINGS, RelayResult, UpstreamSaid, event_boundary, late_reason
+from asgi_router.responses.relay import ENDINGS, MAY_END, RelayResult, UpstreamSaid, event_boundary, late_reason
 from asgi_router.responses.resuming import Spliced, StreamResumer
 from asgi_router.transports.transport import close_response
 
@@ -101,7 +101,7 @@ async def relay_resumable(
         sent.events.append(events)
         if tail is not None:
             tail.add(events)
-        if not sent.ended and events.endswith(ENDINGS):
+        if not sent.ended and events[-4:-3] < MAY_END and events.endswith(ENDINGS):
             sent.ended = True
             if complete is not None:
                 complete()

@@ -22,20 +22,25 @@ __all__ = ["ResumeTable"]
 class ResumeTable:
     """Each plan's continuation modes, read from a router's settings; one per router."""
 
-    __slots__ = ("_default_max", "_providers", "enabled")
+    __slots__ = ("_default_max", "_groups", "_providers", "enabled")
 
     def __init__(self, settings: RouterSettings) -> None:
         self._providers: Mapping[str, ResumeMode] = {
             name: provider.resume for name, provider in settings.providers.items() if provider.resume != "none"
         }
         self._default_max = settings.max_resumes
-        members = any(
-            member.resume not in (None, "none")
+        #: The groups with a member that can continue a stream (its table's ``resume``, else its
+        #: provider's): a plan of any other group is answered "none" without a look at it.
+        self._groups = frozenset(
+            name
             for name in settings.groups
-            for member in settings.flat_member_settings(name)
+            if any(
+                (member.resume or self._providers.get(member.ref.split("/", 1)[0], "none")) != "none"
+                for member in settings.flat_member_settings(name)
+            )
         )
         #: Whether any candidate of any plan can be resumable at all.
-        self.enabled = bool(self._providers) or members
+        self.enabled = bool(self._providers) or bool(self._groups)
 
     def mode(self, plan: Plan, candidate: Candidate) -> ResumeMode:
         """How ``candidate`` of ``plan`` continues a stream (``"none"``: it does not)."""
@@ -49,7 +54,9 @@ class ResumeTable:
     def modes(self, plan: Plan) -> tuple[ResumeMode, ...] | None:
         """Every candidate's mode in plan order, or ``None`` when none of them can continue (or
         the plan allows no continuation: ``max_resumes`` 0)."""
-        if not self.enabled or self.max_resumes(plan) == 0:
+        if not self.enabled or (plan.policy is not None and plan.policy.name not in self._groups):
+            return None
+        if self.max_resumes(plan) == 0:
             return None
         modes = tuple(self.mode(plan, candidate) for candidate in plan.candidates)
         return modes if any(mode != "none" for mode in modes) else None
