@@ -11,5 +11,6 @@ app with ``ModelRouter`` mounted), :mod:`bench.procs` (starting and sampling the
 :mod:`bench.wrk` (driving them), :mod:`bench.streams` (1,000 open streams),
 :mod:`bench.micro` (in-process micro-benchmarks), :mod:`bench.scenarios` and
 :mod:`bench.report`; :mod:`bench.phases` (``python -m bench phases``) counts where one
-request's instructions and allocations go, phase by phase, under callgrind.
+request's instructions and allocations go, phase by phase, under callgrind (its client requests
+and dumps: :mod:`bench.callgrind`).
 """

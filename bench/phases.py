@@ -21,7 +21,8 @@ so no compiler is needed). Under ``--collect-atstart=no`` only those windows are
   ``_PyObject_Calloc``: every object not taken from a free list, and small buffers such as a
   dict's table) over ``--samples`` requests, each window between two dumps with collection on
   throughout: callgrind counts calls even while it collects nothing, and resets a call's count
-  only when a dump writes it, so only a window opened by a dump is exact.
+  only when a dump writes it, so only a window opened by a dump is exact (and three requests'
+  dumps are thrown away first, to clear the counts left from when nothing was collected).
 
 A wrapper costs instructions of its own (the ctypes call, one more Python frame); the same
 wrapper around a function that does nothing is counted on every request (sync and async alike)
@@ -36,13 +37,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
-import mmap
 import os
 import platform
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -54,6 +52,7 @@ from typing import Any
 from asgi_router.attempts import steps
 from asgi_router.responses import answer as answer_module
 
+from .callgrind import Callgrind, read_dumps
 from .micro import bench_router
 from .procs import ROOT
 
@@ -140,41 +139,6 @@ class _Harness:
         pass
 
 
-class _Callgrind:
-    """Callgrind's client requests (valgrind.h's amd64 sequence: the four ``rol rdi`` and
-    ``xchg rbx, rbx``), one tiny function per request with its argument block built in; each
-    answers 0 when not run under valgrind."""
-
-    _PREAMBLE = bytes.fromhex("48c1c70348c1c70d48c1c73d48c1c733")
-    _TAIL = bytes.fromhex("4887db4889d0c3")  # xchg rbx,rbx; mov rax,rdx; ret
-
-    def __init__(self) -> None:
-        self.name = ctypes.create_string_buffer(128)
-        args = ctypes.c_size_t * 6
-        codes = (0x1001, 0x43540002, 0x43540003)  # RUNNING_ON_VALGRIND, TOGGLE_COLLECT, DUMP_STATS_AT
-        self._blocks = [args(code, ctypes.addressof(self.name) if code == 0x43540003 else 0) for code in codes]
-        self._page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-        for index, block in enumerate(self._blocks):
-            self._page.seek(index * 64)  # movabs rax, block; xor edx, edx; the request
-            self._page.write(b"\x48\xb8" + struct.pack("<Q", ctypes.addressof(block)) + b"\x31\xd2")
-            self._page.write(self._PREAMBLE + self._TAIL)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(self._page))
-        running = ctypes.CFUNCTYPE(ctypes.c_size_t)(base)
-        self.toggle, self._dump = (ctypes.CFUNCTYPE(None)(base + 64 * i) for i in (1, 2))
-        self.running = bool(running())
-        self.dumps = 0
-        self.out = os.environ.get("BENCH_PHASES_OUT")  # the dump files' prefix
-
-    def dump(self, name: str) -> None:
-        """Dump (and reset) what was counted since the last dump, as ``name``; a ``discard``
-        dump's file is deleted at once (callgrind numbers its dumps from 1)."""
-        self.name.value = name.encode()
-        self._dump()
-        self.dumps += 1
-        if name == "discard" and self.out is not None:
-            os.remove(f"{self.out}.{self.dumps}")
-
-
 def _wrap(function: Any, is_async: bool, enter: Callable[[], None], leave: Callable[[], None]) -> Any:
     if is_async:
 
@@ -223,7 +187,7 @@ class _Window:
     at exit: callgrind counts calls even while it collects nothing, and resets a call's count
     only when a dump writes it; ``net`` counts blocks left allocated."""
 
-    def __init__(self, mode: str, callgrind: _Callgrind | None, name: str) -> None:
+    def __init__(self, mode: str, callgrind: Callgrind | None, name: str) -> None:
         self.mode, self.callgrind, self.name = mode, callgrind, name
         self.entered = self.net = 0
         self._opened: list[int] = []
@@ -232,7 +196,7 @@ class _Window:
         callgrind = self.callgrind
         if callgrind is None:
             return self._enter_net, self._leave_net
-        toggle, dump, name = callgrind.toggle, callgrind.dump, self.name
+        toggle, dump = callgrind.toggle, callgrind.dump
         if self.mode == "instr":
 
             def enter() -> None:
@@ -246,7 +210,7 @@ class _Window:
             dump("discard")
 
         def leave() -> None:
-            dump(name)
+            dump(self.name)
 
         return enter_fresh, leave
 
@@ -258,7 +222,7 @@ class _Window:
         self.net += sys.getallocatedblocks() - self._opened.pop()
 
 
-async def _drive(kind: str, requests: int, samples: int, callgrind: _Callgrind | None) -> dict[str, Any]:
+async def _drive(kind: str, requests: int, samples: int, callgrind: Callgrind | None) -> dict[str, Any]:
     """Each region in turn: instructions and allocations under callgrind, else net blocks; how
     many times each region was entered, and whether the router ever yielded to the loop."""
     router, request = bench_router(KINDS[kind])
@@ -297,6 +261,10 @@ async def _drive(kind: str, requests: int, samples: int, callgrind: _Callgrind |
                 if mode == "alloc":
                     assert callgrind is not None
                     callgrind.toggle()  # collect throughout: every call arc is then reset by a dump
+                    name, window.name = window.name, "discard"
+                    for _ in range(3):  # counts of calls made while nothing was collected: dumped away
+                        await one()
+                    window.name, window.entered = name, 0
                     for _ in range(samples):
                         await one()
                     callgrind.toggle()
@@ -312,30 +280,6 @@ async def _drive(kind: str, requests: int, samples: int, callgrind: _Callgrind |
             if mode == "net":
                 net[region.name] = window.net
     return {"entries": entries, "net": net, "suspended": bool(ran), "requests": requests, "samples": samples}
-
-
-_TRIGGER = "desc: Trigger: Client Request: "
-
-
-def _dumps(directory: Path) -> dict[str, dict[str, int]]:
-    """Per dump name: instructions, and calls into the object allocator, summed over its dumps."""
-    found: dict[str, dict[str, int]] = {}
-    for path in directory.glob("cg.out*"):
-        name, instructions, allocations, target = "", 0, 0, ""
-        with path.open() as lines:
-            for line in lines:
-                if line.startswith("cfn="):
-                    target = line[4:].strip()
-                elif line.startswith("calls=") and target in ("_PyObject_Malloc", "_PyObject_Calloc"):
-                    allocations += int(line[6:].split()[0])
-                elif line.startswith(_TRIGGER):
-                    name = line[len(_TRIGGER) :].strip()
-                elif line.startswith("totals:"):
-                    instructions = int(line.split()[1])
-        figures = found.setdefault(name, {"instructions": 0, "allocations": 0})
-        figures["instructions"] += instructions
-        figures["allocations"] += allocations
-    return found
 
 
 def _measure(
@@ -354,7 +298,7 @@ def _measure(
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
         children = json.loads(done.stdout.strip().splitlines()[-1])
-        dumps = _dumps(Path(tmp)) if valgrind is not None else {}
+        dumps = read_dumps(Path(tmp)) if valgrind is not None else {}
     results: dict[str, dict[str, dict[str, float]]] = {}
     for kind, child in children.items():
         missed = [name for name, modes in child["entries"].items() if 0 in modes.values()]
@@ -476,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
 def _child(kinds: str, requests: int, samples: int) -> None:
     """Measure each kind in this process (under valgrind, when it was started so) and print
     what the parent needs on one line of JSON."""
-    callgrind: _Callgrind | None = _Callgrind()
+    callgrind: Callgrind | None = Callgrind()
     if callgrind is not None and not callgrind.running:
         callgrind = None
     print(json.dumps({kind: asyncio.run(_drive(kind, requests, samples, callgrind)) for kind in kinds.split(",")}))
