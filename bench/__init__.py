@@ -10,5 +10,7 @@ Modules, in the order a run uses them: :mod:`bench.upstream` (the fast mock upst
 app with ``ModelRouter`` mounted), :mod:`bench.procs` (starting and sampling the processes),
 :mod:`bench.wrk` (driving them), :mod:`bench.streams` (1,000 open streams),
 :mod:`bench.micro` (in-process micro-benchmarks), :mod:`bench.scenarios` and
-:mod:`bench.report`.
+:mod:`bench.report`; :mod:`bench.phases` (``python -m bench phases``) counts where one
+request's instructions and allocations go, phase by phase, under callgrind (its client requests
+and dumps: :mod:`bench.callgrind`).
 """

@@ -4,6 +4,8 @@ Needs the ``bench`` extra (``pip install -e ".[bench]"``) and ``wrk`` (Debian's 
 wrk is missing the run stops and says how to install it; ``--install-wrk`` installs it with
 apt-get, which is also done unasked when running as root under ``CI``. A full run takes about
 four minutes on 2 cores; ``--quick`` is a smoke run of a few seconds per part.
+``python -m bench phases`` instead prints where one request's instructions and allocations go,
+phase by phase (``bench/phases.py``; valgrind's callgrind counts them).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import fleet, report, scenarios, wrk
+from . import fleet, phases, report, scenarios, wrk
 from .micro import micro, router_in_process
 from .procs import ROOT
 
@@ -76,6 +78,9 @@ def _progress(cell: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["phases"]:
+        return phases.main(argv[1:])
     args = _arguments(argv)
     config = _config(args)
     as_ci_root = os.geteuid() == 0 and bool(os.environ.get("CI"))

@@ -24,7 +24,7 @@ import asyncio
 import json
 import time
 import timeit
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -42,7 +42,7 @@ from .asgi_calls import receive_once
 from .host import settings_for
 from .upstream import COMPLETION, messages_events, sse_events
 
-__all__ = ["micro", "router_in_process", "router_loop"]
+__all__ = ["bench_router", "micro", "router_in_process", "router_loop"]
 
 _REFUSED = aiohttp.ClientConnectorError(
     aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None),
@@ -154,15 +154,15 @@ class _MemoryTransport:
         pass
 
 
-async def router_loop(
+def bench_router(
     stream: bool,
-    count: int,
     group: str = "bench",
     state_url: str | None = None,
     metrics: bool = False,
     callers: bool = False,
-) -> float:
-    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
+) -> tuple[ModelRouter, Callable[[Any], Awaitable[None]]]:
+    """The bench's ``ModelRouter`` over the in-memory transport, and one request: a coroutine
+    function that sends the request to the ASGI app it is given (the router, or a wrapper of it)."""
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
@@ -177,12 +177,29 @@ async def router_loop(
         headers.append((b"x-session-id", b"bench-session"))
     never = asyncio.Event()
 
-    async def one() -> None:
-        async def send(message: Any) -> None:
-            pass
+    async def send(message: Any) -> None:
+        pass
 
+    async def request(app: Any) -> None:
         scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
-        await router(scope, receive_once(body, never.wait), send)
+        await app(scope, receive_once(body, never.wait), send)
+
+    return router, request
+
+
+async def router_loop(
+    stream: bool,
+    count: int,
+    group: str = "bench",
+    state_url: str | None = None,
+    metrics: bool = False,
+    callers: bool = False,
+) -> float:
+    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
+    router, request = bench_router(stream, group, state_url, metrics, callers)
+
+    async def one() -> None:
+        await request(router)
         await asyncio.sleep(0)  # let the loop run what the request scheduled, as a server would
 
     for _ in range(500):

@@ -12,9 +12,11 @@ import pytest
 
 from bench import fleet as bench_fleet
 from bench import report, wrk
+from bench.__main__ import main as bench_main
 from bench.floor import Floor
 from bench.host import build, settings_for
 from bench.micro import micro, router_in_process
+from bench.phases import REGIONS
 from bench.streams import hold_streams
 from bench.upstream import COMPLETION, app, sse_events
 
@@ -170,3 +172,13 @@ def test_fleet_part_measures_both_budget_designs_and_the_freshness_of_an_opening
     rows = {row["target"]: row for row in report.targets(data)}
     assert rows["router with state_url (local Redis) / in memory req/s, c=16, order group"]["met"] is True
     assert "## Fleet: state shared through Redis" in "\n".join(report._fleet_section(data["fleet"]))
+
+
+def test_phases_command_prints_every_phase_having_entered_each(capsys: pytest.CaptureFixture[str]) -> None:
+    # Without valgrind: the regions are still wrapped and entered (a region whose functions the
+    # router stopped calling fails the command), only the counts are Python's own net blocks.
+    assert bench_main(["phases", "--no-valgrind", "--requests", "3", "--samples", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "| phase | json net blocks | sse20 net blocks |" in printed
+    for label in [region.label for region in REGIONS if region.name != "request"] + ["total"]:
+        assert f"| {label} |" in printed
