@@ -1,5 +1,6 @@
-"""Caller caps as logic, on fake clocks: the decision as a table, the tallies (UTC days, the rolling
-minute, session ttl, the bounds), a refusal's wording and reset, and a fleet slice's answers."""
+"""Caller caps as logic, on fake clocks: the tallies (UTC days, the rolling minute, session ttl,
+the bounds), a refusal's wording and reset, and a fleet slice's answers. The decision itself
+(serve, downgrade, refuse) is the decision point's, a table in ``test_decisions.py``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from starlette.types import Scope
 
 from asgi_router import RouterSettings
+from asgi_router.attempts.decisions import Decisions, Downgrade, Refuse
 from asgi_router.fleet.caller_budgets import SharedCallerLedger
-from asgi_router.resilience.caller_limits import CallerLimits, Downgrade, Refuse, decide
+from asgi_router.resilience.caller_limits import CallerLimits, CallerTicket
 from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of
 
 
@@ -42,28 +44,17 @@ def _limits(clocks: Clocks, **settings: Any) -> CallerLimits:
     return CallerLimits(built, CallerLedger(built.max_callers, lambda: clocks.mono, lambda: clocks.wall))
 
 
-CAP = Cap("usd_per_day", 10.0, 20.0)
-SOFT = Table((CAP,), "group/cheap", None)
-HARD = Table((Cap("rpm", 5.0, 5.0),), None, None)
-
-
-@pytest.mark.parametrize(
-    ("judged", "expected"),
-    [
-        ([], None),
-        ([(CAP, UNDER, SOFT)], None),
-        ([(CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
-        ([(CAP, REFUSED, SOFT)], Refuse(CAP, SOFT)),
-        ([(HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),
-        ([(HARD.caps[0], PAST, HARD)], Refuse(HARD.caps[0], HARD)),  # past with nowhere to go: refused
-        ([(CAP, PAST, SOFT), (HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),  # refusal wins
-        ([(CAP, UNDER, SOFT), (CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
-    ],
-)
-def test_the_decision_serves_downgrades_or_refuses_as_the_table_says(
-    judged: list[Any], expected: Downgrade | Refuse | None
-) -> None:
-    assert decide(judged) == expected
+def _admit(limits: CallerLimits, principal: object, scope: Scope) -> CallerTicket:
+    """As the middleware's admit phase: judged here, answered by the decision point, then applied."""
+    ticket = limits.judge(principal, scope)
+    answer = Decisions.caller(ticket.judged)
+    if isinstance(answer, Refuse):
+        limits.refuse(ticket, answer.cap, answer.table)
+    elif isinstance(answer, Downgrade):
+        limits.serve(ticket, answer.cap, answer.ref)
+    else:
+        limits.serve(ticket)
+    return ticket
 
 
 @pytest.mark.parametrize(
@@ -83,10 +74,10 @@ def test_usage_stands_under_past_or_refused_against_a_cap(used: float, cap: Cap,
 def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
     clocks = Clocks(wall=10 * DAY + DAY - 90)  # 23:58:30 UTC
     limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
-    ticket = limits.admit("team-a", _scope())
+    ticket = _admit(limits, "team-a", _scope())
     assert ticket.refusal is None
     limits.settle(ticket, 150, 0.0)
-    refused = limits.admit("team-a", _scope()).refusal
+    refused = _admit(limits, "team-a", _scope()).refusal
     assert refused is not None and refused.status == 429 and refused.code == "caller_limit_reached"
     assert refused.retry_after == pytest.approx(90)
     assert (
@@ -95,55 +86,55 @@ def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
     )
     assert (b"x-should-retry", b"false") in refused.headers
     clocks.advance(91)  # a new UTC day
-    assert limits.admit("team-a", _scope()).refusal is None
+    assert _admit(limits, "team-a", _scope()).refusal is None
 
 
 def test_an_rpm_cap_counts_a_rolling_minute_and_only_admitted_requests() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"*": {"rpm": 2}})
-    assert limits.admit("u1", _scope()).refusal is None
+    assert _admit(limits, "u1", _scope()).refusal is None
     clocks.advance(30)
-    assert limits.admit("u1", _scope()).refusal is None
-    refused = limits.admit("u1", _scope()).refusal
+    assert _admit(limits, "u1", _scope()).refusal is None
+    refused = _admit(limits, "u1", _scope()).refusal
     assert refused is not None and refused.retry_after == pytest.approx(30)
-    assert limits.admit("u2", _scope()).refusal is None  # each unnamed caller counted alone
+    assert _admit(limits, "u2", _scope()).refusal is None  # each unnamed caller counted alone
     clocks.advance(30.5)  # the first request left the window; refusals were never counted
-    assert limits.admit("u1", _scope()).refusal is None
-    assert limits.admit("u1", _scope()).refusal is not None
+    assert _admit(limits, "u1", _scope()).refusal is None
+    assert _admit(limits, "u1", _scope()).refusal is not None
 
 
 def test_a_session_is_forgotten_ttl_after_its_last_request() -> None:
     clocks = Clocks()
     limits = _limits(clocks, sessions={"usd_per_session": 1.0, "ttl": 600, "downgrade_to": "group/cheap"})
-    ticket = limits.admit("team-a", _scope("s1"))
+    ticket = _admit(limits, "team-a", _scope("s1"))
     limits.settle(ticket, 10, 1.5)
-    downgraded = limits.admit("team-a", _scope("s1"))
+    downgraded = _admit(limits, "team-a", _scope("s1"))
     assert downgraded.downgrade_to == "group/cheap" and downgraded.limit == "usd_per_session"
-    assert limits.admit("team-a", _scope("s2")).downgrade_to is None
-    assert limits.admit("team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
+    assert _admit(limits, "team-a", _scope("s2")).downgrade_to is None
+    assert _admit(limits, "team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
     clocks.advance(599)
-    assert limits.admit("team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
+    assert _admit(limits, "team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
     clocks.advance(601)
-    assert limits.admit("team-a", _scope("s1")).downgrade_to is None
+    assert _admit(limits, "team-a", _scope("s1")).downgrade_to is None
 
 
 def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen_first() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
     for name in ("u1", "u2", "u3", "u1", "u4"):
-        limits.admit(name, _scope())
+        _admit(limits, name, _scope())
     assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
-    limits.admit("team-a", _scope())
+    _admit(limits, "team-a", _scope())
     assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
 
 
 def test_the_caller_is_the_principals_text_or_anonymous() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})
-    assert limits.admit(None, _scope()).label == "anonymous"
-    assert limits.admit(None, _scope()).refusal is not None
-    assert limits.admit(42, _scope()).label == "42"
-    assert limits.admit("someone", _scope()).label == "other"
+    assert _admit(limits, None, _scope()).label == "anonymous"
+    assert _admit(limits, None, _scope()).refusal is not None
+    assert _admit(limits, 42, _scope()).label == "42"
+    assert _admit(limits, "someone", _scope()).label == "other"
 
 
 class FakeLink:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from asgi_router.attempts.decisions import resume_order
+from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.first_event import REAL, FirstEvent
