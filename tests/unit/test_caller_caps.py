@@ -167,7 +167,7 @@ class FakeStore:
 
 
 @pytest.mark.anyio
-async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_is_past_the_cap() -> None:
+async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_waits_for_nothing() -> None:
     link = FakeLink()
     clocks = Clocks()
     ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
@@ -178,15 +178,45 @@ async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_is_past_t
     await link.asks.pop()(store)
     assert store.calls[0]["args"][:4] == ["window", 100.0, 100.0, 2.0]  # a 2 % slice of the cap
     assert "team-a" not in store.calls[0]["keys"][0]  # names never reach the store
-    ledger.started("c:team-a", tally, cap)
+    ledger.started("c:team-a", tally, cap)  # half the slice is gone: its refill is asked for
+    assert len(link.asks) == 1
     assert ledger.level("c:team-a", tally, cap) == UNDER
-    ledger.started("c:team-a", tally, cap)  # the slice is spent: the next one is asked for at once
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # not granted: past the cap, never over
-    await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))
+    ledger.started("c:team-a", tally, cap)
+    # The slice is empty, its refill on the way and the fleet (40 of 100 as last answered) under
+    # the cap: still under, one request ahead of the grants.
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # no more than one ahead: never over
+    await link.asks.pop()(FakeStore(2, UNDER, 43, 30))  # the refill pays the request ahead
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+    await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))  # (asked again at once: low again)
     assert ledger.level("c:team-a", tally, cap) == REFUSED
     assert ledger.used_by("c:team-a", tally, cap) == 100  # the fleet's count
     link.up = False  # the store is unreachable: this process's own view decides
     assert ledger.level("c:team-a", tally, cap) == UNDER
+
+
+@pytest.mark.anyio
+async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is() -> None:
+    link = FakeLink()
+    clocks = Clocks()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    cap = Cap("rpm", 20.0, 20.0)  # a slice of one request: every request empties it
+    tally = ledger.caller("team-a", True)
+    ledger.level("c:team-a", tally, cap)
+    await link.asks.pop()(FakeStore(1, UNDER, 20, 30))  # the cap's last request granted (20 of 20)
+    ledger.started("c:team-a", tally, cap)
+    assert link.asks  # the refill is on its way
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # 20 of 20 as last answered: at the cap
+    await link.asks.pop()(FakeStore(0, REFUSED, 20, 12))
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # nothing granted, nothing coming
+    clocks.advance(61)
+    ledger.level("c:team-a", tally, cap)  # the window moved on: asked again
+    await link.asks.pop()(FakeStore(1, UNDER, 1, 60))
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == UNDER  # 1 of 20: the refill is on its way
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # one ahead already
 
 
 @pytest.mark.anyio
