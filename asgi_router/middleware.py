@@ -56,7 +56,7 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_router.assembly import assemble
-from asgi_router.attempts.decisions import Downgrade
+from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
@@ -241,7 +241,7 @@ class ModelRouter:
             return refused
         callers = self._callers
         ticket = context.caller = callers.judge(verdict.principal, context.scope)
-        answer = self._decisions.caller(ticket.judged)  # serve, downgrade or refuse
+        answer = self._decisions.caller(ticket.judged)  # serve (None), downgrade or refuse
         refusal: RouterError | None = None
         if answer is None:
             callers.serve(ticket)
@@ -256,12 +256,12 @@ class ModelRouter:
 
     def _settle(self, context: RequestContext) -> None:
         """Charge what the request used to its caller (and session): never the client's problem."""
-        spend = context.spend
-        if spend is None or self._callers is None or context.caller is None:
+        spend, callers, ticket = context.spend, self._callers, context.caller
+        if spend is None or callers is None or ticket is None:
             return
-        tokens = spend.tokens.total if spend.tokens is not None else 0
+        counted = spend.tokens
         try:
-            self._callers.settle(context.caller, tokens, spend.cost_usd or 0.0)
+            callers.settle(ticket, counted.prompt + counted.completion if counted else 0, spend.cost_usd or 0.0)
         except Exception:
             logger.exception("charging request %s to its caller failed", context.record.request_id)
 

@@ -77,7 +77,8 @@ opens with cause ``slow`` and the candidate is skipped ``circuit_open`` above.
 **After a committed stream broke** (:meth:`Decisions.resume`, asked by the relay when a plan
 has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued): the
 resume table, in ``request_answers.py`` beside its rule, says whether the stream is continued
-(:class:`Continue`) and on whom; each candidate it names is one attempt, admitted as any other.
+(:class:`~asgi_router.attempts.request_answers.Continue`) and on whom; each candidate it names
+is one attempt, admitted as any other.
 
 **The caller's caps** (:meth:`Decisions.caller`, asked once per request in the admit phase,
 before its body is read; ``resilience/caller_limits.py`` judges each cap of the caller's table,
@@ -169,13 +170,10 @@ __all__ = [
     "PASS_THROUGH",
     "Admit",
     "Commit",
-    "Continue",
     "Decisions",
-    "Downgrade",
     "FailOver",
     "Next",
     "PassThrough",
-    "Refuse",
     "Retry",
     "Stop",
 ]

@@ -299,9 +299,9 @@ class SharedCallerLedger(CallerLedger):
         fleet = self._leases.used(self._key(subject, cap)[0])
         return local if fleet is None else max(local, fleet)
 
-    def started(self, subject: str, tally: Tally, rpm: Cap | None) -> None:
-        super().started(subject, tally, rpm)
-        if rpm is not None:
+    def started(self, subject: str, tally: Tally | None, rpm: Cap | None, session: Tally | None = None) -> None:
+        super().started(subject, tally, rpm, session)
+        if rpm is not None and tally is not None:
             self._leases.spend(self._key(subject, rpm)[0], 1)
 
     def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:

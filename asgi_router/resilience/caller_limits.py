@@ -109,13 +109,16 @@ class CallerTicket:
         "tally",
     )
 
-    def __init__(self, caller: str, label: str) -> None:
+    def __init__(
+        self, caller: str, label: str, subject: str = "", tally: Tally | None = None, table: Table | None = None
+    ) -> None:
         self.caller = caller
         #: The metrics label: the caller's name when it has a table of its own, else ``other``.
         self.label = label
-        self.subject = ""
-        self.tally: Tally | None = None
-        self.table: Table | None = None
+        #: The caller's tally and table (``None``: no cap applies to the caller), and its key.
+        self.subject = subject
+        self.tally = tally
+        self.table = table
         #: The caps past their limits, the caller's table's before the session's (the decision's input).
         self.judged: tuple[Judged, ...] = ()
         self.session_subject = ""
@@ -158,28 +161,34 @@ class CallerLimits:
     def judge(self, principal: object, scope: Scope) -> CallerTicket:
         """The request's ticket: its caller, its tallies, and (``ticket.judged``) each cap of its
         caller's table, then of its session's, that stands past its limit (usually none)."""
-        name = caller_name(principal)
+        name = principal if type(principal) is str else caller_name(principal)
         ledger = self.ledger
         table = self._named.get(name)
-        ticket = CallerTicket(name, name if table is not None else OTHER)
-        if table is None:
-            table = self._any
-            tally = ledger.caller(name, False) if table is not None else None
+        if table is not None:
+            ticket = CallerTicket(name, name, "c:" + name, ledger.caller(name, True), table)
+        elif (table := self._any) is not None:
+            ticket = CallerTicket(name, OTHER, "c:" + name, ledger.caller(name, False), table)
         else:
-            tally = ledger.caller(name, True)
+            ticket = CallerTicket(name, OTHER)
+        tally = ticket.tally
         if table is not None and tally is not None:
-            ticket.subject, ticket.tally, ticket.table = f"c:{name}", tally, table
             level, cap = ledger.judge(ticket.subject, tally, table)
             if cap is not None:
-                ticket.judged += ((cap, level, table),)
-        session = self.session_of(scope)
-        if session is not None and self._sessions is not None:
-            sessions = self._sessions
-            ticket.session_subject = f"s:{name}\x00{session}"
-            ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
-            level, cap = ledger.judge(ticket.session_subject, ticket.session, sessions)
-            if cap is not None:
-                ticket.judged += ((cap, level, sessions),)
+                ticket.judged = ((cap, level, table),)
+        sessions = self._sessions
+        if sessions is not None:
+            session: str | None = None
+            header = self._header
+            for key, value in scope["headers"]:  # as session_of, inline: every request
+                if key == header:
+                    session = value.decode("latin-1").strip() or None
+                    break
+            if session is not None:
+                subject = ticket.session_subject = f"s:{name}\x00{session}"
+                found = ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
+                level, cap = ledger.judge(subject, found, sessions)
+                if cap is not None:
+                    ticket.judged += ((cap, level, sessions),)
         return ticket
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
@@ -187,11 +196,8 @@ class CallerLimits:
         limit chose; counted against the ``rpm`` caps now."""
         if ref is not None and cap is not None:
             ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", cap.kind, ref
-        ledger = self.ledger
-        if ticket.tally is not None and ticket.table is not None:
-            ledger.started(ticket.subject, ticket.tally, ticket.table.rpm)
-        if ticket.session is not None:
-            ledger.started(ticket.session_subject, ticket.session, None)
+        table = ticket.table
+        self.ledger.started(ticket.subject, ticket.tally, table.rpm if table is not None else None, ticket.session)
 
     def refuse(self, ticket: CallerTicket, cap: Cap, table: Table) -> RouterError:
         """The request is refused: ``cap`` of ``table`` is reached. The 429 that says so (also
@@ -224,10 +230,11 @@ class CallerLimits:
         """What an admitted request used, once known (estimated where the upstream said nothing)."""
         if ticket.refusal is not None or (tokens <= 0 and usd <= 0):
             return
-        if ticket.tally is not None and ticket.table is not None:
-            self.ledger.charge(ticket.subject, ticket.tally, ticket.table, tokens, usd)
-        if ticket.session is not None and self._sessions is not None:
-            self.ledger.charge(ticket.session_subject, ticket.session, self._sessions, tokens, usd)
+        tally, table, session, sessions = ticket.tally, ticket.table, ticket.session, self._sessions
+        if tally is not None and table is not None:
+            self.ledger.charge(ticket.subject, tally, table, tokens, usd)
+        if session is not None and sessions is not None:
+            self.ledger.charge(ticket.session_subject, session, sessions, tokens, usd)
 
     # --- what the status page and the usage route show -----------------------------------------
 

@@ -11,7 +11,8 @@ import pytest
 from starlette.types import Scope
 
 from asgi_router import RouterSettings
-from asgi_router.attempts.decisions import Decisions, Downgrade, Refuse
+from asgi_router.attempts.decisions import Decisions
+from asgi_router.attempts.request_answers import Downgrade, Refuse
 from asgi_router.fleet.caller_budgets import SharedCallerLedger
 from asgi_router.resilience.caller_limits import CallerLimits, CallerTicket
 from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of

@@ -25,13 +25,12 @@ from asgi_router.attempts.decisions import (
     FATAL,
     PASS_THROUGH,
     Decisions,
-    Downgrade,
     FailOver,
     Next,
-    Refuse,
     Retry,
 )
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Refused
+from asgi_router.attempts.request_answers import Downgrade, Refuse
 from asgi_router.attempts.wire_body import WireBody
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.settings import RouterSettings
