@@ -11,8 +11,9 @@ A chat request runs as a pipeline of named phases, in this order, each a method 
 typed result; a phase that refuses ends the request with the router's error:
 
 1. **admit** (:meth:`ModelRouter._admit`): inbound auth, the header screen and the caller's caps
-   (``resilience/caller_limits.py``: serve, downgrade to another ref, or refuse), before a byte of
-   the body is read, so a refused client cannot make the router buffer anything;
+   (judged in ``resilience/caller_limits.py``; the decision point's ``Decisions.caller`` answers
+   serve, downgrade to another ref, or refuse), before a byte of the body is read, so a refused
+   client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
    (rules, strategy; a ``rotate`` group's fleet counter settled);
@@ -55,6 +56,7 @@ import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_router.assembly import assemble
+from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
@@ -165,6 +167,7 @@ class ModelRouter:
         self._pages = parts.pages
         self._lifespan = parts.lifespan
         self._callers = parts.callers
+        self._decisions = parts.loop.context.decisions
 
     @property
     def transport(self) -> Transport:
@@ -236,21 +239,29 @@ class ModelRouter:
         refused = screen_headers(context.scope)
         if refused is not None or self._callers is None:
             return refused
-        ticket = context.caller = self._callers.admit(verdict.principal, context.scope)
+        callers = self._callers
+        ticket = context.caller = callers.judge(verdict.principal, context.scope)
+        answer = self._decisions.caller(ticket.judged)  # serve (None), downgrade or refuse
+        refusal: RouterError | None = None
+        if answer is None:
+            callers.serve(ticket)
+        elif isinstance(answer, Downgrade):
+            callers.serve(ticket, answer.cap, answer.ref)
+            context.send = _marked(context.send, ticket.limit)
+        else:
+            refusal = callers.refuse(ticket, answer.cap, answer.table)
         record = context.record
         record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
-        if ticket.downgrade_to is not None:
-            context.send = _marked(context.send, ticket.limit)
-        return ticket.refusal
+        return refusal
 
     def _settle(self, context: RequestContext) -> None:
         """Charge what the request used to its caller (and session): never the client's problem."""
-        spend = context.spend
-        if spend is None or self._callers is None or context.caller is None:
+        spend, callers, ticket = context.spend, self._callers, context.caller
+        if spend is None or callers is None or ticket is None:
             return
-        tokens = spend.tokens.total if spend.tokens is not None else 0
+        counted = spend.tokens
         try:
-            self._callers.settle(context.caller, tokens, spend.cost_usd or 0.0)
+            callers.settle(ticket, counted.prompt + counted.completion if counted else 0, spend.cost_usd or 0.0)
         except Exception:
             logger.exception("charging request %s to its caller failed", context.record.request_id)
 

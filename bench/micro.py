@@ -160,9 +160,15 @@ def bench_router(
     state_url: str | None = None,
     metrics: bool = False,
     callers: bool = False,
+    session: bool | None = None,
 ) -> tuple[ModelRouter, Callable[[Any], Awaitable[None]]]:
     """The bench's ``ModelRouter`` over the in-memory transport, and one request: a coroutine
-    function that sends the request to the ASGI app it is given (the router, or a wrapper of it)."""
+    function that sends the request to the ASGI app it is given (the router, or a wrapper of it).
+
+    ``callers``: every caller and session capped (``bench/host.py``); ``session``: the requests
+    carry a session header (default: when ``callers``), so that the loop without caps can send
+    the same requests and the two differ by the caps alone.
+    """
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
@@ -173,7 +179,7 @@ def bench_router(
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if callers:
+    if callers if session is None else session:
         headers.append((b"x-session-id", b"bench-session"))
     never = asyncio.Event()
 
@@ -194,9 +200,11 @@ async def router_loop(
     state_url: str | None = None,
     metrics: bool = False,
     callers: bool = False,
+    session: bool | None = None,
 ) -> float:
-    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
-    router, request = bench_router(stream, group, state_url, metrics, callers)
+    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport (the
+    arguments as :func:`bench_router`'s)."""
+    router, request = bench_router(stream, group, state_url, metrics, callers, session)
 
     async def one() -> None:
         await request(router)
@@ -229,6 +237,7 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         "router_sse20_metrics_us": run(router_loop(True, count // 4, metrics=True)),
         "router_sse20_translated_us": run(router_loop(True, count // 4, "translated")),
         "router_sse20_resumable_us": run(router_loop(True, count // 4, "resumable")),
+        "router_json_session_us": run(router_loop(False, count, session=True)),
         "router_json_callers_us": run(router_loop(False, count, callers=True)),
         "router_sse20_callers_us": run(router_loop(True, count // 4, callers=True)),
     }

@@ -2,7 +2,9 @@
 
 ``decisions.py`` is the one decision point of the attempt policy: whether a candidate may be
 tried now (and why not), and after each call what next (commit, pass through, retry after a
-wait, fail over, stop); its docstring is the whole policy as a table. ``loop.py`` drives the
+wait, fail over, stop); its docstring is the whole policy as a table. Its answers about a whole
+request (a caller's caps: serve, downgrade or refuse; whether a broken stream is continued) are
+made in ``request_answers.py``. ``loop.py`` drives the
 plain walk over a plan and ``hedging.py`` races a second candidate against a slow first one;
 ``steps.py`` does and records each step of one attempt; ``call.py`` is the one upstream call
 (I/O only: it reports what came back); ``context.py`` holds the router's parts they share;

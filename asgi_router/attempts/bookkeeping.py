@@ -181,7 +181,8 @@ class Bookkeeper:
             self.stats.release(key)
         if data is None:
             return _NOTHING_COUNTED
-        if not self.needs_estimate(key):  # counted to be reported (metrics, traces): usage or nothing
+        if not (self._estimate_all or key in self._metered or self._catalog.is_priced(key)):
+            # Counted to be reported (metrics, traces): usage or nothing (as needs_estimate says).
             usage = find_usage(data)  # a usage without its prompt (the tail lost it) is not reported
             if usage is None or usage[0] is None:
                 return _NOTHING_COUNTED

@@ -7,7 +7,7 @@ request is the original one with the text so far as a trailing assistant message
 (:func:`~asgi_router.protocols.continuation.continuation_request`), built per candidate since
 each may take another ``resume`` spelling. The first candidate that commits continues the
 stream; which candidates are asked, in which order, is the decision point's
-:class:`~asgi_router.attempts.decisions.Continue` answer (``decisions.py``).
+:class:`~asgi_router.attempts.request_answers.Continue` answer (``decisions.py``).
 """
 
 from __future__ import annotations

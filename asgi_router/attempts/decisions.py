@@ -75,28 +75,28 @@ the ones that are not, order kept among each. Slow *and* failing is not an order
 opens with cause ``slow`` and the candidate is skipped ``circuit_open`` above.
 
 **After a committed stream broke** (:meth:`Decisions.resume`, asked by the relay when a plan
-has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued):
+has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued): the
+resume table, in ``request_answers.py`` beside its rule, says whether the stream is continued
+(:class:`~asgi_router.attempts.request_answers.Continue`) and on whom; each candidate it names
+is one attempt, admitted as any other.
+
+**The caller's caps** (:meth:`Decisions.caller`, asked once per request in the admit phase,
+before its body is read; ``resilience/caller_limits.py`` judges each cap of the caller's table,
+then of its session's, under, past its limit, or past where refusal starts):
 
 ==========================================================  ==================================
-the break                                                   answer
+the caps                                                    answer
 ==========================================================  ==================================
-not ``stream_interrupted`` nor ``timeout`` (``idle``; a     None: the in-band error
-stall past ``total`` is not continued), or ``max_resumes``
-continuations made already
-a cut (``stream_interrupted``)                              Continue: the same candidate
-                                                            first, then the plan's other
-                                                            resumable ones in plan order
-a stall (``timeout``)                                       Continue: the next resumable
-                                                            candidate after it first, then
-                                                            the others in plan order (not
-                                                            the stalled one)
-no resumable candidate left in that order                   None: the in-band error
+a cap past where refusal starts (its limit without          Refuse: a 429
+``downgrade_to``, ``hard_limit`` times it with one)          ``caller_limit_reached``
+a cap past its limit, its table without ``downgrade_to``    Refuse
+a cap past its limit, its table with ``downgrade_to``       Downgrade: serve that ref (the
+                                                            first such cap names it)
+every cap under its limit                                   None: serve the ref asked for
 ==========================================================  ==================================
 
-Each candidate of a :class:`Continue` is one attempt, admitted as any other (the first table);
-the first to commit continues the stream, a refused one (a 400 for prefill) moves on. This is
-independent of ``retries`` and of a client's retry headers: a client cannot retry a stream
-whose 200 it already has.
+A refusal wins over a downgrade, whichever table it comes from. The answers about the whole
+request (this one and a broken stream's) are made in ``request_answers.py``.
 
 **Per reason, with the default settings** (``asgi_router.core.classify`` has the sets):
 
@@ -134,9 +134,8 @@ passes the 429 through. It counts on no breaker unless ``breaker.failure_reasons
 
 The breaker counts themselves are applied by the gate (``asgi_router.resilience.gate``) when a
 lease is finished, because a streamed attempt's lease is finished by the relay, below this
-layer. Answers added later (resume a broken stream; wait for capacity, serve from a
-downgrade, stick to a member) are new answer classes here, joining
-:data:`Next` or the admission answer, with their rule in the method that gives them.
+layer. Answers added later are new answer classes here (or, about the whole request, in
+``request_answers.py``), with their rule in the method that gives them.
 """
 
 from __future__ import annotations
@@ -147,6 +146,7 @@ from typing import Final, TypeAlias
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Attempted, Committed, Refused
+from asgi_router.attempts.request_answers import Continue, Downgrade, Refuse, caller_answer, continuation
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
@@ -154,6 +154,7 @@ from asgi_router.core.header_names import client_retries
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.core.skip import Skip
+from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.gate import Gate, Lease
 from asgi_router.resilience.retry import RetryPolicy, retry_wait
 from asgi_router.routing.facts import RequestFacts
@@ -169,14 +170,12 @@ __all__ = [
     "PASS_THROUGH",
     "Admit",
     "Commit",
-    "Continue",
     "Decisions",
     "FailOver",
     "Next",
     "PassThrough",
     "Retry",
     "Stop",
-    "resume_order",
 ]
 
 #: Admission's "yes": the gate's lease on the candidate (its breaker admissions and its
@@ -217,40 +216,6 @@ class Stop:
 
 #: What the decision point answers after a call.
 Next: TypeAlias = Commit | PassThrough | Retry | FailOver | Stop
-
-
-@dataclass(frozen=True, slots=True)
-class Continue:
-    """Continue a committed stream that broke: ask these candidates in turn, each the way its
-    ``resume`` says, until one commits."""
-
-    order: tuple[tuple[Candidate, ResumeMode], ...]
-
-
-# The breaks a stream may be continued after: a cut, or a stall past ``idle``.
-_RESUMED: Final[frozenset[Reason]] = frozenset({"stream_interrupted", "timeout"})
-
-
-def resume_order(
-    candidates: Sequence[Candidate], modes: Sequence[ResumeMode], broken: Candidate, reason: Reason
-) -> list[tuple[Candidate, ResumeMode]]:
-    """The candidates to ask to continue, in order, with how each is asked (see the third table).
-
-    After a cut the candidate that was streaming is asked first: the connection broke, not
-    necessarily the model, and the same model continues its own text best. After a stall the
-    next resumable candidate in plan order is: a model that went quiet mid-answer may do so
-    again, so the stalled one is not asked.
-    """
-    resumable: list[tuple[Candidate, ResumeMode]] = [
-        (candidate, mode) for candidate, mode in zip(candidates, modes, strict=True) if mode != "none"
-    ]
-    same = [(candidate, mode) for candidate, mode in resumable if candidate == broken]
-    others = [(candidate, mode) for candidate, mode in resumable if candidate != broken]
-    if reason == "stream_interrupted":
-        return same + others
-    position = next((index for index, candidate in enumerate(candidates) if candidate == broken), -1)
-    after = [(candidate, mode) for candidate, mode in others if candidates.index(candidate) > position]
-    return after[:1] + [pair for pair in others if pair not in after[:1]]
 
 
 # The answers with nothing of their own are made once.
@@ -363,7 +328,14 @@ class Decisions:
             return None
         return min(open_skips, key=lambda skipped: skipped[0])[1]
 
-    # -- after a committed stream broke -----------------------------------------------------------
+    # -- about the whole request (``request_answers.py``) ---------------------------------------
+
+    @staticmethod
+    def caller(judged: Sequence[Judged]) -> Downgrade | Refuse | None:
+        """What the caller's caps make of a request (the module's caller's caps table): ``None``
+        serves it as asked; ``judged`` are its caps past their limits, the caller's table before the
+        session's, as ``resilience/caller_limits.py`` found them."""
+        return caller_answer(judged) if judged else None
 
     @staticmethod
     def resume(
@@ -375,12 +347,9 @@ class Decisions:
         max_resumes: int,
     ) -> Continue | None:
         """Whether and on whom a stream that broke for ``reason`` after commit is continued (the
-        module's third table); ``modes`` are the plan's candidates' ``resume`` in plan order,
-        ``resumes`` the continuations made so far."""
-        if reason not in _RESUMED or resumes >= max_resumes:
-            return None
-        order = resume_order(candidates, modes, broken, reason)
-        return Continue(tuple(order)) if order else None
+        resume table, in ``request_answers.py``); ``modes`` are the plan's candidates' ``resume``
+        in plan order, ``resumes`` the continuations made so far."""
+        return continuation(candidates, modes, broken, reason, resumes, max_resumes)
 
     # -- after a call --------------------------------------------------------------------------
 

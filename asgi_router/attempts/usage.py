@@ -39,6 +39,9 @@ _ANTHROPIC_INPUT: Final = ("input_tokens", "cache_creation_input_tokens", "cache
 _USUAL_USAGE: Final = re.compile(
     rb'"usage"\s*:\s*\{\s*"prompt_tokens"\s*:\s*(\d{1,15})\s*,\s*"completion_tokens"\s*:\s*(\d{1,15})\s*[,}]'
 )
+# The same with no whitespace at all, as OpenAI and most compatible servers write it: tried first,
+# being cheaper to match (what it matches, the pattern above matches alike).
+_COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d{1,15}),"completion_tokens":(\d{1,15})[,}]')
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 
 
@@ -106,9 +109,11 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     regular expression; anything else is decoded as JSON.
     """
     at = data.rfind(b'"usage"')
-    if at >= 0 and (usual := _USUAL_USAGE.match(data, at)) is not None:  # OpenAI's own order of keys
-        said = plausible_tokens(int(usual[1])), plausible_tokens(int(usual[2]))
-        return None if said[0] is None or said[1] is None else (said[0], said[1])
+    if at >= 0 and (  # OpenAI's own order of keys
+        (usual := _COMPACT_USAGE.match(data, at)) is not None or (usual := _USUAL_USAGE.match(data, at)) is not None
+    ):
+        prompt, stated = plausible_tokens(int(usual[1])), plausible_tokens(int(usual[2]))
+        return None if prompt is None or stated is None else (prompt, stated)
     end = len(data)
     completion: int | None = None
     while True:

@@ -14,9 +14,16 @@ together never exceed what the cap holds. A request is judged on the slice the p
   is asked for in the background at once. What a process used beyond its slice (a response that cost
   more than was left) is a debt, counted with its next ask: USD and token caps overshoot by at
   most what requests in flight spend.
-* An ``rpm`` slice is spent as each request starts. A request that finds its process's slice
-  empty is judged past the cap (the store never granted it): a fleet's ``rpm`` cap does not
-  overshoot while Redis answers, and may serve a little *under* it (at most a slice per process).
+* An ``rpm`` slice is spent as each request starts; the next one is asked for when half of it is
+  gone. A request that finds its process's slice empty while that refill is on its way is not
+  judged on the empty slice but on the fleet's count the store last answered: under the cap
+  while that count, plus what this process took since, is, the process admits :data:`AHEAD`
+  request beyond its grants, taken from the refill when it comes (a debt otherwise, counted with
+  the next ask). So a cap is judged past only when the fleet's count is, and is overshot by at
+  most one request per process whose refill was on its way as the cap was reached (within the
+  documented max(1, 5%) for a fleet of at most that many processes). An empty slice with no
+  refill coming (the store granted nothing) is past the cap. A fleet may serve a little *under*
+  a cap (at most a slice per process, unspent).
 * A cap's first slice is asked for when a request first needs it; until the answer, the process
   judges on its own view. While the store is unreachable every process enforces the whole cap
   on its own view (``resilience/caller_tally.py``), as one process does, and no request fails;
@@ -44,10 +51,20 @@ if TYPE_CHECKING:  # redis-py is imported only when state_url names a store
 
     from asgi_router.fleet.link import Link
 
-__all__ = ["CALLER_LEASE", "SLICE", "CallerLeases", "SharedCallerLedger", "caller_ledger_for"]
+__all__ = ["AHEAD", "CALLER_LEASE", "SLICE", "CallerLeases", "SharedCallerLedger", "caller_ledger_for"]
 
 #: The share of a cap leased at a time.
 SLICE: Final = 0.02
+#: Requests a process may admit beyond an empty ``rpm`` slice while its refill is on its way.
+AHEAD: Final = 1
+
+
+def _bound(cap: Cap, level: int) -> float:
+    """Where the level the store answered ends: the cap, or (past it) where refusal starts."""
+    if level == UNDER:
+        return cap.limit
+    return math.inf if cap.refuse_at is None else cap.refuse_at
+
 
 #: ``KEYS[1]``: the cap's count (a number, or for ``rpm`` a hash of second -> requests).
 #: ``ARGV``: mode (``sum`` | ``window``), the limit, where refusal starts (``-1``: never), the
@@ -160,6 +177,11 @@ class CallerLeases:
         if held.credit <= held.low and not held.asking:
             self._ask(key, held, cap, ttl)
         if cap.kind == "rpm" and held.credit < 1 and held.level != REFUSED:
+            if held.asking and held.credit > -AHEAD and held.used - held.credit < _bound(cap, held.level):
+                # The slice is empty but its refill is on its way, and the fleet's count as last
+                # answered (plus what this process took since) leaves room: under the level the
+                # store answered, the one request ahead a debt the refill pays.
+                return held.level
             # No request is left in the slice: the store has not granted one, so past the level it answered.
             if held.level == UNDER:
                 return REFUSED if cap.refuse_at == cap.limit else PAST
@@ -277,9 +299,9 @@ class SharedCallerLedger(CallerLedger):
         fleet = self._leases.used(self._key(subject, cap)[0])
         return local if fleet is None else max(local, fleet)
 
-    def started(self, subject: str, tally: Tally, rpm: Cap | None) -> None:
-        super().started(subject, tally, rpm)
-        if rpm is not None:
+    def started(self, subject: str, tally: Tally | None, rpm: Cap | None, session: Tally | None = None) -> None:
+        super().started(subject, tally, rpm, session)
+        if rpm is not None and tally is not None:
             self._leases.spend(self._key(subject, rpm)[0], 1)
 
     def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:

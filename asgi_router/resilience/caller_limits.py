@@ -1,16 +1,19 @@
-"""Caps per caller and per session: who the caller is, which caps apply, and the answer.
+"""Caps per caller and per session: who the caller is, which caps apply, and where it stands.
 
 Asked once per request, after inbound auth and before the body is read or a plan made: the
-caps are per *request*, and the answer decides which plan is made. :func:`decide` is the whole
-policy, a pure function of where the caller's and the session's usage stand against each cap:
+caps are per *request*, and the answer decides which plan is made. This module keeps the numbers
+and does the bookkeeping; the answer itself is the decision point's
+(``asgi_router.attempts.decisions``, ``Decisions.caller``), asked by the middleware's admit phase
+between the two steps here:
 
-* every cap under its limit: **serve** the ref asked for;
-* a cap past its limit, with ``downgrade_to``: **downgrade**, serve that ref instead (its own
-  plan, strategy and failover), the response saying which cap in ``x-router-limit``;
-* a cap past its limit without ``downgrade_to``, or past ``hard_limit`` times it: **refuse**
-  with a 429 ``caller_limit_reached`` naming the cap (never a key) and when it resets, with
-  ``Retry-After`` and ``x-should-retry: false`` (the official SDKs' quick retries would only
-  meet the cap again).
+1. :meth:`CallerLimits.judge`: the request's :class:`CallerTicket`, with each cap of the
+   caller's table, then of its session's, that stands past its limit (:data:`Judged`);
+2. the decision point answers serve, downgrade (serve ``downgrade_to`` instead, the response
+   saying which cap in ``x-router-limit``) or refuse;
+3. :meth:`CallerLimits.serve` counts a served (or downgraded) request against ``rpm`` caps, or
+   :meth:`CallerLimits.refuse` makes the 429 ``caller_limit_reached`` naming the cap (never a
+   key) and when it resets, with ``Retry-After`` and ``x-should-retry: false`` (the official
+   SDKs' quick retries would only meet the cap again).
 
 Spend is known only after the answer (the upstream's usage, else the estimate), so a request
 that starts under a cap finishes, and :meth:`CallerLimits.settle` counts what it used. The
@@ -20,8 +23,6 @@ the fleet's).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
 
 from starlette.types import Scope
@@ -29,18 +30,15 @@ from starlette.types import Scope
 from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCaps, SessionCaps
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
-from asgi_router.resilience.caller_tally import PAST, REFUSED, CallerLedger, Cap, CapKind, Table, Tally
+from asgi_router.resilience.caller_tally import CallerLedger, Cap, CapKind, Table, Tally
 
 __all__ = [
     "ANONYMOUS",
     "OTHER",
     "CallerLimits",
     "CallerTicket",
-    "Downgrade",
     "Judged",
-    "Refuse",
     "caller_name",
-    "decide",
     "shown",
     "table_of",
 ]
@@ -80,37 +78,6 @@ def table_of(caps: CallerCaps | SessionCaps) -> Table:
 Judged = tuple[Cap, int, Table]
 
 
-@dataclass(frozen=True, slots=True)
-class Downgrade:
-    """Serve from ``ref`` instead: ``cap`` is past its limit."""
-
-    cap: Cap
-    ref: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    """Refuse the request: ``cap`` (of ``table``) is reached."""
-
-    cap: Cap
-    table: Table
-
-
-def decide(judged: Sequence[Judged]) -> Downgrade | Refuse | None:
-    """The answer for a request whose caps stand as ``judged``: ``None`` serves it as asked.
-
-    A refusal wins over a downgrade; the first cap past its limit names the downgrade (the
-    caller's table is judged before the session's).
-    """
-    downgrade: Downgrade | None = None
-    for cap, level, table in judged:
-        if level == REFUSED or (level == PAST and table.downgrade_to is None):
-            return Refuse(cap, table)
-        if level == PAST and downgrade is None and table.downgrade_to is not None:
-            downgrade = Downgrade(cap, table.downgrade_to)
-    return downgrade
-
-
 def caller_name(principal: object) -> str:
     """The caller a principal is: its text, or :data:`ANONYMOUS` when there is none."""
     if principal is None:
@@ -130,6 +97,7 @@ class CallerTicket:
     __slots__ = (
         "caller",
         "downgrade_to",
+        "judged",
         "label",
         "limit",
         "outcome",
@@ -141,13 +109,18 @@ class CallerTicket:
         "tally",
     )
 
-    def __init__(self, caller: str, label: str) -> None:
+    def __init__(
+        self, caller: str, label: str, subject: str = "", tally: Tally | None = None, table: Table | None = None
+    ) -> None:
         self.caller = caller
         #: The metrics label: the caller's name when it has a table of its own, else ``other``.
         self.label = label
-        self.subject = ""
-        self.tally: Tally | None = None
-        self.table: Table | None = None
+        #: The caller's tally and table (``None``: no cap applies to the caller), and its key.
+        self.subject = subject
+        self.tally = tally
+        self.table = table
+        #: The caps past their limits, the caller's table's before the session's (the decision's input).
+        self.judged: tuple[Judged, ...] = ()
         self.session_subject = ""
         self.session: Tally | None = None
         self.outcome: Outcome = "served"
@@ -185,55 +158,63 @@ class CallerLimits:
                 return value.decode("latin-1").strip() or None
         return None
 
-    def admit(self, principal: object, scope: Scope) -> CallerTicket:
-        """The caps' answer for a request (``ticket.refusal`` set: refuse it; ``downgrade_to``
-        set: serve that ref instead); an admitted request is counted against ``rpm`` caps."""
-        name = caller_name(principal)
+    def judge(self, principal: object, scope: Scope) -> CallerTicket:
+        """The request's ticket: its caller, its tallies, and (``ticket.judged``) each cap of its
+        caller's table, then of its session's, that stands past its limit (usually none)."""
+        name = principal if type(principal) is str else caller_name(principal)
         ledger = self.ledger
         table = self._named.get(name)
-        ticket = CallerTicket(name, name if table is not None else OTHER)
-        judged: list[Judged] = []
-        if table is None:
-            table = self._any
-            tally = ledger.caller(name, False) if table is not None else None
+        if table is not None:
+            ticket = CallerTicket(name, name, "c:" + name, ledger.caller(name, True), table)
+        elif (table := self._any) is not None:
+            ticket = CallerTicket(name, OTHER, "c:" + name, ledger.caller(name, False), table)
         else:
-            tally = ledger.caller(name, True)
+            ticket = CallerTicket(name, OTHER)
+        tally = ticket.tally
         if table is not None and tally is not None:
-            ticket.subject, ticket.tally, ticket.table = f"c:{name}", tally, table
             level, cap = ledger.judge(ticket.subject, tally, table)
             if cap is not None:
-                judged.append((cap, level, table))
-        session = self.session_of(scope)
-        if session is not None and self._sessions is not None:
-            sessions = self._sessions
-            ticket.session_subject = f"s:{name}\x00{session}"
-            ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
-            level, cap = ledger.judge(ticket.session_subject, ticket.session, sessions)
-            if cap is not None:
-                judged.append((cap, level, sessions))
-        answer = decide(judged) if judged else None
-        if isinstance(answer, Refuse):
-            ticket.outcome, ticket.limit = "refused", answer.cap.kind
-            ticket.refusal = self._refusal(ticket, answer)
-            return ticket
-        if answer is not None:
-            ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", answer.cap.kind, answer.ref
-        if ticket.tally is not None and ticket.table is not None:
-            ledger.started(ticket.subject, ticket.tally, ticket.table.rpm)
-        if ticket.session is not None:
-            ledger.started(ticket.session_subject, ticket.session, None)
+                ticket.judged = ((cap, level, table),)
+        sessions = self._sessions
+        if sessions is not None:
+            session: str | None = None
+            header = self._header
+            for key, value in scope["headers"]:  # as session_of, inline: every request
+                if key == header:
+                    session = value.decode("latin-1").strip() or None
+                    break
+            if session is not None:
+                subject = ticket.session_subject = f"s:{name}\x00{session}"
+                found = ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
+                level, cap = ledger.judge(subject, found, sessions)
+                if cap is not None:
+                    ticket.judged += ((cap, level, sessions),)
         return ticket
 
-    def _refusal(self, ticket: CallerTicket, refused: Refuse) -> RouterError:
-        cap = refused.cap
+    def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
+        """The request is served: as asked, or (``ref``) from the downgrade ``cap`` past its
+        limit chose; counted against the ``rpm`` caps now."""
+        if ref is not None and cap is not None:
+            ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", cap.kind, ref
+        table = ticket.table
+        self.ledger.started(ticket.subject, ticket.tally, table.rpm if table is not None else None, ticket.session)
+
+    def refuse(self, ticket: CallerTicket, cap: Cap, table: Table) -> RouterError:
+        """The request is refused: ``cap`` of ``table`` is reached. The 429 that says so (also
+        kept as ``ticket.refusal``); a refused request counts against no cap."""
+        ticket.outcome, ticket.limit = "refused", cap.kind
+        refusal = ticket.refusal = self._refusal(ticket, cap, table)
+        return refusal
+
+    def _refusal(self, ticket: CallerTicket, cap: Cap, table: Table) -> RouterError:
         on_session = cap.kind in ("usd_per_session", "tokens_per_session")
         tally = ticket.session if on_session else ticket.tally
         assert tally is not None
-        resets = self.ledger.resets_in(tally, cap, refused.table.ttl)
+        resets = self.ledger.resets_in(tally, cap, table.ttl)
         whose = f"{shown(ticket.caller)}'s session" if on_session else shown(ticket.caller)
         limit = f"{cap.limit:g} {_UNITS[cap.kind]}"
         if cap.refuse_at is not None and cap.refuse_at != cap.limit:
-            limit += f", served from {refused.table.downgrade_to} up to {cap.refuse_at:g}"
+            limit += f", served from {table.downgrade_to} up to {cap.refuse_at:g}"
         when = (
             "at 00:00 UTC"
             if cap.daily
@@ -249,10 +230,11 @@ class CallerLimits:
         """What an admitted request used, once known (estimated where the upstream said nothing)."""
         if ticket.refusal is not None or (tokens <= 0 and usd <= 0):
             return
-        if ticket.tally is not None and ticket.table is not None:
-            self.ledger.charge(ticket.subject, ticket.tally, ticket.table, tokens, usd)
-        if ticket.session is not None and self._sessions is not None:
-            self.ledger.charge(ticket.session_subject, ticket.session, self._sessions, tokens, usd)
+        tally, table, session, sessions = ticket.tally, ticket.table, ticket.session, self._sessions
+        if tally is not None and table is not None:
+            self.ledger.charge(ticket.subject, tally, table, tokens, usd)
+        if session is not None and sessions is not None:
+            self.ledger.charge(ticket.session_subject, session, sessions, tokens, usd)
 
     # --- what the status page and the usage route show -----------------------------------------
 

@@ -19,11 +19,12 @@ Every method is synchronous and cheap: it sits on the request's path.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Final, Literal
 
 __all__ = [
     "DAY",
@@ -49,9 +50,11 @@ UNDER: Final = 0
 PAST: Final = 1
 REFUSED: Final = 2
 
-K = TypeVar("K", str, tuple[str, str])
-
 CapKind = Literal["usd_per_day", "tokens_per_day", "rpm", "usd_per_session", "tokens_per_session"]
+_USD: Final[frozenset[str]] = frozenset({"usd_per_day", "usd_per_session"})
+_TOKENS: Final[frozenset[str]] = frozenset({"tokens_per_day", "tokens_per_session"})
+#: A judgement with every cap under its limit (made once: the usual answer).
+_CLEAR: Final[tuple[int, None]] = (0, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,17 @@ class Table:
     ttl: float | None = None
     #: Whether any cap counts per UTC day (the tally starts again each day).
     daily: bool = False
+    #: The lowest limit of the caps counting USD, and of those counting tokens (``inf``: none):
+    #: usage under both, and requests under ``rpm``, is under every cap (``hard_limit`` >= 1),
+    #: which a request's judgement checks in three comparisons before looking cap by cap.
+    usd_under: float = field(init=False, default=math.inf)
+    tokens_under: float = field(init=False, default=math.inf)
+
+    def __post_init__(self) -> None:
+        usd = [cap.limit for cap in self.caps if cap.kind in _USD]
+        tokens = [cap.limit for cap in self.caps if cap.kind in _TOKENS]
+        object.__setattr__(self, "usd_under", min(usd, default=math.inf))
+        object.__setattr__(self, "tokens_under", min(tokens, default=math.inf))
 
 
 def level_of(used: float, cap: Cap) -> int:
@@ -126,7 +140,7 @@ class CallerLedger:
 
     def today(self) -> int:
         """The UTC day number (days since 1970-01-01)."""
-        return int(self.wall() // DAY)
+        return int(self.wall()) // DAY
 
     def seconds_to_midnight(self) -> float:
         """Seconds until the next UTC day starts (when daily caps reset)."""
@@ -139,23 +153,29 @@ class CallerLedger:
             if tally is None:
                 tally = self._named[name] = Tally(self.today())
             return tally
-        return self._bounded(self._others, name, None)
+        others = self._others  # bounded: the least recently seen forgotten first
+        tally = others.get(name)
+        if tally is None:
+            tally = others[name] = Tally(self.today())
+            if len(others) > self._max:
+                others.popitem(last=False)
+        else:
+            others.move_to_end(name)
+        return tally
 
     def session(self, caller: str, session: str, ttl: float) -> Tally:
         """The tally of ``caller``'s ``session`` (a fresh one once ``ttl`` passed since its last request)."""
-        return self._bounded(self._sessions, (caller, session), ttl)
-
-    def _bounded(self, table: OrderedDict[K, Tally], key: K, ttl: float | None) -> Tally:
-        tally = table.get(key)
-        if tally is not None and ttl is not None and self.clock() - tally.seen >= ttl:
-            del table[key]
-            tally = None
-        if tally is None:
-            tally = table[key] = Tally(self.today())
-            if len(table) > self._max:
-                table.popitem(last=False)
-        else:
-            table.move_to_end(key)
+        sessions, key = self._sessions, (caller, session)
+        found = sessions.get(key)
+        if found is not None and self.clock() - found.seen >= ttl:
+            del sessions[key]
+            found = None
+        if found is not None:
+            sessions.move_to_end(key)
+            return found
+        tally = sessions[key] = Tally(self.today())
+        if len(sessions) > self._max:
+            sessions.popitem(last=False)
         return tally
 
     def used(self, tally: Tally, kind: CapKind) -> float:
@@ -179,17 +199,28 @@ class CallerLedger:
         Once per table per request: the caps are read in one pass (a fleet reads its slices).
         """
         if table.daily:
-            self._roll(tally)
+            today = int(self.wall()) // DAY
+            if tally.day != today:
+                tally.day, tally.usd, tally.tokens = today, 0.0, 0
+        usd, tokens, rpm = tally.usd, tally.tokens, table.rpm
+        if usd < table.usd_under and tokens < table.tokens_under:
+            if rpm is None:
+                return _CLEAR
+            starts, since = tally.starts, self.clock() - WINDOW  # as _in_window, inline: every request
+            while starts and starts[0] <= since:
+                starts.popleft()
+            if len(starts) < rpm.limit:
+                return _CLEAR
         past: Cap | None = None
         for cap in table.caps:
             kind = cap.kind
-            used = self._in_window(tally) if kind == "rpm" else tally.usd if kind[0] == "u" else tally.tokens
+            used = self._in_window(tally) if kind == "rpm" else usd if kind in _USD else tokens
             refuse_at = cap.refuse_at
             if refuse_at is not None and used >= refuse_at:
                 return REFUSED, cap
             if past is None and used >= cap.limit:
                 past = cap
-        return (UNDER, None) if past is None else (PAST, past)
+        return _CLEAR if past is None else (PAST, past)
 
     def _roll(self, tally: Tally) -> None:
         today = self.today()
@@ -204,17 +235,23 @@ class CallerLedger:
         """Where ``tally`` (of ``subject``, the fleet's key for it) stands against ``cap``."""
         return level_of(self.used(tally, cap.kind), cap)
 
-    def started(self, subject: str, tally: Tally, rpm: Cap | None) -> None:
-        """A request of ``subject`` was admitted: counted against its ``rpm`` cap (if any)."""
+    def started(self, subject: str, tally: Tally | None, rpm: Cap | None, session: Tally | None = None) -> None:
+        """A request of ``subject`` (``tally``, if its caller has a table) and of ``session`` (if
+        capped) was admitted: counted against its ``rpm`` cap (if any), both seen now."""
         now = self.clock()
-        tally.seen = now
-        if rpm is not None:
-            tally.starts.append(now)
+        if tally is not None:
+            tally.seen = now
+            if rpm is not None:
+                tally.starts.append(now)
+        if session is not None:
+            session.seen = now
 
     def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:
         """What a request of ``subject`` (capped by ``table``) used, once known."""
         if table.daily:
-            self._roll(tally)
+            today = int(self.wall()) // DAY
+            if tally.day != today:
+                tally.day, tally.usd, tally.tokens = today, 0.0, 0
         tally.tokens += tokens
         tally.usd += usd
 

@@ -1,5 +1,6 @@
-"""Caller caps as logic, on fake clocks: the decision as a table, the tallies (UTC days, the rolling
-minute, session ttl, the bounds), a refusal's wording and reset, and a fleet slice's answers."""
+"""Caller caps as logic, on fake clocks: the tallies (UTC days, the rolling minute, session ttl,
+the bounds), a refusal's wording and reset, and a fleet slice's answers. The decision itself
+(serve, downgrade, refuse) is the decision point's, a table in ``test_decisions.py``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from starlette.types import Scope
 
 from asgi_router import RouterSettings
+from asgi_router.attempts.decisions import Decisions
+from asgi_router.attempts.request_answers import Downgrade, Refuse
 from asgi_router.fleet.caller_budgets import SharedCallerLedger
-from asgi_router.resilience.caller_limits import CallerLimits, Downgrade, Refuse, decide
+from asgi_router.resilience.caller_limits import CallerLimits, CallerTicket
 from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of
 
 
@@ -42,28 +45,17 @@ def _limits(clocks: Clocks, **settings: Any) -> CallerLimits:
     return CallerLimits(built, CallerLedger(built.max_callers, lambda: clocks.mono, lambda: clocks.wall))
 
 
-CAP = Cap("usd_per_day", 10.0, 20.0)
-SOFT = Table((CAP,), "group/cheap", None)
-HARD = Table((Cap("rpm", 5.0, 5.0),), None, None)
-
-
-@pytest.mark.parametrize(
-    ("judged", "expected"),
-    [
-        ([], None),
-        ([(CAP, UNDER, SOFT)], None),
-        ([(CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
-        ([(CAP, REFUSED, SOFT)], Refuse(CAP, SOFT)),
-        ([(HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),
-        ([(HARD.caps[0], PAST, HARD)], Refuse(HARD.caps[0], HARD)),  # past with nowhere to go: refused
-        ([(CAP, PAST, SOFT), (HARD.caps[0], REFUSED, HARD)], Refuse(HARD.caps[0], HARD)),  # refusal wins
-        ([(CAP, UNDER, SOFT), (CAP, PAST, SOFT)], Downgrade(CAP, "group/cheap")),
-    ],
-)
-def test_the_decision_serves_downgrades_or_refuses_as_the_table_says(
-    judged: list[Any], expected: Downgrade | Refuse | None
-) -> None:
-    assert decide(judged) == expected
+def _admit(limits: CallerLimits, principal: object, scope: Scope) -> CallerTicket:
+    """As the middleware's admit phase: judged here, answered by the decision point, then applied."""
+    ticket = limits.judge(principal, scope)
+    answer = Decisions.caller(ticket.judged)
+    if isinstance(answer, Refuse):
+        limits.refuse(ticket, answer.cap, answer.table)
+    elif isinstance(answer, Downgrade):
+        limits.serve(ticket, answer.cap, answer.ref)
+    else:
+        limits.serve(ticket)
+    return ticket
 
 
 @pytest.mark.parametrize(
@@ -83,10 +75,10 @@ def test_usage_stands_under_past_or_refused_against_a_cap(used: float, cap: Cap,
 def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
     clocks = Clocks(wall=10 * DAY + DAY - 90)  # 23:58:30 UTC
     limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
-    ticket = limits.admit("team-a", _scope())
+    ticket = _admit(limits, "team-a", _scope())
     assert ticket.refusal is None
     limits.settle(ticket, 150, 0.0)
-    refused = limits.admit("team-a", _scope()).refusal
+    refused = _admit(limits, "team-a", _scope()).refusal
     assert refused is not None and refused.status == 429 and refused.code == "caller_limit_reached"
     assert refused.retry_after == pytest.approx(90)
     assert (
@@ -95,55 +87,55 @@ def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
     )
     assert (b"x-should-retry", b"false") in refused.headers
     clocks.advance(91)  # a new UTC day
-    assert limits.admit("team-a", _scope()).refusal is None
+    assert _admit(limits, "team-a", _scope()).refusal is None
 
 
 def test_an_rpm_cap_counts_a_rolling_minute_and_only_admitted_requests() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"*": {"rpm": 2}})
-    assert limits.admit("u1", _scope()).refusal is None
+    assert _admit(limits, "u1", _scope()).refusal is None
     clocks.advance(30)
-    assert limits.admit("u1", _scope()).refusal is None
-    refused = limits.admit("u1", _scope()).refusal
+    assert _admit(limits, "u1", _scope()).refusal is None
+    refused = _admit(limits, "u1", _scope()).refusal
     assert refused is not None and refused.retry_after == pytest.approx(30)
-    assert limits.admit("u2", _scope()).refusal is None  # each unnamed caller counted alone
+    assert _admit(limits, "u2", _scope()).refusal is None  # each unnamed caller counted alone
     clocks.advance(30.5)  # the first request left the window; refusals were never counted
-    assert limits.admit("u1", _scope()).refusal is None
-    assert limits.admit("u1", _scope()).refusal is not None
+    assert _admit(limits, "u1", _scope()).refusal is None
+    assert _admit(limits, "u1", _scope()).refusal is not None
 
 
 def test_a_session_is_forgotten_ttl_after_its_last_request() -> None:
     clocks = Clocks()
     limits = _limits(clocks, sessions={"usd_per_session": 1.0, "ttl": 600, "downgrade_to": "group/cheap"})
-    ticket = limits.admit("team-a", _scope("s1"))
+    ticket = _admit(limits, "team-a", _scope("s1"))
     limits.settle(ticket, 10, 1.5)
-    downgraded = limits.admit("team-a", _scope("s1"))
+    downgraded = _admit(limits, "team-a", _scope("s1"))
     assert downgraded.downgrade_to == "group/cheap" and downgraded.limit == "usd_per_session"
-    assert limits.admit("team-a", _scope("s2")).downgrade_to is None
-    assert limits.admit("team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
+    assert _admit(limits, "team-a", _scope("s2")).downgrade_to is None
+    assert _admit(limits, "team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
     clocks.advance(599)
-    assert limits.admit("team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
+    assert _admit(limits, "team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
     clocks.advance(601)
-    assert limits.admit("team-a", _scope("s1")).downgrade_to is None
+    assert _admit(limits, "team-a", _scope("s1")).downgrade_to is None
 
 
 def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen_first() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
     for name in ("u1", "u2", "u3", "u1", "u4"):
-        limits.admit(name, _scope())
+        _admit(limits, name, _scope())
     assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
-    limits.admit("team-a", _scope())
+    _admit(limits, "team-a", _scope())
     assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
 
 
 def test_the_caller_is_the_principals_text_or_anonymous() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})
-    assert limits.admit(None, _scope()).label == "anonymous"
-    assert limits.admit(None, _scope()).refusal is not None
-    assert limits.admit(42, _scope()).label == "42"
-    assert limits.admit("someone", _scope()).label == "other"
+    assert _admit(limits, None, _scope()).label == "anonymous"
+    assert _admit(limits, None, _scope()).refusal is not None
+    assert _admit(limits, 42, _scope()).label == "42"
+    assert _admit(limits, "someone", _scope()).label == "other"
 
 
 class FakeLink:
@@ -176,7 +168,7 @@ class FakeStore:
 
 
 @pytest.mark.anyio
-async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_is_past_the_cap() -> None:
+async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_waits_for_nothing() -> None:
     link = FakeLink()
     clocks = Clocks()
     ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
@@ -187,15 +179,45 @@ async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_is_past_t
     await link.asks.pop()(store)
     assert store.calls[0]["args"][:4] == ["window", 100.0, 100.0, 2.0]  # a 2 % slice of the cap
     assert "team-a" not in store.calls[0]["keys"][0]  # names never reach the store
-    ledger.started("c:team-a", tally, cap)
+    ledger.started("c:team-a", tally, cap)  # half the slice is gone: its refill is asked for
+    assert len(link.asks) == 1
     assert ledger.level("c:team-a", tally, cap) == UNDER
-    ledger.started("c:team-a", tally, cap)  # the slice is spent: the next one is asked for at once
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # not granted: past the cap, never over
-    await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))
+    ledger.started("c:team-a", tally, cap)
+    # The slice is empty, its refill on the way and the fleet (40 of 100 as last answered) under
+    # the cap: still under, one request ahead of the grants.
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # no more than one ahead: never over
+    await link.asks.pop()(FakeStore(2, UNDER, 43, 30))  # the refill pays the request ahead
+    assert ledger.level("c:team-a", tally, cap) == UNDER
+    await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))  # (asked again at once: low again)
     assert ledger.level("c:team-a", tally, cap) == REFUSED
     assert ledger.used_by("c:team-a", tally, cap) == 100  # the fleet's count
     link.up = False  # the store is unreachable: this process's own view decides
     assert ledger.level("c:team-a", tally, cap) == UNDER
+
+
+@pytest.mark.anyio
+async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is() -> None:
+    link = FakeLink()
+    clocks = Clocks()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    cap = Cap("rpm", 20.0, 20.0)  # a slice of one request: every request empties it
+    tally = ledger.caller("team-a", True)
+    ledger.level("c:team-a", tally, cap)
+    await link.asks.pop()(FakeStore(1, UNDER, 20, 30))  # the cap's last request granted (20 of 20)
+    ledger.started("c:team-a", tally, cap)
+    assert link.asks  # the refill is on its way
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # 20 of 20 as last answered: at the cap
+    await link.asks.pop()(FakeStore(0, REFUSED, 20, 12))
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # nothing granted, nothing coming
+    clocks.advance(61)
+    ledger.level("c:team-a", tally, cap)  # the window moved on: asked again
+    await link.asks.pop()(FakeStore(1, UNDER, 1, 60))
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == UNDER  # 1 of 20: the refill is on its way
+    ledger.started("c:team-a", tally, cap)
+    assert ledger.level("c:team-a", tally, cap) == REFUSED  # one ahead already
 
 
 @pytest.mark.anyio

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from asgi_router.attempts.decisions import resume_order
+from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.first_event import REAL, FirstEvent
@@ -126,7 +126,8 @@ def test_the_hold_back_cuts_after_the_last_blank_line() -> None:
 
 
 def test_the_decision_point_continues_only_a_cut_or_a_stall_within_max_resumes() -> None:
-    from asgi_router.attempts.decisions import Continue, Decisions
+    from asgi_router.attempts.decisions import Decisions
+    from asgi_router.attempts.request_answers import Continue
 
     modes = ("prefill", "prefix", "none", "continue_final_message")
     cut = Decisions.resume((A, B, C, D), modes, A, "stream_interrupted", 0, 2)  # type: ignore[arg-type]

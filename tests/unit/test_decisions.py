@@ -6,7 +6,8 @@ candidate's and its provider's breakers count it. Then each setting the docs des
 (``docs/resilience.md``, ``docs/errors-and-headers.md``) against the answers it changes:
 ``failover_on``, ``retry_on``, ``retries``, ``x-stainless-retry-count``, ``max_retry_wait``,
 the ``deadline``, ``max_attempts``, the retry budget, ``breaker.failure_reasons``, the fatal
-``router_error``, and the all-open rule; and every admission check, in its order.
+``router_error``, and the all-open rule; and every admission check, in its order; and the
+caller's caps table (serve, downgrade, refuse).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from asgi_router.attempts.decisions import (
     Retry,
 )
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Refused
+from asgi_router.attempts.request_answers import Downgrade, Refuse
 from asgi_router.attempts.wire_body import WireBody
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.settings import RouterSettings
@@ -38,6 +40,8 @@ from asgi_router.core.header_names import CLIENT_RETRY_COUNT
 from asgi_router.core.reasons import Reason
 from asgi_router.core.skip import Skip
 from asgi_router.resilience.breaker import Verdict
+from asgi_router.resilience.caller_limits import Judged
+from asgi_router.resilience.caller_tally import PAST, REFUSED, UNDER, Cap, Table
 from asgi_router.resilience.gate import Gate, Lease
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.router_state import InMemoryState
@@ -440,3 +444,34 @@ def test_admission_answers_each_check_in_its_order(case: AdmissionCase) -> None:
         assert isinstance(answer, Lease)
     else:
         assert answer == case.expected
+
+
+# --- the caller's caps ---------------------------------------------------------------------------
+
+USD = Cap("usd_per_day", 10.0, 20.0)  # with downgrade_to and hard_limit 2
+SOFT = Table((USD,), "group/cheap")
+RPM = Cap("rpm", 5.0, 5.0)  # without downgrade_to: refusal starts at the cap
+HARD = Table((RPM,), None)
+TOKENS = Cap("tokens_per_session", 100.0, None)  # with downgrade_to and no hard_limit
+SESSION = Table((TOKENS,), "group/session-cheap")
+
+
+@pytest.mark.parametrize(
+    ("judged", "expected"),
+    [
+        ((), None),  # every cap under its limit: served as asked
+        (((USD, UNDER, SOFT),), None),
+        (((USD, PAST, SOFT),), Downgrade(USD, "group/cheap")),
+        (((USD, REFUSED, SOFT),), Refuse(USD, SOFT)),  # past hard_limit times the cap
+        (((RPM, REFUSED, HARD),), Refuse(RPM, HARD)),
+        (((RPM, PAST, HARD),), Refuse(RPM, HARD)),  # past, with nowhere to go
+        (((TOKENS, PAST, SESSION),), Downgrade(TOKENS, "group/session-cheap")),
+        (((USD, PAST, SOFT), (RPM, REFUSED, HARD)), Refuse(RPM, HARD)),  # a refusal wins
+        (((USD, PAST, SOFT), (TOKENS, PAST, SESSION)), Downgrade(USD, "group/cheap")),  # the first names it
+        (((USD, UNDER, SOFT), (TOKENS, PAST, SESSION)), Downgrade(TOKENS, "group/session-cheap")),
+    ],
+)
+def test_the_callers_caps_serve_downgrade_or_refuse_as_the_table_says(
+    judged: tuple[Judged, ...], expected: Downgrade | Refuse | None
+) -> None:
+    assert _parts().decisions.caller(judged) == expected

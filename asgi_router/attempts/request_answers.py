@@ -1,0 +1,145 @@
+"""The decision point's answers about a whole request rather than one candidate.
+
+``Decisions`` (``decisions.py``) stays the one object the pipeline asks; the two answers that
+concern the request as a whole are made here, so that ``decisions.py`` keeps to a candidate's
+questions (admit it, what next after its call):
+
+* **the caller's caps** (:func:`caller_answer`): given where the caller's and its session's
+  tallies stand against their caps (judged by ``resilience/caller_limits.py``, which keeps the
+  numbers and does the I/O), serve the ref asked for, :class:`Downgrade` to the table's
+  ``downgrade_to``, or :class:`Refuse`;
+* **a committed stream that broke** (:func:`continuation`): whether it is continued, and on
+  whom (:class:`Continue`).
+
+Both are pure functions of what they are given. The caller's caps table is in ``decisions.py``'s
+docstring with the others; the resume table is here, beside its rule.
+
+**The resume table**: after a committed stream broke (``Decisions.resume``, asked by the relay
+when a plan has a candidate whose ``resume`` is not ``"none"`` and the text so far can be
+continued):
+
+==========================================================  ==================================
+the break                                                   answer
+==========================================================  ==================================
+not ``stream_interrupted`` nor ``timeout`` (``idle``; a     None: the in-band error
+stall past ``total`` is not continued), or ``max_resumes``
+continuations made already
+a cut (``stream_interrupted``)                              Continue: the same candidate
+                                                            first, then the plan's other
+                                                            resumable ones in plan order
+a stall (``timeout``)                                       Continue: the next resumable
+                                                            candidate after it first, then
+                                                            the others in plan order (not
+                                                            the stalled one)
+no resumable candidate left in that order                   None: the in-band error
+==========================================================  ==================================
+
+Each candidate of a :class:`Continue` is one attempt, admitted as any other (``decisions.py``'s
+first table); the first to commit continues the stream, a refused one (a 400 for prefill) moves
+on. This is independent of ``retries`` and of a client's retry headers: a client cannot retry a stream
+whose 200 it already has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from asgi_router.config.provider_settings import ResumeMode
+from asgi_router.core.candidate import Candidate
+from asgi_router.core.reasons import Reason
+from asgi_router.resilience.caller_limits import Judged
+from asgi_router.resilience.caller_tally import PAST, REFUSED, Cap, Table
+
+__all__ = ["Continue", "Downgrade", "Refuse", "caller_answer", "continuation", "resume_order"]
+
+
+# -- the caller's caps ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Downgrade:
+    """Serve from ``ref`` instead: ``cap`` is past its limit."""
+
+    cap: Cap
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Refuse the request: ``cap`` (of ``table``, whose ``downgrade_to`` and ``ttl`` the refusal's
+    message and reset read) is reached."""
+
+    cap: Cap
+    table: Table
+
+
+def caller_answer(judged: Sequence[Judged]) -> Downgrade | Refuse | None:
+    """The answer for a request whose caps stand as ``judged`` (only caps past their limit need
+    be given); ``None`` serves it as asked.
+
+    A refusal wins over a downgrade; the first cap past its limit names the downgrade (the
+    caller's table is judged before the session's).
+    """
+    downgrade: Downgrade | None = None
+    for cap, level, table in judged:
+        if level == REFUSED or (level == PAST and table.downgrade_to is None):
+            return Refuse(cap, table)
+        if level == PAST and downgrade is None and table.downgrade_to is not None:
+            downgrade = Downgrade(cap, table.downgrade_to)
+    return downgrade
+
+
+# -- a committed stream that broke ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Continue a committed stream that broke: ask these candidates in turn, each the way its
+    ``resume`` says, until one commits."""
+
+    order: tuple[tuple[Candidate, ResumeMode], ...]
+
+
+# The breaks a stream may be continued after: a cut, or a stall past ``idle``.
+_RESUMED: Final[frozenset[Reason]] = frozenset({"stream_interrupted", "timeout"})
+
+
+def resume_order(
+    candidates: Sequence[Candidate], modes: Sequence[ResumeMode], broken: Candidate, reason: Reason
+) -> list[tuple[Candidate, ResumeMode]]:
+    """The candidates to ask to continue, in order, with how each is asked.
+
+    After a cut the candidate that was streaming is asked first: the connection broke, not
+    necessarily the model, and the same model continues its own text best. After a stall the
+    next resumable candidate in plan order is: a model that went quiet mid-answer may do so
+    again, so the stalled one is not asked.
+    """
+    resumable: list[tuple[Candidate, ResumeMode]] = [
+        (candidate, mode) for candidate, mode in zip(candidates, modes, strict=True) if mode != "none"
+    ]
+    same = [(candidate, mode) for candidate, mode in resumable if candidate == broken]
+    others = [(candidate, mode) for candidate, mode in resumable if candidate != broken]
+    if reason == "stream_interrupted":
+        return same + others
+    position = next((index for index, candidate in enumerate(candidates) if candidate == broken), -1)
+    after = [(candidate, mode) for candidate, mode in others if candidates.index(candidate) > position]
+    return after[:1] + [pair for pair in others if pair not in after[:1]]
+
+
+def continuation(
+    candidates: Sequence[Candidate],
+    modes: Sequence[ResumeMode],
+    broken: Candidate,
+    reason: Reason,
+    resumes: int,
+    max_resumes: int,
+) -> Continue | None:
+    """Whether and on whom a stream that broke for ``reason`` after commit is continued;
+    ``modes`` are the plan's candidates' ``resume`` in plan order, ``resumes`` the continuations
+    made so far."""
+    if reason not in _RESUMED or resumes >= max_resumes:
+        return None
+    order = resume_order(candidates, modes, broken, reason)
+    return Continue(tuple(order)) if order else None
