@@ -161,19 +161,27 @@ async def router_loop(
     state_url: str | None = None,
     metrics: bool = False,
     callers: bool = False,
+    sticky: bool = False,
 ) -> float:
-    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport."""
+    """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport
+    (``sticky``: the group sticks sessions to members, and every request has one)."""
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
     settings = settings_for(
-        "http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url, metrics=metrics, callers=callers
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+        "aiohttp",
+        state_url=state_url,
+        metrics=metrics,
+        callers=callers,
+        sticky=sticky,
     )
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if callers:
+    if callers or sticky:
         headers.append((b"x-session-id", b"bench-session"))
     never = asyncio.Event()
 
@@ -214,4 +222,5 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         "router_sse20_resumable_us": run(router_loop(True, count // 4, "resumable")),
         "router_json_callers_us": run(router_loop(False, count, callers=True)),
         "router_sse20_callers_us": run(router_loop(True, count // 4, callers=True)),
+        "router_json_sticky_us": run(router_loop(False, count, sticky=True)),
     }
