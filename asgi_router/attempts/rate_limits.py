@@ -150,6 +150,19 @@ class RateLimits:
         del self.marks[key]  # every reset has passed
         return None
 
+    def in_force(self) -> list[tuple[str, str, float, int | None]]:
+        """The marks still in force, for the status page: ``(member, "requests" or "tokens",
+        seconds until the reset, tokens left)``; ``requests``: no call until the reset, ``tokens``:
+        none larger than the tokens left."""
+        now = self._clock()
+        found: list[tuple[str, str, float, int | None]] = []
+        for key, marks in self.marks.items():
+            if marks.requests_until > now:
+                found.append((key, "requests", marks.requests_until - now, None))
+            elif marks.tokens_until > now:
+                found.append((key, "tokens", marks.tokens_until - now, marks.tokens))
+        return found
+
     def observe(self, key: str, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Read an answer's rate-limit headers (when it has any) and mark ``key`` accordingly."""
         limits = read_rate_limits(headers, self._wall())
