@@ -16,6 +16,11 @@ as its probe). Candidates marked slow are tried after the others, as the decisio
 them. A hedged group
 races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
 and the all-open rule apply to it too.
+
+A group with a ``queue`` whose walk found no capacity waits in it (``capacity_queue.py``); at the
+head, each re-check is a new plan from the pipeline's plan phase (the ``replan`` it is given), its
+sticky member first again, walked as a fresh pass: a plan made before the wait would keep an order
+the strategy no longer gives.
 """
 
 from __future__ import annotations
