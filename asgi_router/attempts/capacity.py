@@ -170,13 +170,12 @@ def _first(plan: Plan, stuck: Stuck, reordered: dict[tuple[int, str], tuple[Plan
     ``reordered`` caches the answer by the plan's identity; each entry holds the plan it was
     made from, so that identity cannot be reused by another plan while the entry lives.
     """
-    member = stuck.member
-    if member is None:
+    member, candidates = stuck.member, plan.candidates
+    if member is None or (candidates and candidates[0].key == member):  # none, or already first
         return plan, stuck
     cached = reordered.get((id(plan), member))
     if cached is not None and cached[0] is plan:
         return cached[1], stuck
-    candidates = plan.candidates
     for index, candidate in enumerate(candidates):
         if candidate.key == member:
             if not index:
