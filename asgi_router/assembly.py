@@ -170,7 +170,9 @@ def assemble(
         if resolved.callers or resolved.sessions is not None
         else None
     )
-    metrics, pages, background = build_pages(resolved, guard, overview, recent, events, callers)
+    metrics, pages, background = build_pages(
+        resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
+    )
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)

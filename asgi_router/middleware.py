@@ -16,7 +16,8 @@ typed result; a phase that refuses ends the request with the router's error:
    client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
-   (rules, strategy; a ``rotate`` group's fleet counter settled);
+   (rules, strategy; a ``rotate`` group's fleet counter settled); asked again by the attempt
+   phase (:meth:`ModelRouter._replan`) for a request that waited in its group's queue;
 4. **attempt** (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until
    one commits (hedged for groups that hedge);
 5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
@@ -215,8 +216,18 @@ class ModelRouter:
             # (disconnect.py).
             with ListeningScope(context):
                 result = await self._loop.run(
-                    plan, request, path, scope["headers"], context.record, context, context.facts, context.trace
+                    plan,
+                    request,
+                    path,
+                    scope["headers"],
+                    context.record,
+                    context,
+                    context.facts,
+                    context.trace,
+                    self._replan,
                 )
+                if context.plan is not None:  # planned again after waiting for capacity
+                    plan = context.plan
                 await self._answer(context, plan, request, context.facts, result)
         except Exception:
             await context.failed()
@@ -281,13 +292,17 @@ class ModelRouter:
             context.record.stream = request.stream
         return request
 
-    async def _plan(self, context: RequestContext, request: InboundRequest) -> Plan | RouterError:
+    async def _plan(self, context: RequestContext, request: InboundRequest, again: bool = False) -> Plan | RouterError:
         """Phase *plan*: the request facts the rules read, and the ``model`` resolved to a plan
-        (a ``rotate`` group's fleet-wide counter is one awaited step)."""
+        (a ``rotate`` group's fleet-wide counter is one awaited step); ``again``: the request
+        is planned anew, with the facts it has."""
         record = context.record
-        facts = context.facts = RequestFacts(request.payload, context.scope["headers"])
-        if self._recorder is not None:
-            record.facts = self._recorder(facts)
+        if again:
+            facts = context.facts
+        else:
+            facts = context.facts = RequestFacts(request.payload, context.scope["headers"])
+            if self._recorder is not None:
+                record.facts = self._recorder(facts)
         downgrade = context.caller.downgrade_to if context.caller is not None else None
         plan = self._resolver.resolve_string(request.payload["model"] if downgrade is None else downgrade, facts)
         if isinstance(plan, ResolveError):
@@ -299,6 +314,15 @@ class ModelRouter:
         if plan.rotation is not None:
             plan = await plan.settle()
         record.plan = plan.labels
+        return plan
+
+    async def _replan(self, context: RequestContext, request: InboundRequest) -> Plan | RouterError:
+        """Phase *plan* again, from the attempt phase: a request that waited in its group's
+        queue for capacity is planned anew (its ``model`` resolved again, the strategy's order
+        afresh); the answer phase then uses the new plan."""
+        plan = await self._plan(context, request, again=True)
+        if isinstance(plan, Plan):
+            context.plan = plan
         return plan
 
     def _record(self, context: RequestContext, started: float) -> None:

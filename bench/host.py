@@ -53,9 +53,11 @@ def settings_for(
     state_url: str | None = None,
     metrics: bool = False,
     callers: bool = False,
+    sticky: bool = False,
 ) -> RouterSettings:
     """The bench's router settings (see the module docstring); ``callers``: every caller capped
-    (daily USD and tokens, rpm) and every session too, with caps no request reaches."""
+    (daily USD and tokens, rpm) and every session too, with caps no request reaches; ``sticky``:
+    the ``bench`` group sticks sessions to members (in memory unless ``state_url``)."""
     timeouts = {"connect": 2.0}
     providers: dict[str, Any] = {
         name: {"base_url": f"{origin}/v1", "api_key": "sk-bench", "timeouts": timeouts}
@@ -66,7 +68,7 @@ def settings_for(
         {
             "providers": providers,
             "groups": {
-                "bench": {"members": ["up/ok", "up2/ok"]},
+                "bench": {"members": ["up/ok", "up2/ok"], **({"sticky": {"key": "session"}} if sticky else {})},
                 "failover": {"members": ["down/ok", "up/ok"]},
                 "slow": {"members": ["up/slow", "up2/slow"]},
                 "translated": {"members": ["claude/ok", "up2/ok"]},

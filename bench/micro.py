@@ -161,25 +161,33 @@ def bench_router(
     metrics: bool = False,
     callers: bool = False,
     session: bool | None = None,
+    sticky: bool = False,
 ) -> tuple[ModelRouter, Callable[[Any], Awaitable[None]]]:
     """The bench's ``ModelRouter`` over the in-memory transport, and one request: a coroutine
     function that sends the request to the ASGI app it is given (the router, or a wrapper of it).
 
     ``callers``: every caller and session capped (``bench/host.py``); ``session``: the requests
-    carry a session header (default: when ``callers``), so that the loop without caps can send
-    the same requests and the two differ by the caps alone.
+    carry a session header (default: when ``callers`` or ``sticky``), so that the loop without
+    caps can send the same requests and the two differ by the caps alone; ``sticky``: the group
+    sticks sessions to members.
     """
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
         raise AssertionError("the router answers every chat request itself")
 
     settings = settings_for(
-        "http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp", state_url=state_url, metrics=metrics, callers=callers
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+        "aiohttp",
+        state_url=state_url,
+        metrics=metrics,
+        callers=callers,
+        sticky=sticky,
     )
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
     body = _body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if callers if session is None else session:
+    if callers or sticky if session is None else session:
         headers.append((b"x-session-id", b"bench-session"))
     never = asyncio.Event()
 
@@ -201,10 +209,11 @@ async def router_loop(
     metrics: bool = False,
     callers: bool = False,
     session: bool | None = None,
+    sticky: bool = False,
 ) -> float:
     """Best-of-3 microseconds per request of ``ModelRouter`` over the in-memory transport (the
     arguments as :func:`bench_router`'s)."""
-    router, request = bench_router(stream, group, state_url, metrics, callers, session)
+    router, request = bench_router(stream, group, state_url, metrics, callers, session, sticky)
 
     async def one() -> None:
         await request(router)
@@ -240,4 +249,5 @@ def router_in_process(count: int = 5000) -> dict[str, float]:
         "router_json_session_us": run(router_loop(False, count, session=True)),
         "router_json_callers_us": run(router_loop(False, count, callers=True)),
         "router_sse20_callers_us": run(router_loop(True, count // 4, callers=True)),
+        "router_json_sticky_us": run(router_loop(False, count, sticky=True)),
     }

@@ -1,7 +1,8 @@
 """The status page in a real headless Chromium: the browser asks for credentials, the page draws a
 tripped breaker as open, and an open tab follows what happens next.
 
-The router is served by uvicorn on loopback with ``api_keys``; the tab answers the server's Basic
+A router with sticky groups, a queue and a provider that stated its limit shows them in its
+Capacity table. The router is served by uvicorn on loopback with ``api_keys``; the tab answers the server's Basic
 challenge with an API key as the password, as a person would in the browser's dialog. The
 screenshot it takes is the one in the docs (``ASGI_ROUTER_SCREENSHOT=docs/img/status-page.png``
 writes it there).
@@ -19,7 +20,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from asgi_router import ModelRouter
+from asgi_router import ModelRouter, RouterSettings
+from asgi_router.testing import FakeUpstream, reply
 
 from .browser import Browser, need_chromium
 from .conftest import CLIENT_KEY, host_app, make_settings
@@ -97,3 +99,37 @@ def test_an_open_page_follows_new_requests_through_its_json(served: ServerThread
         assert browser.challenges == challenges
         data = json.loads(browser.evaluate("document.getElementById('status-data').textContent"))
         assert data["generated_at"] > 0 and before
+
+
+def test_the_page_shows_queues_sticky_groups_and_members_over_their_stated_limit() -> None:
+    limits = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "60s"}
+    with FakeUpstream() as fake:
+        fake.script("b", reply.ok(headers=limits))
+        settings = RouterSettings(
+            providers={"p1": fake.provider(), "p2": fake.provider()},
+            groups={
+                "s": {"strategy": "rotate", "members": ["p1/a", "p1/c"], "sticky": {"key": "session"}},
+                "q": {"members": ["p2/b"], "queue": {"max_wait": 0.1}},
+            },
+            api_keys=[CLIENT_KEY],
+            status_route="/router/status",
+        )
+        with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+            with httpx2.Client(base_url=server.url, headers=_AUTH) as client:
+                for _ in range(2):
+                    answer = client.post(
+                        "/v1/chat/completions", json=chat_body("group/s"), headers={"x-session-id": "c"}
+                    )
+                    assert answer.status_code == 200
+                assert client.post("/v1/chat/completions", json=chat_body("group/q")).status_code == 200
+                assert client.post("/v1/chat/completions", json=chat_body("group/q")).status_code == 429
+            with Browser(need_chromium(), credentials=("ops", CLIENT_KEY)) as browser:
+                browser.open(f"{server.url}/router/status")
+                sticky = browser.wait_for("document.querySelector('tr[data-sticky=\"s\"]')?.textContent")
+                queue = browser.evaluate("document.querySelector('tr[data-queue=\"q\"]').textContent")
+                stated = browser.evaluate("document.querySelector('tr[data-stated=\"p2/b\"]').textContent")
+                hidden = browser.evaluate("document.getElementById('capacity-section').hidden")
+    assert "1 affinities" in sticky and "hit \u00d71" in sticky and "miss \u00d71" in sticky
+    assert "0 waiting / 100" in queue and "timed out \u00d71" in queue
+    assert "over its provider's stated limit" in stated and "resets in" in stated and "no requests left" in stated
+    assert hidden is False

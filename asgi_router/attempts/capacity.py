@@ -4,8 +4,9 @@
 (:class:`~asgi_router.resilience.affinity.Affinities`) and the queue of ``queue``
 (``capacity_queue.py``). The attempt loop asks it twice per request of such a group: before the
 walk (:meth:`Capacity.stick`: the key's member first, when it has one) and after it
-(:meth:`Capacity.served`: the winner becomes the key's member; the outcome ``hit``, ``miss`` or
-``moved`` goes on the request record, hence the ``x-router-sticky`` header and the metric). A
+(:meth:`Capacity.answered`: a winner that served becomes the key's member; the outcome ``hit``,
+``miss`` or ``moved``, for every answer, served, passed through or the router's own error,
+goes on the request record, hence the ``x-router-sticky`` header and the metric). A
 group with neither costs a request one ``None`` check.
 
 The sticky member is only put *first*: whether it may be called is admission's to say, as for
@@ -20,7 +21,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.config.settings import RouterSettings
+from asgi_router.core.router_errors import RouterError
 from asgi_router.resilience.affinity import Affinities
 from asgi_router.routing.plan import Plan
 from asgi_router.routing.sticky_keys import sticky_key
@@ -66,6 +69,8 @@ class Capacity:
             for name, group in settings.groups.items()
             if group.sticky is not None
         }
+        #: ``(group, outcome)``: sticky requests answered since the router started (the status page).
+        self.outcomes: dict[tuple[str, str], int] = {}
         self.queues: dict[str, CapacityQueue] = {
             name: CapacityQueue(group.queue, clock)
             for name, group in settings.groups.items()
@@ -131,6 +136,20 @@ class Capacity:
             member = self.affinities[group].member(key)
         return _first(plan, Stuck(group, key, member), self._reordered)
 
+    def answered(self, stuck: Stuck, answer: Committed | Refused | RouterError) -> str:
+        """The outcome of ``stuck``'s request, whatever its answer: ``miss`` when its key had no
+        member, ``hit`` when the key's member gave the answer, ``moved`` when another member or
+        the router itself did. Only a served answer makes its member the key's member."""
+        if isinstance(answer, Committed):
+            outcome = self.served(stuck, answer.candidate.key)
+        elif stuck.member is None:
+            outcome = "miss"
+        else:
+            outcome = "hit" if isinstance(answer, Refused) and answer.candidate.key == stuck.member else "moved"
+        counted = (stuck.group, outcome)
+        self.outcomes[counted] = self.outcomes.get(counted, 0) + 1
+        return outcome
+
     def served(self, stuck: Stuck, winner: str) -> str:
         """``winner`` committed for ``stuck``'s key: it is the key's member now; the outcome."""
         self.affinities[stuck.group].remember(stuck.key, winner)
@@ -151,13 +170,12 @@ def _first(plan: Plan, stuck: Stuck, reordered: dict[tuple[int, str], tuple[Plan
     ``reordered`` caches the answer by the plan's identity; each entry holds the plan it was
     made from, so that identity cannot be reused by another plan while the entry lives.
     """
-    member = stuck.member
-    if member is None:
+    member, candidates = stuck.member, plan.candidates
+    if member is None or (candidates and candidates[0].key == member):  # none, or already first
         return plan, stuck
     cached = reordered.get((id(plan), member))
     if cached is not None and cached[0] is plan:
         return cached[1], stuck
-    candidates = plan.candidates
     for index, candidate in enumerate(candidates):
         if candidate.key == member:
             if not index:

@@ -4,7 +4,9 @@ When a request of a group with ``queue`` finds no member it may call *only* beca
 capacity (every candidate skipped ``over_budget`` or ``saturated``; a provider's rate-limit
 headers count as budget), it joins its group's :class:`CapacityQueue` instead of being
 answered at once. Only the request at the head re-checks capacity, so the group is served in
-order: first in, first out within a priority, ``high`` before ``normal`` before ``low``. A
+order: first in, first out within a priority, ``high`` before ``normal`` before ``low``. Each
+re-check is a new plan (the ``model`` resolved again, the strategy's order afresh), not the
+old plan walked again. A
 waiting request holds no upstream connection and no gate lease; it is a task parked on an
 event. It leaves the queue when it is served, when its wait (``max_wait``, and never past its
 ``deadline``) runs out, or when its client leaves (its task is cancelled).
@@ -24,10 +26,14 @@ from typing import Final
 
 from asgi_router.config.capacity_settings import PRIORITIES, Priority, QueueSettings
 
-__all__ = ["RECHECK", "CapacityQueue", "Ticket"]
+__all__ = ["RECENT_WAITS", "RECHECK", "CapacityQueue", "Ticket"]
 
-#: Seconds between two capacity checks of the request at the head of a queue, at most (an
-#: upstream's wait hint shorter than this is waited instead).
+#: Waits kept per queue for the status page, the oldest dropped first.
+RECENT_WAITS: Final = 100
+
+#: Seconds the request at the head of a queue pauses between two plans when no skip said when
+#: capacity returns (a provider's concurrency frees up without notice), and the least it pauses
+#: when they did (the decision point's ``Decisions.recheck``).
 RECHECK: Final = 0.02
 
 
@@ -46,12 +52,14 @@ class Ticket:
 class CapacityQueue:
     """One group's waiting requests, in order; one per group and router, one event loop."""
 
-    __slots__ = ("_clock", "_lanes", "settings")
+    __slots__ = ("_clock", "_lanes", "recent", "settings")
 
     def __init__(self, settings: QueueSettings, clock: Callable[[], float]) -> None:
         self.settings = settings
         self._clock = clock
         self._lanes: dict[Priority, deque[Ticket]] = {priority: deque() for priority in PRIORITIES}
+        #: The latest waits' ``(outcome, seconds)``, newest last (the status page).
+        self.recent: deque[tuple[str, float]] = deque(maxlen=RECENT_WAITS)
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())

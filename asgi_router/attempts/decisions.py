@@ -58,7 +58,10 @@ any other failure                                           FailOver: the next c
 
 When the walk ends with nothing attempted and every candidate skipped ``over_budget`` or
 ``saturated`` (no capacity, and nothing else, stood in the way), a group with a ``queue``
-waits for capacity and walks its plan again (:meth:`Decisions.waits`; ``capacity_queue.py``).
+waits for capacity (:meth:`Decisions.waits`; ``capacity_queue.py``) and, once its turn comes
+and it has paused until capacity may be back (:meth:`Decisions.recheck`), is *planned again*: its
+``model`` resolved anew and its candidates ordered afresh by the strategy (a rotate group's next
+rotation, ``least_busy``'s current counts), then walked under this table again.
 A sticky group's key's member is put first before the walk (``capacity.py``): whether it may be
 called is this table's answer, as for any candidate.
 
@@ -145,6 +148,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.capacity_queue import RECHECK
 from asgi_router.attempts.outcomes import Attempted, Committed, Refused
 from asgi_router.attempts.request_answers import Continue, Downgrade, Refuse, caller_answer, continuation
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
@@ -317,6 +321,18 @@ class Decisions:
         if attempts or stopped or not skipped:
             return False
         return all(summary.reason in _CAPACITY for summary in skipped)
+
+    @staticmethod
+    def recheck(skipped: Sequence[AttemptSummary] | None) -> float:
+        """How long the request at the head of a queue pauses before it is planned again, after
+        a pass that :meth:`waits` (``skipped``: its lines): until the soonest stated reset when
+        every skip states one (a budget's or a provider's), else :data:`RECHECK` (a provider's
+        concurrency frees up without notice); never less than :data:`RECHECK`, so that a reset
+        already due cannot spin the loop."""
+        waits = [summary.retry_after for summary in skipped or ()]
+        if not waits or any(wait is None for wait in waits):
+            return RECHECK
+        return max(RECHECK, min(wait for wait in waits if wait is not None))
 
     def all_open(
         self, attempts: int, stopped: bool, open_skips: Sequence[tuple[float, Candidate]] | None

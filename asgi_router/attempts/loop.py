@@ -16,17 +16,22 @@ as its probe). Candidates marked slow are tried after the others, as the decisio
 them. A hedged group
 races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
 and the all-open rule apply to it too.
+
+A group with a ``queue`` whose walk found no capacity waits in it (``capacity_queue.py``); at the
+head, each re-check is a new plan from the pipeline's plan phase (the ``replan`` it is given), its
+sticky member first again, walked as a fresh pass: a plan made before the wait would keep an order
+the strategy no longer gives.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from asgi_router.attempts.capacity import Capacity, header_value
-from asgi_router.attempts.capacity_queue import RECHECK, CapacityQueue
+from asgi_router.attempts.capacity import Capacity, Stuck, header_value
+from asgi_router.attempts.capacity_queue import CapacityQueue
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
@@ -44,6 +49,10 @@ if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry
 
 __all__ = ["AttemptLoop"]
 
+#: The request's context as the attempts see it (the middleware's ``RequestContext``), handed
+#: back to the plan phase when a request is planned again.
+FlightT = TypeVar("FlightT", bound=Flight)
+
 
 class AttemptLoop:
     """Runs plans through a router's :class:`AttemptContext`; one per router, no per-request state."""
@@ -60,12 +69,17 @@ class AttemptLoop:
         route: str,
         inbound: Sequence[tuple[bytes, bytes]],
         record: RequestRecord,
-        flight: Flight,
+        flight: FlightT,
         facts: RequestFacts = EMPTY_FACTS,
         trace: RequestTrace | None = None,
+        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]] | None = None,
     ) -> Committed | Refused | RouterError:
         """Try ``plan`` until a candidate commits, refuses, or every candidate has failed
-        (each call a span of ``trace``, when the request is traced)."""
+        (each call a span of ``trace``, when the request is traced).
+
+        ``replan`` is the pipeline's plan phase, asked again (with ``flight`` and ``request``)
+        for a request that waited for capacity; without it the old plan is walked again.
+        """
         context = self.context
         deadline = context.clock() + context.policy.deadline
         capacity, stuck, queue = self.capacity, None, None
@@ -81,17 +95,32 @@ class AttemptLoop:
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
         if walked:
             decided = await self._walk(attempts, plan, inbound)
-        if queue is not None and (not walked or (decided is None and attempts.capacity_only())):
-            decided, attempts = await self._wait(queue, attempts, walked)
+        waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
+        if waits and queue is not None and capacity is not None:
+            planned: Callable[[], Awaitable[Plan | RouterError]] | None = None
+            if replan is not None:
+
+                async def planned() -> Plan | RouterError:
+                    """The request planned again, its sticky member (if any) first."""
+                    nonlocal stuck
+                    fresh = await replan(flight, request)
+                    if isinstance(fresh, RouterError) or fresh.policy is None or capacity is None:
+                        return fresh
+                    fresh, stuck = await _stick(capacity, fresh, request, inbound, record)
+                    return fresh
+
+            decided, attempts = await self._wait(queue, attempts, walked, planned)
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
                 # Every candidate was skipped for an open (or recovering) breaker: failing untried would make the
                 # breakers the outage. Try the one that opened longest ago, as its probe.
                 decided = await self._candidate(attempts, oldest, 0, force=True)
-        if stuck is not None and capacity is not None and isinstance(decided, Committed):
-            record.sticky = (stuck.group, capacity.served(stuck, decided.candidate.key))
-        return decided if decided is not None else attempts.exhausted()
+        if decided is None:
+            decided = attempts.exhausted()
+        if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
+            record.sticky = (stuck.group, capacity.answered(stuck, decided))
+        return decided
 
     async def _walk(
         self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
@@ -120,10 +149,15 @@ class AttemptLoop:
         return decided
 
     async def _wait(
-        self, queue: CapacityQueue, first: RequestAttempts, walked: bool
+        self,
+        queue: CapacityQueue,
+        first: RequestAttempts,
+        walked: bool,
+        planned: Callable[[], Awaitable[Plan | RouterError]] | None,
     ) -> tuple[Committed | Refused | RouterError | None, RequestAttempts]:
-        """Wait in ``queue`` for capacity, walking the plan again at the head; what came of the
-        last walk, and its pass (``first``, the request's own, when the queue was full)."""
+        """Wait in ``queue`` for capacity; at the head, plan the request again (``planned``; the
+        old plan when there is none) and walk the new plan. What came of the last walk, and its
+        pass (``first``, the request's own, when the queue was full)."""
         clock = self.context.clock
         plan, record, inbound = first.plan, first.record, first.inbound
         settings = queue.settings
@@ -133,30 +167,46 @@ class AttemptLoop:
         ticket = queue.join(priority)
         if ticket is None:
             record.queued = (group, "full", 0.0)
+            queue.recent.append(("full", 0.0))
             decided = None if walked else await self._walk(first, plan, inbound)  # today's answer, and why
             return decided, first
         until = min(joined + settings.max_wait, first.deadline)
         outcome = "left"  # unless the loop below ends otherwise: the client left (cancelled)
         attempts, decided = first, None
+        # A request that has just found no capacity pauses before it is planned again; one that
+        # joined behind others waits for its turn first.
+        pause = first.recheck() if walked else 0.0
         try:
             while True:
                 remaining = until - clock()
                 if remaining <= 0:
                     outcome = "timed_out"
                     break
+                if pause:
+                    await asyncio.sleep(min(pause, remaining))
+                    pause = 0.0
+                    continue
                 if not await queue.my_turn(ticket, remaining):
                     continue
-                attempts = first.again(quiet=walked)
+                if planned is not None:
+                    fresh = await planned()
+                    if isinstance(fresh, RouterError):  # its ref no longer resolves: that is its answer
+                        decided, outcome = fresh, "served"
+                        break
+                    plan = fresh
+                attempts = first.again(plan, quiet=walked)
                 attempts.admitted = partial(queue.leave, ticket)
                 decided = await self._walk(attempts, plan, inbound)
                 if decided is not None or not attempts.capacity_only():
                     outcome = "served"
                     break
                 walked = True  # the skips of the walks after the first are not evented again
-                await asyncio.sleep(max(0.0, min(RECHECK, until - clock())))
+                pause = attempts.recheck()
         finally:
             queue.leave(ticket)
-            record.queued = (group, outcome, clock() - joined)
+            waited = clock() - joined
+            record.queued = (group, outcome, waited)
+            queue.recent.append((outcome, waited))
         return decided, attempts
 
     async def _candidate(
@@ -183,3 +233,16 @@ class AttemptLoop:
         finally:
             if token:
                 self.context.gate.end_retry(candidate.provider)
+
+
+async def _stick(
+    capacity: Capacity,
+    plan: Plan,
+    request: InboundRequest,
+    inbound: Sequence[tuple[bytes, bytes]],
+    record: RequestRecord,
+) -> tuple[Plan, Stuck | None]:
+    """``plan`` with the request's sticky member first, asking the fleet's store when it has one."""
+    if capacity.fleet is not None and plan.policy is not None and plan.policy.sticky is not None:
+        return await capacity.stick_shared(plan, request.payload, inbound, record.principal)
+    return capacity.stick(plan, request.payload, inbound, record.principal)

@@ -61,10 +61,14 @@ def _seconds(value: str, now: datetime) -> float | None:
 
 
 def read_rate_limits(
-    headers: Iterable[tuple[bytes, bytes]], now: datetime
+    headers: Iterable[tuple[bytes, bytes]], now: datetime | Callable[[], datetime]
 ) -> dict[str, tuple[int | None, float | None]] | None:
     """Per kind (``requests``, ``tokens``): ``(remaining, seconds to reset)`` as the headers say,
-    or ``None`` when none is present. A value that does not parse is left out; never raises."""
+    or ``None`` when none is present. A value that does not parse is left out; never raises.
+
+    ``now`` may be a wall clock, read only when a reset is to be parsed: most answers carry no
+    rate-limit header, and reading the time would be their only cost.
+    """
     found: dict[str, tuple[int | None, float | None]] | None = None
     for name, value in headers:
         if name[:1] not in _FIRST_BYTES:  # most headers end here, before a lower-cased copy
@@ -83,6 +87,8 @@ def read_rate_limits(
         if part == "remaining":
             remaining = int(text) if text.isdigit() and len(text) < 19 else remaining
         else:
+            if not isinstance(now, datetime):
+                now = now()
             reset = _seconds(text, now)
         found[kind] = (remaining, reset)
     return found
@@ -150,9 +156,22 @@ class RateLimits:
         del self.marks[key]  # every reset has passed
         return None
 
+    def in_force(self) -> list[tuple[str, str, float, int | None]]:
+        """The marks still in force, for the status page: ``(member, "requests" or "tokens",
+        seconds until the reset, tokens left)``; ``requests``: no call until the reset, ``tokens``:
+        none larger than the tokens left."""
+        now = self._clock()
+        found: list[tuple[str, str, float, int | None]] = []
+        for key, marks in self.marks.items():
+            if marks.requests_until > now:
+                found.append((key, "requests", marks.requests_until - now, None))
+            elif marks.tokens_until > now:
+                found.append((key, "tokens", marks.tokens_until - now, marks.tokens))
+        return found
+
     def observe(self, key: str, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Read an answer's rate-limit headers (when it has any) and mark ``key`` accordingly."""
-        limits = read_rate_limits(headers, self._wall())
+        limits = read_rate_limits(headers, self._wall)
         if limits is None:
             return
         now = self._clock()

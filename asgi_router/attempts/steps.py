@@ -155,12 +155,12 @@ class RequestAttempts:
         """The client's headers."""
         return self._inbound
 
-    def again(self, *, quiet: bool) -> RequestAttempts:
-        """A fresh pass over the same plan for the same request, within the same deadline (a
-        queued request's walk at the head); ``quiet``: its skips are not evented."""
+    def again(self, plan: Plan, *, quiet: bool) -> RequestAttempts:
+        """A fresh pass over ``plan`` (the request planned again) for the same request, within the
+        same deadline (a queued request's walk at the head); ``quiet``: its skips are not evented."""
         return RequestAttempts(
             self._context,
-            self.plan,
+            plan,
             self._request,
             self._route,
             self._inbound,
@@ -389,6 +389,10 @@ class RequestAttempts:
         """Whether the decision point would have a queued group's request wait: nothing was
         tried only for want of capacity."""
         return self._context.decisions.waits(self.attempts, self.stopped, self._summaries)
+
+    def recheck(self) -> float:
+        """Seconds a queued request that found no capacity pauses before it is planned again."""
+        return self._context.decisions.recheck(self._summaries)
 
     def exhausted(self) -> RouterError:
         return exhausted_error(self._summaries or [])

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from starlette.types import Receive, Scope, Send
 
+from asgi_router.attempts.capacity import Capacity
+from asgi_router.attempts.rate_limits import RateLimits
 from asgi_router.config.named import named_models
 from asgi_router.config.pages_settings import status_json_route
 from asgi_router.config.settings import RouterSettings
@@ -151,10 +153,13 @@ def build_pages(
     recent: RecentRequests,
     events: EventBus,
     callers: CallerLimits | None = None,
+    capacity: Capacity | None = None,
+    rate_limits: RateLimits | None = None,
 ) -> tuple[RouterMetrics | None, Pages, list[Callable[[], Coroutine[Any, Any, None]]]]:
     """A router's pages as its settings ask for them: its metrics (``None``: off), the pages,
     and the work they need run from lifespan startup to shutdown (``callers``: the caller caps,
-    whose figures the metrics, the status page and the usage route show)."""
+    whose figures the metrics, the status page and the usage route show; ``capacity`` and
+    ``rate_limits``: sticky groups, queues and providers' stated limits, for the status page)."""
     models = ModelsEndpoint(settings, settings.models_route) if settings.models_route is not None else None
     metrics: RouterMetrics | None = None
     metrics_page: tuple[str, MetricsEndpoint, bool] | None = None
@@ -175,7 +180,9 @@ def build_pages(
     status: tuple[str, str, StatusEndpoint] | None = None
     if settings.status_route is not None:
         json_route = status_json_route(settings.status_route)
-        page = StatusEndpoint(overview, recent, events, json_route, callers=callers)
+        page = StatusEndpoint(
+            overview, recent, events, json_route, callers=callers, capacity=capacity, rate_limits=rate_limits
+        )
         status = (settings.status_route, json_route, page)
     usage = (settings.usage_route, _usage(callers)) if settings.usage_route is not None else None
     return metrics, Pages(guard, models, metrics_page, status, usage), background

@@ -5,6 +5,10 @@ provider and every model the configuration names, with its breaker (and when an 
 probe through, why it opened, how far a recovering one's ramp has come, whether it is slow), its
 time-to-first-byte average, its attempts in flight and its rpm/tpm use against
 the budget; then, when callers are capped, a Callers table (each cap: spent, limit, resets in);
+then, when a group has a ``queue`` or ``sticky`` or a provider's rate-limit headers put a member
+over budget, a Capacity table (each queue's depth and how its latest waits ended, each sticky
+group's affinities held and how its requests stuck, each member over its provider's stated limit
+and when that resets);
 then the most recent requests with each attempt. The data is read on demand from the
 router's state (``resilience/overview.py``) and its ring of recent requests; nothing is kept for
 the page between loads.
@@ -32,17 +36,22 @@ from collections.abc import Callable
 from importlib.resources import files
 from typing import Final
 
+from asgi_router.attempts.capacity import Capacity
+from asgi_router.attempts.rate_limits import RateLimits
 from asgi_router.observability.events import RequestRecord, principal_text
 from asgi_router.observability.sinks import EventBus, RecentRequests
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.overview import BreakerStatus, Budget, Overview
 
-__all__ = ["CALLERS_SHOWN", "RECENT_SHOWN", "StatusEndpoint", "status_template"]
+__all__ = ["CALLERS_SHOWN", "QUEUE_OUTCOMES", "RECENT_SHOWN", "STICKY_OUTCOMES", "StatusEndpoint", "status_template"]
 
 #: The most recent requests shown (newest first).
 RECENT_SHOWN: Final = 50
 #: Callers without a table of their own shown in the Callers table (most recently seen first).
 CALLERS_SHOWN: Final = 20
+#: How a wait for capacity ended, and how a sticky request stuck (the metrics' outcomes).
+QUEUE_OUTCOMES: Final = ("served", "timed_out", "full", "left")
+STICKY_OUTCOMES: Final = ("hit", "miss", "moved")
 #: Where the page's data goes: a JSON element, never run as a script.
 _DATA_ELEMENT: Final = '<script id="status-data" type="application/json">{}</script>'
 _JSON_TYPE: Final = b"application/json"
@@ -77,6 +86,46 @@ def _breaker(status: BreakerStatus) -> dict[str, object]:
 
 def _budget(budget: Budget | None) -> dict[str, int] | None:
     return {"used": budget.used, "limit": budget.limit} if budget is not None else None
+
+
+def _capacity(capacity: Capacity | None, rate_limits: RateLimits | None) -> dict[str, object] | None:
+    """Queues, sticky groups and members over their provider's stated limit (``None``: none
+    configured and none marked)."""
+    limits = rate_limits.in_force() if rate_limits is not None else []
+    if capacity is None and not limits:
+        return None
+    queues: list[dict[str, object]] = []
+    sticky: list[dict[str, object]] = []
+    if capacity is not None:
+        for group, queue in capacity.queues.items():
+            waits = list(queue.recent)
+            outcomes = {outcome: 0 for outcome in QUEUE_OUTCOMES}
+            for outcome, _ in waits:
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            queues.append(
+                {
+                    "group": group,
+                    "waiting": len(queue),
+                    "max_size": queue.settings.max_size,
+                    "max_wait": queue.settings.max_wait,
+                    "recent": outcomes,
+                    "longest_wait_s": round(max((waited for _, waited in waits), default=0.0), 3),
+                }
+            )
+        for group, affinities in capacity.affinities.items():
+            sticky.append(
+                {
+                    "group": group,
+                    "affinities": len(affinities),
+                    "shared": capacity.fleet is not None,
+                    **{outcome: capacity.outcomes.get((group, outcome), 0) for outcome in STICKY_OUTCOMES},
+                }
+            )
+    stated = [
+        {"member": member, "limit": limit, "resets_in": round(resets_in, 1), "tokens_left": tokens}
+        for member, limit, resets_in, tokens in sorted(limits)
+    ]
+    return {"queues": queues, "sticky": sticky, "over_stated_limit": stated}
 
 
 def _request(record: RequestRecord) -> dict[str, object]:
@@ -117,8 +166,13 @@ class StatusEndpoint:
         json_route: str,
         wall_clock: Callable[[], float] = time.time,
         callers: CallerLimits | None = None,
+        capacity: Capacity | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         self._callers = callers
+        #: Sticky groups and queues (``None``: no group has either), providers' stated limits.
+        self._capacity = capacity
+        self._rate_limits = rate_limits
         self._overview = overview
         self._recent = recent
         self._events = events
@@ -169,6 +223,7 @@ class StatusEndpoint:
                 for provider in overview.providers()
             ],
             "callers": self._callers.rows(CALLERS_SHOWN) if self._callers is not None else None,
+            "capacity": _capacity(self._capacity, self._rate_limits),
             "recent": [_request(record) for record in recent],
             "refused": {
                 "total": sum(by_status.values()),

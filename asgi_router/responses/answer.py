@@ -189,6 +189,8 @@ class Answer:
         record = context.record
         headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, context.anthropic)
         headers += router_headers(record.request_id, None, attempts, context.route)
+        if record.sticky is not None:
+            headers.append((b"x-router-sticky", record.sticky[1].encode()))
         context.status = 200
         context.degraded = True
         await send_whole(context.send_tracked, 200, headers, body)

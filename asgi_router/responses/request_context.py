@@ -29,6 +29,7 @@ from asgi_router.resilience.gate import Lease
 from asgi_router.responses.headers import router_headers
 from asgi_router.responses.relay import send_whole
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
+from asgi_router.routing.plan import Plan
 
 if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
     from asgi_router.observability.tracing import RequestTrace
@@ -52,6 +53,7 @@ class RequestContext:
         "in_flight",
         "lease",
         "path",
+        "plan",
         "receive",
         "record",
         "response_started",
@@ -86,6 +88,8 @@ class RequestContext:
         self.lease: Lease | None = None
         #: What the rules read of the request, once the plan phase has made them.
         self.facts: RequestFacts = EMPTY_FACTS
+        #: The plan made again for a request that waited for capacity (``None``: the first stands).
+        self.plan: Plan | None = None
         #: ``x-router-route`` once a plan was resolved.
         self.route: str | None = None
         #: The request's trace, when a tracer provider is set.
@@ -114,6 +118,8 @@ class RequestContext:
         headers = [(b"content-type", b"application/json")]
         headers += router_headers(self.record.request_id, None, attempts, self.route)
         headers += error.headers
+        if self.record.sticky is not None:  # a sticky group's keyed request: after its plan ran
+            headers.append((b"x-router-sticky", self.record.sticky[1].encode()))
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
         self.status = error.status

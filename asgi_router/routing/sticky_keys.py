@@ -22,8 +22,16 @@ __all__ = ["sticky_key"]
 _SYSTEM_ROLES: Final = frozenset({"system", "developer"})
 
 
+# One keyed-hash state per kind of key, never updated itself: each key's digest starts from a
+# copy, which is cheaper than building the parametrised hash per request (and gives the same
+# digests, which a fleet's store holds across versions).
+_HASHES: Final = {kind: hashlib.blake2b(digest_size=16, person=kind) for kind in (b"session", b"principal", b"prefix")}
+
+
 def _digest(kind: bytes, text: bytes) -> str:
-    return hashlib.blake2b(text, digest_size=16, person=kind).hexdigest()
+    digest = _HASHES[kind].copy()
+    digest.update(text)
+    return digest.hexdigest()
 
 
 def _prefix(payload: Mapping[str, Any]) -> bytes | None:

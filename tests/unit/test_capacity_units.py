@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from asgi_router import RouterSettings
-from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.capacity_queue import RECHECK, CapacityQueue
 from asgi_router.attempts.decisions import Decisions
 from asgi_router.attempts.rate_limits import MAX_MARKED, RateLimits, read_rate_limits
 from asgi_router.config.capacity_settings import QueueSettings
@@ -252,3 +252,31 @@ def test_the_decision_point_waits_only_when_capacity_alone_stood_in_the_way() ->
     assert Decisions.waits(1, False, _skipped("saturated")) is False  # something was attempted
     assert Decisions.waits(0, True, _skipped("saturated")) is False  # the deadline stopped the pass
     assert Decisions.waits(0, False, None) is False
+
+
+def _waiting(*hints: float | None) -> list[AttemptSummary]:
+    reasons: list[Reason] = ["over_budget" if hint is not None else "saturated" for hint in hints]
+    return [
+        AttemptSummary(f"p/m{n}", reason, retry_after=hint, skipped=True)
+        for n, (reason, hint) in enumerate(zip(reasons, hints, strict=True))
+    ]
+
+
+def test_a_queued_request_is_planned_again_at_the_soonest_stated_reset_else_after_recheck() -> None:
+    assert Decisions.recheck(_waiting(2.0, 0.5)) == 0.5  # every skip said when: the soonest
+    assert Decisions.recheck(_waiting(2.0, None)) == RECHECK  # a concurrency cap frees without notice
+    assert Decisions.recheck(_waiting(0.0)) == RECHECK  # a reset already due cannot spin the loop
+    assert Decisions.recheck(None) == RECHECK
+
+
+def test_the_marks_in_force_say_what_is_limited_and_when_it_resets() -> None:
+    clock = Clock()
+    limits = RateLimits(clock, lambda: NOW)
+    limits.wait("p/requests", 30)
+    limits.observe("p/tokens", [(b"x-ratelimit-remaining-tokens", b"100"), (b"x-ratelimit-reset-tokens", b"10s")])
+    assert sorted(limits.in_force()) == [
+        ("p/requests", "requests", pytest.approx(30.0), None),
+        ("p/tokens", "tokens", pytest.approx(10.0), 100),
+    ]
+    clock.now += 31
+    assert limits.in_force() == []
