@@ -52,14 +52,19 @@ def shows_text(chunk: bytes) -> bool:
     inside a JSON string is escaped, so neither can match inside a value). Anything else, ``False``,
     is read event by event by :class:`FirstEvent`.
     """
-    at = chunk.find(_SAYS_TEXT)
-    return (
-        at > 0
-        and chunk[:6] == b"data: "
-        and b"\n" not in chunk[:at]
-        and chunk[at + _TEXT_AT : at + _TEXT_AT + 1] != b'"'
-        and b'"error"' not in chunk
-    )
+    at = _text_at(chunk)
+    return at > 0 and chunk[:6] == b"data: " and b"\n" not in chunk[:at]
+
+
+def _text_at(data: bytes) -> int:
+    """Where ``data``'s first ``"content":"`` opens a string that is not empty, when no
+    ``"error"`` appears in ``data``; else -1. The one byte test of both :func:`shows_text` and
+    :meth:`FirstEvent.feed` (a quote inside a JSON string is escaped, so neither pattern can
+    match inside a value)."""
+    at = data.find(_SAYS_TEXT)
+    if at < 0 or data[at + _TEXT_AT : at + _TEXT_AT + 1] == b'"' or b'"error"' in data:
+        return -1
+    return at
 
 
 class FirstEvent:
@@ -97,13 +102,10 @@ class FirstEvent:
     def _event(self, data: bytes) -> int | None:
         if data == b"[DONE]":
             return REAL
-        if not self._anthropic:
-            at = data.find(_SAYS_TEXT)
-            if at >= 0 and data[at + _TEXT_AT : at + _TEXT_AT + 1] != b'"' and b'"error"' not in data:
-                # A content delta with text, as nearly every stream's second event is: no parse
-                # needed (a quote inside a JSON string is escaped, so this cannot match inside a
-                # value, and the first ``content`` holding text is something a client shows).
-                return REAL
+        if not self._anthropic and _text_at(data) >= 0:
+            # A content delta with text, as nearly every stream's second event is: no parse
+            # needed (the first ``content`` holding text is something a client shows).
+            return REAL
         try:
             event = json.loads(data)
         except ValueError:

@@ -151,20 +151,13 @@ async def relay_stream(
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            parts = committed.parts
-            if parts is None:  # the usual commit: on the stream's first chunk
-                await send({"type": "http.response.body", "body": last, "more_body": True})
-                sent, count = len(last), 1
+            for part in committed.parts or (last,):  # the chunks held for commit, as they came
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+                sent += len(part)
+                count += 1
+                before_last, last = last if count > 1 else b"", part
                 if tail is not None:
-                    tail.add(last)
-            else:
-                for part in parts:  # the chunks held for commit, as they came
-                    await send({"type": "http.response.body", "body": part, "more_body": True})
-                    sent += len(part)
-                    count += 1
-                    before_last, last = last if count > 1 else b"", part
-                    if tail is not None:
-                        tail.add(part)
+                    tail.add(part)
             ended = last[-4:-3] < MAY_END and last.endswith(ENDINGS)
             if ended and complete is not None:
                 complete()
