@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from asgi_router.core.usage_bounds import plausible_tokens
+from asgi_router.core.usage_bounds import MAX_PLAUSIBLE_TOKENS, plausible_tokens
 
 __all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
 
@@ -112,8 +112,8 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     if at >= 0 and (  # OpenAI's own order of keys
         (usual := _COMPACT_USAGE.match(data, at)) is not None or (usual := _USUAL_USAGE.match(data, at)) is not None
     ):
-        prompt, stated = plausible_tokens(int(usual[1])), plausible_tokens(int(usual[2]))
-        return None if prompt is None or stated is None else (prompt, stated)
+        given, taken = int(usual[1]), int(usual[2])  # digits: plausible unless too large
+        return (given, taken) if given <= MAX_PLAUSIBLE_TOKENS and taken <= MAX_PLAUSIBLE_TOKENS else None
     end = len(data)
     completion: int | None = None
     while True:

@@ -9,9 +9,13 @@ winner, bytes, spend) goes on the request's
 :class:`~asgi_router.responses.request_context.RequestContext`, which writes the record once
 the request is over.
 
-Token counting keeps as little as it needs: budgets and prices count every response (estimated
-when it reports no usage), so they keep a stream's whole tail and the prompt's estimate; metrics
-and traces report only usage an upstream stated, which sits in a stream's last chunks.
+Token counting keeps as little as it needs, and does no work per chunk: an upstream states a
+stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
+Anthropic's prompt, its first (``message_start``), chunks the relay holds or names anyway. Budgets,
+prices and caller caps count every response (estimated when it reports no usage: the prompt's
+estimate is kept, and the relay's count of chunks); metrics and traces report only usage an
+upstream stated. A continued stream (``resume``) keeps a :class:`~asgi_router.attempts.usage.Tail`
+of its last bytes instead, its calls' events being rewritten.
 """
 
 from __future__ import annotations
@@ -96,12 +100,11 @@ class Answer:
         context.winner = winner
         if context.trace is not None:  # the winner's span reports its model and usage
             context.trace.response_model = response_model(result.body)
-        # Budgets and prices count every response (estimated when it reports no usage): the whole
-        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
-        # two chunks, which the relay names anyway, do.
+        # Budgets, prices and caps count every response (estimated when it reports no usage): the
+        # prompt's estimate is kept. Metrics and traces only report usage (the module docstring).
         estimate = self._book.needs_estimate(winner)
         wants_tokens = estimate or self._book.counts_all or context.trace is not None
-        tail = Tail() if stream and estimate else None
+        tail: Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
         try:
@@ -113,6 +116,8 @@ class Answer:
                 self._note_served(record, result, "served", spend)
                 return
             resumer = self._resumer(context, plan, request, facts, result)
+            if estimate and resumer is not None:
+                tail = Tail()
             # Committed: nothing reads the request again but the token estimate (and a
             # continuation, which keeps the payload); free the rest for the relay's whole life
             # (RSS per open stream).
@@ -123,9 +128,7 @@ class Answer:
             error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
             final = result
             if resumer is None:
-                relay = relay_stream(
-                    context.send, result, headers, self._clock, tail, context, context.complete, error_event
-                )
+                relay = relay_stream(context.send, result, headers, self._clock, context, context.complete, error_event)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers
@@ -140,7 +143,10 @@ class Answer:
             if outcome.reason == "client_disconnected":
                 context.disconnected = True
             spend = self._finish(
-                context, final.candidate.key, facts, *_streamed_usage(final, tail, outcome if wants_tokens else None)
+                context,
+                final.candidate.key,
+                facts,
+                *_streamed_usage(final, tail, outcome if wants_tokens else None, estimate, outcome.chunks),
             )
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
                 spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
@@ -149,7 +155,12 @@ class Answer:
             if spend is None:  # cancelled (the client left): still release and count it
                 if resumer is not None:
                     result = resumer.current
-                self._finish(context, result.candidate.key, facts, *_streamed_usage(result, tail, None))
+                self._finish(
+                    context,
+                    result.candidate.key,
+                    facts,
+                    *_streamed_usage(result, tail, None, estimate, context.chunks_relayed),
+                )
 
     def _resumer(
         self, context: RequestContext, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
@@ -222,19 +233,26 @@ class Answer:
 
 
 def _streamed_usage(
-    committed: Committed, tail: Tail | None, relayed: RelayResult | None
+    committed: Committed, tail: Tail | None, relayed: RelayResult | None, estimate: bool, chunks: int
 ) -> tuple[bytes | None, int | None]:
-    """What a relayed stream used, for the bookkeeper: a translated stream's usage as its upstream
-    counted it (in OpenAI's words), else the tail of the bytes sent (``tail`` where an estimate
-    may be needed, else the relay's last two chunks), or nothing when not counted."""
-    if tail is None and relayed is None:
+    """What a relayed stream of ``chunks`` chunks used, for the bookkeeper: a translated stream's
+    usage as its upstream counted it (in OpenAI's words); else the bytes where a stream states its
+    usage: a continued stream's ``tail``, or the relay's last two chunks (``relayed``; none when
+    the relay was cancelled) after, where an ``estimate`` may be needed, the chunks held for commit
+    (Anthropic states the prompt in its first event); ``None`` when nothing is counted."""
+    if tail is None and relayed is None and not estimate:
         return None, None
-    chunks = tail.chunks if tail is not None else relayed.chunks if relayed is not None else 0
     translation = committed.translation
     if translation is not None and translation.finished:
         prompt, completion = translation.usage
         return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), chunks
     if tail is not None:
-        return tail.bytes(), chunks
-    assert relayed is not None
-    return relayed.before_last + relayed.last, chunks
+        return tail.bytes(), tail.chunks
+    if relayed is None:  # the relay was cancelled: it names no last chunks
+        return committed.body, chunks
+    last = relayed.before_last + relayed.last
+    if not estimate:
+        return last, chunks
+    # The held chunks were sent first: the last two may be among them, and are then not repeated.
+    after = chunks - (len(committed.parts) if committed.parts else 1)
+    return committed.body + (last if after >= 2 else relayed.last if after == 1 else b""), chunks

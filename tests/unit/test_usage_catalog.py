@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
+from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
 from asgi_router.config.catalog_settings import ModelInfo
+from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
 from asgi_router.core.router_errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
 from asgi_router.resilience.stats import InMemoryStats, Limits
+from asgi_router.responses.answer import _streamed_usage
+from asgi_router.responses.relay import RelayResult
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
@@ -54,6 +58,41 @@ def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
     assert find_usage(b"event: message_delta\n" + _sse(delta)) == (None, 7)  # the start fell out of the tail
     counted = count_tokens(b"event: message_delta\n" + _sse(delta), prompt_estimate=40, chunks=30)
     assert (counted.prompt, counted.completion, counted.measured) == (40, 7, True)
+
+
+def _streamed(parts: list[bytes], sent: list[bytes], relayed: bool = True) -> tuple[bytes | None, int | None]:
+    """What the answer phase hands the bookkeeper for a stream that held ``parts`` for commit and
+    sent ``sent`` (the held parts first), where an estimate may be needed."""
+    committed = Committed(Candidate("p", "m"), cast(Any, None), b"".join(parts), cast(Any, None), 0.0, 0.0, 0.0, 1)
+    committed.parts = tuple(parts) if len(parts) > 1 else None
+    before_last = sent[-2] if len(sent) > 1 else b""
+    result = RelayResult(sum(map(len, sent)), "served", len(sent), before_last, sent[-1]) if relayed else None
+    return _streamed_usage(committed, None, result, True, len(sent))
+
+
+def test_a_streams_usage_is_read_from_its_held_chunks_and_its_last_two_with_no_tail_kept() -> None:
+    start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
+    head = b"event: message_start\n" + _sse(start)
+    text = [_sse({"type": "content_block_delta", "index": 0, "delta": {"text": "x" * 100}})] * 2000  # past 64 KiB
+    ending = [b"event: message_delta\n" + _sse(delta), b"event: message_stop\ndata: {}\n\n"]
+    data, chunks = _streamed([head], [head, *text, *ending])
+    assert data is not None and chunks == 2003
+    assert find_usage(data) == (11, 7)  # Anthropic's prompt, from its first event, however long the stream
+    assert len(data) < 1000  # three chunks read, not the stream's tail
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_a_short_streams_chunks_are_each_read_once_when_the_held_ones_are_among_the_last_two(count: int) -> None:
+    parts = [b"a", b"b"]
+    sent = [*parts, b"c", b"d"][:count] if count > 2 else parts[:count]
+    data, chunks = _streamed(parts[: min(count, 2)], sent)
+    assert data == b"".join(sent) and chunks == count
+
+
+def test_a_cancelled_relay_counts_its_chunks_and_reads_the_held_ones() -> None:
+    data, chunks = _streamed([b"data: {}\n\n"], [b"data: {}\n\n", b"x", b"y"], relayed=False)
+    assert (data, chunks) == (b"data: {}\n\n", 3)
 
 
 def test_find_usage_is_not_fooled_by_the_word_usage_in_content() -> None:
