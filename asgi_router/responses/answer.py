@@ -9,13 +9,15 @@ winner, bytes, spend) goes on the request's
 :class:`~asgi_router.responses.request_context.RequestContext`, which writes the record once
 the request is over.
 
-Token counting keeps as little as it needs, and does no work per chunk: an upstream states a
+Token counting keeps as little as it needs, and no Python call per chunk: an upstream states a
 stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
-Anthropic's prompt, its first (``message_start``), chunks the relay holds or names anyway. Budgets,
-prices and caller caps count every response (estimated when it reports no usage: the prompt's
-estimate is kept, and the relay's count of chunks); metrics and traces report only usage an
-upstream stated. A continued stream (``resume``) keeps a :class:`~asgi_router.attempts.usage.Tail`
-of its last bytes instead, its calls' events being rewritten.
+Anthropic's prompt, its first (``message_start``). Budgets, prices and caller caps count every
+response (estimated when it reports no usage: the prompt's estimate is kept, and the relay's count
+of chunks), reading the chunks held for commit and the last few the relay sent
+(:class:`~asgi_router.attempts.usage.LastChunks`); metrics and traces report only usage an upstream
+stated, in the two chunks the relay names anyway. A continued stream (``resume``) keeps a
+:class:`~asgi_router.attempts.usage.Tail` of its last bytes instead, its calls' events being
+rewritten.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import Tail, response_model
+from asgi_router.attempts.usage import LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import RouterError, stream_error_event
@@ -104,7 +106,7 @@ class Answer:
         # prompt's estimate is kept. Metrics and traces only report usage (the module docstring).
         estimate = self._book.needs_estimate(winner)
         wants_tokens = estimate or self._book.counts_all or context.trace is not None
-        tail: Tail | None = None
+        tail: LastChunks | Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
         try:
@@ -116,8 +118,6 @@ class Answer:
                 self._note_served(record, result, "served", spend)
                 return
             resumer = self._resumer(context, plan, request, facts, result)
-            if estimate and resumer is not None:
-                tail = Tail()
             # Committed: nothing reads the request again but the token estimate (and a
             # continuation, which keeps the payload); free the rest for the relay's whole life
             # (RSS per open stream).
@@ -128,14 +128,18 @@ class Answer:
             error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
             final = result
             if resumer is None:
-                relay = relay_stream(context.send, result, headers, self._clock, context, context.complete, error_event)
+                recent = tail = LastChunks() if estimate else None
+                relay = relay_stream(
+                    context.send, result, headers, self._clock, recent, context, context.complete, error_event
+                )
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers
                 outcome = await relay
             else:
+                resumed = tail = Tail() if estimate else None
                 resuming = relay_resumable(
-                    context.send, result, headers, self._clock, resumer, error_event, tail, context.complete
+                    context.send, result, headers, self._clock, resumer, error_event, resumed, context.complete
                 )
                 del headers, upstream_headers
                 outcome, final = await resuming
@@ -146,7 +150,7 @@ class Answer:
                 context,
                 final.candidate.key,
                 facts,
-                *_streamed_usage(final, tail, outcome if wants_tokens else None, estimate, outcome.chunks),
+                *_streamed_usage(final, tail, outcome if wants_tokens else None, outcome.chunks),
             )
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
                 spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
@@ -159,7 +163,7 @@ class Answer:
                     context,
                     result.candidate.key,
                     facts,
-                    *_streamed_usage(result, tail, None, estimate, context.chunks_relayed),
+                    *_streamed_usage(result, tail, None, context.chunks_relayed),
                 )
 
     def _resumer(
@@ -233,26 +237,23 @@ class Answer:
 
 
 def _streamed_usage(
-    committed: Committed, tail: Tail | None, relayed: RelayResult | None, estimate: bool, chunks: int
+    committed: Committed, tail: LastChunks | Tail | None, relayed: RelayResult | None, chunks: int
 ) -> tuple[bytes | None, int | None]:
     """What a relayed stream of ``chunks`` chunks used, for the bookkeeper: a translated stream's
     usage as its upstream counted it (in OpenAI's words); else the bytes where a stream states its
-    usage: a continued stream's ``tail``, or the relay's last two chunks (``relayed``; none when
-    the relay was cancelled) after, where an ``estimate`` may be needed, the chunks held for commit
-    (Anthropic states the prompt in its first event); ``None`` when nothing is counted."""
-    if tail is None and relayed is None and not estimate:
+    usage: a continued stream's :class:`Tail`; where an estimate may be needed, the chunks held
+    for commit (Anthropic states the prompt in its first event) and the relay's last few
+    (:class:`LastChunks`, kept even when the relay was cancelled); else the two the relay names
+    (``relayed``); ``None`` when nothing is counted."""
+    if tail is None and relayed is None:
         return None, None
     translation = committed.translation
     if translation is not None and translation.finished:
         prompt, completion = translation.usage
         return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), chunks
-    if tail is not None:
+    if isinstance(tail, Tail):
         return tail.bytes(), tail.chunks
-    if relayed is None:  # the relay was cancelled: it names no last chunks
-        return committed.body, chunks
-    last = relayed.before_last + relayed.last
-    if not estimate:
-        return last, chunks
-    # The held chunks were sent first: the last two may be among them, and are then not repeated.
-    after = chunks - (len(committed.parts) if committed.parts else 1)
-    return committed.body + (last if after >= 2 else relayed.last if after == 1 else b""), chunks
+    if tail is not None:  # the held chunks were sent first: those among the last ones are not repeated
+        return committed.body + tail.after(chunks - (len(committed.parts) if committed.parts else 1)), chunks
+    assert relayed is not None
+    return relayed.before_last + relayed.last, chunks

@@ -29,8 +29,11 @@ says which shape to write), so the ``anthropic`` SDK raises too.
 
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
 event needs a blank line first to start on an event boundary. The result names
-the last two chunks sent (where a stream's final ``usage`` is) and how many there were, so that
-token usage can be read *after* the stream has ended, with no work per chunk.
+the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
+``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
+:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
+sent (where an upstream whose writes arrive in pieces states its usage), so that token usage can be
+read *after* the stream has ended.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Final, Protocol
 from starlette.types import Send
 
 from asgi_router.attempts.outcomes import Committed
+from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.classify import UnrecognisedFailure, classify_exception
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
@@ -124,6 +128,7 @@ async def relay_stream(
     committed: Committed,
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
+    tail: LastChunks | Tail | None = None,
     progress: Progress | None = None,
     complete: Callable[[], None] | None = None,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
@@ -154,6 +159,8 @@ async def relay_stream(
                 sent += len(part)
                 count += 1
                 before_last, last = last if count > 1 else b"", part
+                if tail is not None:
+                    tail.add(part)
             ended = last[-4:-3] < MAY_END and last.endswith(ENDINGS)
             if ended and complete is not None:
                 complete()
@@ -179,6 +186,8 @@ async def relay_stream(
                         sent += len(chunk)
                         count += 1
                         before_last, last = last, chunk
+                        if tail is not None:
+                            tail.add(chunk)
                         if not ended and chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS):
                             ended = True
                             if complete is not None:
