@@ -5,13 +5,16 @@ in ``usage``: in a non-streaming body, and in the final SSE chunk of a stream (O
 when the client asked for ``stream_options.include_usage``; many compatible servers always do;
 Anthropic's Messages API always does, as ``input_tokens`` and ``output_tokens``).
 
-The relay must not parse what it forwards, so a streamed response only feeds a :class:`Tail`:
-the last :data:`TAIL_BYTES` of the stream, kept as references to the chunks already sent (no
-copy) and a chunk counter. Once the stream has ended, :func:`find_usage` looks for the last
-``"usage"`` object in that tail (a count that cannot be one, see ``core/usage_bounds.py``, is
-no count). Without one the count is estimated: the prompt from the
-request's own estimate, the completion from the number of chunks (about one token per event)
-or from the body's size.
+The relay must not parse what it forwards, so a streamed response only feeds :class:`LastChunks`:
+references to the last :data:`LAST_CHUNKS` chunks sent (no copy), kept by a bounded deque's own
+``append`` (no Python call per chunk). Once the stream has ended, :func:`find_usage` looks for the
+last ``"usage"`` object in the chunks held for commit (Anthropic states the prompt in its first
+event, ``message_start``) followed by those last chunks (OpenAI's usage chunk, Anthropic's
+``message_delta``, each possibly in pieces); a count that cannot be one (see
+``core/usage_bounds.py``) is no count. A continued stream, whose calls' events are rewritten,
+keeps a :class:`Tail` instead: its last :data:`TAIL_BYTES` and a chunk counter. Without a usage
+the count is estimated: the prompt from the request's own estimate, the completion from the
+number of chunks (about one token per event) or from the body's size.
 """
 
 from __future__ import annotations
@@ -22,12 +25,24 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from asgi_router.core.usage_bounds import plausible_tokens
+from asgi_router.core.usage_bounds import MAX_PLAUSIBLE_TOKENS, plausible_tokens
 
-__all__ = ["TAIL_BYTES", "Tail", "TokenCount", "count_tokens", "find_usage", "response_model"]
+__all__ = [
+    "LAST_CHUNKS",
+    "TAIL_BYTES",
+    "LastChunks",
+    "Tail",
+    "TokenCount",
+    "count_tokens",
+    "find_usage",
+    "response_model",
+]
 
-#: Most bytes of a stream kept for the usage read after it ends.
+#: Most bytes of a continued stream kept for the usage read after it ends.
 TAIL_BYTES: Final = 64 * 1024
+#: Chunks of a stream kept for the usage read after it ends: its last two events (the usage and
+#: the end), each in up to four pieces.
+LAST_CHUNKS: Final = 8
 # How far past ``"usage":`` the object may reach (a usage object is a few hundred bytes).
 _USAGE_SPAN: Final = 4096
 # Bytes of envelope (id, model, choices, ...) a non-streaming completion has beyond its text.
@@ -57,6 +72,26 @@ class TokenCount(NamedTuple):
     @property
     def total(self) -> int:
         return self.prompt + self.completion
+
+
+class LastChunks:
+    """The last ``size`` chunks a relay sent (references), the oldest dropped as one comes.
+
+    :attr:`add` is the bounded deque's own ``append``: a chunk costs the relay no Python call.
+    The relay counts the chunks itself."""
+
+    __slots__ = ("add", "chunks")
+
+    def __init__(self, size: int = LAST_CHUNKS) -> None:
+        self.chunks: deque[bytes] = deque(maxlen=size)
+        self.add: Callable[[bytes], None] = self.chunks.append
+
+    def after(self, count: int) -> bytes:
+        """The last ``count`` chunks kept (all of them when fewer), joined."""
+        if count <= 0:
+            return b""
+        kept = self.chunks
+        return b"".join(kept) if count >= len(kept) else b"".join(list(kept)[-count:])
 
 
 class Tail:
@@ -112,8 +147,8 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     if at >= 0 and (  # OpenAI's own order of keys
         (usual := _COMPACT_USAGE.match(data, at)) is not None or (usual := _USUAL_USAGE.match(data, at)) is not None
     ):
-        prompt, stated = plausible_tokens(int(usual[1])), plausible_tokens(int(usual[2]))
-        return None if prompt is None or stated is None else (prompt, stated)
+        given, taken = int(usual[1]), int(usual[2])  # digits: plausible unless too large
+        return (given, taken) if given <= MAX_PLAUSIBLE_TOKENS and taken <= MAX_PLAUSIBLE_TOKENS else None
     end = len(data)
     completion: int | None = None
     while True:

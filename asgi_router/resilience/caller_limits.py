@@ -103,25 +103,20 @@ class CallerTicket:
         "outcome",
         "refusal",
         "session",
-        "session_subject",
-        "subject",
         "table",
         "tally",
     )
 
-    def __init__(
-        self, caller: str, label: str, subject: str = "", tally: Tally | None = None, table: Table | None = None
-    ) -> None:
+    def __init__(self, caller: str, label: str, tally: Tally | None = None, table: Table | None = None) -> None:
         self.caller = caller
         #: The metrics label: the caller's name when it has a table of its own, else ``other``.
         self.label = label
-        #: The caller's tally and table (``None``: no cap applies to the caller), and its key.
-        self.subject = subject
+        #: The caller's tally and table (``None``: no cap applies to the caller).
         self.tally = tally
         self.table = table
         #: The caps past their limits, the caller's table's before the session's (the decision's input).
         self.judged: tuple[Judged, ...] = ()
-        self.session_subject = ""
+        #: The tally of the request's session, when sessions are capped and it names one.
         self.session: Tally | None = None
         self.outcome: Outcome = "served"
         #: The cap that downgraded or refused the request (``x-router-limit``).
@@ -139,6 +134,7 @@ class CallerLimits:
         caps_any = settings.callers.get(ANY_CALLER)
         self._any = table_of(caps_any) if caps_any is not None else None
         self._sessions = table_of(settings.sessions) if settings.sessions is not None else None
+        self._session_ttl = (self._sessions.ttl if self._sessions is not None else None) or 0.0
         self._header = settings.session_header.encode("latin-1")
 
     @property
@@ -161,34 +157,34 @@ class CallerLimits:
     def judge(self, principal: object, scope: Scope) -> CallerTicket:
         """The request's ticket: its caller, its tallies, and (``ticket.judged``) each cap of its
         caller's table, then of its session's, that stands past its limit (usually none)."""
-        name = principal if type(principal) is str else caller_name(principal)
+        name = (
+            principal if type(principal) is str else ANONYMOUS if principal is None else str(principal)
+        )  # caller_name
         ledger = self.ledger
         table = self._named.get(name)
         if table is not None:
-            ticket = CallerTicket(name, name, "c:" + name, ledger.caller(name, True), table)
+            ticket = CallerTicket(name, name, ledger.caller(name, True), table)
         elif (table := self._any) is not None:
-            ticket = CallerTicket(name, OTHER, "c:" + name, ledger.caller(name, False), table)
+            ticket = CallerTicket(name, OTHER, ledger.caller(name, False), table)
         else:
             ticket = CallerTicket(name, OTHER)
         tally = ticket.tally
-        if table is not None and tally is not None:
-            level, cap = ledger.judge(ticket.subject, tally, table)
+        if tally is not None and table is not None:
+            level, cap = ledger.judge(tally.subject, tally, table)
             if cap is not None:
                 ticket.judged = ((cap, level, table),)
         sessions = self._sessions
         if sessions is not None:
-            session: str | None = None
             header = self._header
             for key, value in scope["headers"]:  # as session_of, inline: every request
                 if key == header:
-                    session = value.decode("latin-1").strip() or None
+                    session = value.decode("latin-1").strip()
+                    if session:
+                        found = ticket.session = ledger.session(name, session, self._session_ttl)
+                        level, cap = ledger.judge(found.subject, found, sessions)
+                        if cap is not None:
+                            ticket.judged += ((cap, level, sessions),)
                     break
-            if session is not None:
-                subject = ticket.session_subject = f"s:{name}\x00{session}"
-                found = ticket.session = ledger.session(name, session, sessions.ttl or 0.0)
-                level, cap = ledger.judge(subject, found, sessions)
-                if cap is not None:
-                    ticket.judged += ((cap, level, sessions),)
         return ticket
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
@@ -196,8 +192,10 @@ class CallerLimits:
         limit chose; counted against the ``rpm`` caps now."""
         if ref is not None and cap is not None:
             ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", cap.kind, ref
-        table = ticket.table
-        self.ledger.started(ticket.subject, ticket.tally, table.rpm if table is not None else None, ticket.session)
+        tally, table = ticket.tally, ticket.table
+        self.ledger.started(
+            tally.subject if tally is not None else "", tally, table.rpm if table is not None else None, ticket.session
+        )
 
     def refuse(self, ticket: CallerTicket, cap: Cap, table: Table) -> RouterError:
         """The request is refused: ``cap`` of ``table`` is reached. The 429 that says so (also
@@ -228,13 +226,12 @@ class CallerLimits:
 
     def settle(self, ticket: CallerTicket, tokens: int, usd: float) -> None:
         """What an admitted request used, once known (estimated where the upstream said nothing)."""
-        if ticket.refusal is not None or (tokens <= 0 and usd <= 0):
-            return
-        tally, table, session, sessions = ticket.tally, ticket.table, ticket.session, self._sessions
-        if tally is not None and table is not None:
-            self.ledger.charge(ticket.subject, tally, table, tokens, usd)
-        if session is not None and sessions is not None:
-            self.ledger.charge(ticket.session_subject, session, sessions, tokens, usd)
+        if ticket.refusal is None and (tokens > 0 or usd > 0):
+            tally, table, session, sessions = ticket.tally, ticket.table, ticket.session, self._sessions
+            if tally is not None and table is not None:
+                self.ledger.charge(tally.subject, tally, table, tokens, usd)
+            if session is not None and sessions is not None:
+                self.ledger.charge(session.subject, session, sessions, tokens, usd)
 
     # --- what the status page and the usage route show -----------------------------------------
 

@@ -86,15 +86,19 @@ class Table:
     daily: bool = False
     #: The lowest limit of the caps counting USD, and of those counting tokens (``inf``: none):
     #: usage under both, and requests under ``rpm``, is under every cap (``hard_limit`` >= 1),
-    #: which a request's judgement checks in three comparisons before looking cap by cap.
+    #: which a request's judgement checks in three comparisons, reading no clock, before looking
+    #: cap by cap (:meth:`CallerLedger.judge`).
     usd_under: float = field(init=False, default=math.inf)
     tokens_under: float = field(init=False, default=math.inf)
+    #: The ``rpm`` cap's limit (``inf``: none), beside the two above.
+    rpm_under: float = field(init=False, default=math.inf)
 
     def __post_init__(self) -> None:
         usd = [cap.limit for cap in self.caps if cap.kind in _USD]
         tokens = [cap.limit for cap in self.caps if cap.kind in _TOKENS]
         object.__setattr__(self, "usd_under", min(usd, default=math.inf))
         object.__setattr__(self, "tokens_under", min(tokens, default=math.inf))
+        object.__setattr__(self, "rpm_under", self.rpm.limit if self.rpm is not None else math.inf)
 
 
 def level_of(used: float, cap: Cap) -> int:
@@ -107,16 +111,20 @@ def level_of(used: float, cap: Cap) -> int:
 class Tally:
     """One caller's or one session's usage (see the module docstring)."""
 
-    __slots__ = ("day", "seen", "starts", "tokens", "usd")
+    __slots__ = ("day", "seen", "starts", "subject", "tokens", "usd")
 
-    def __init__(self, day: int) -> None:
+    def __init__(self, day: int, subject: str = "") -> None:
         self.day = day
         self.usd = 0.0
         self.tokens = 0
-        #: Monotonic times of the requests started in the last :data:`WINDOW` seconds.
+        #: Monotonic times of the requests started in the last :data:`WINDOW` seconds (and at
+        #: most one older: those are dropped as the next request starts).
         self.starts: deque[float] = deque()
         #: Monotonic time of the last request (a session expires ``ttl`` after it).
         self.seen = 0.0
+        #: The tally's key, made once with it: ``c:<caller>`` or ``s:<caller>\x00<session>`` (a
+        #: fleet keys its slices by it).
+        self.subject = subject
 
 
 class CallerLedger:
@@ -151,12 +159,12 @@ class CallerLedger:
         if named:
             tally = self._named.get(name)
             if tally is None:
-                tally = self._named[name] = Tally(self.today())
+                tally = self._named[name] = Tally(self.today(), "c:" + name)
             return tally
         others = self._others  # bounded: the least recently seen forgotten first
         tally = others.get(name)
         if tally is None:
-            tally = others[name] = Tally(self.today())
+            tally = others[name] = Tally(self.today(), "c:" + name)
             if len(others) > self._max:
                 others.popitem(last=False)
         else:
@@ -173,7 +181,7 @@ class CallerLedger:
         if found is not None:
             sessions.move_to_end(key)
             return found
-        tally = sessions[key] = Tally(self.today())
+        tally = sessions[key] = Tally(self.today(), f"s:{caller}\x00{session}")
         if len(sessions) > self._max:
             sessions.popitem(last=False)
         return tally
@@ -197,20 +205,23 @@ class CallerLedger:
         refusing cap, else the first past its limit; ``None`` when every cap is under).
 
         Once per table per request: the caps are read in one pass (a fleet reads its slices).
+        The usual request is far from every cap and reads no clock: usage as last counted under
+        the table's lowest USD and token limits, and the starts kept under its ``rpm``, is under
+        every cap whatever the day and the window's edge, since a new day or a start leaving the
+        window only lowers usage. Otherwise the day and the window are brought up to date and
+        each cap judged.
         """
+        if tally.usd < table.usd_under and tally.tokens < table.tokens_under and len(tally.starts) < table.rpm_under:
+            return _CLEAR
         if table.daily:
-            today = int(self.wall()) // DAY
-            if tally.day != today:
-                tally.day, tally.usd, tally.tokens = today, 0.0, 0
+            self._roll(tally)
         usd, tokens, rpm = tally.usd, tally.tokens, table.rpm
-        if usd < table.usd_under and tokens < table.tokens_under:
-            if rpm is None:
-                return _CLEAR
-            starts, since = tally.starts, self.clock() - WINDOW  # as _in_window, inline: every request
-            while starts and starts[0] <= since:
-                starts.popleft()
-            if len(starts) < rpm.limit:
-                return _CLEAR
+        if (
+            usd < table.usd_under
+            and tokens < table.tokens_under
+            and (rpm is None or self._in_window(tally) < rpm.limit)
+        ):
+            return _CLEAR
         past: Cap | None = None
         for cap in table.caps:
             kind = cap.kind
@@ -241,15 +252,18 @@ class CallerLedger:
         now = self.clock()
         if tally is not None:
             tally.seen = now
-            if rpm is not None:
-                tally.starts.append(now)
+            if rpm is not None:  # the starts that left the window go as this one comes: kept bounded
+                starts, since = tally.starts, now - WINDOW
+                while starts and starts[0] <= since:
+                    starts.popleft()
+                starts.append(now)
         if session is not None:
             session.seen = now
 
     def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:
-        """What a request of ``subject`` (capped by ``table``) used, once known."""
+        """What a request of ``subject`` (capped by ``table``) used, once known (on the day it ends)."""
         if table.daily:
-            today = int(self.wall()) // DAY
+            today = int(self.wall()) // DAY  # as _roll, inline: every request
             if tally.day != today:
                 tally.day, tally.usd, tally.tokens = today, 0.0, 0
         tally.tokens += tokens

@@ -9,9 +9,15 @@ winner, bytes, spend) goes on the request's
 :class:`~asgi_router.responses.request_context.RequestContext`, which writes the record once
 the request is over.
 
-Token counting keeps as little as it needs: budgets and prices count every response (estimated
-when it reports no usage), so they keep a stream's whole tail and the prompt's estimate; metrics
-and traces report only usage an upstream stated, which sits in a stream's last chunks.
+Token counting keeps as little as it needs, and no Python call per chunk: an upstream states a
+stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
+Anthropic's prompt, its first (``message_start``). Budgets, prices and caller caps count every
+response (estimated when it reports no usage: the prompt's estimate is kept, and the relay's count
+of chunks), reading the chunks held for commit and the last few the relay sent
+(:class:`~asgi_router.attempts.usage.LastChunks`); metrics and traces report only usage an upstream
+stated, in the two chunks the relay names anyway. A continued stream (``resume``) keeps a
+:class:`~asgi_router.attempts.usage.Tail` of its last bytes instead, its calls' events being
+rewritten.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Callable
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import Tail, response_model
+from asgi_router.attempts.usage import LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import RouterError, stream_error_event
@@ -96,12 +102,11 @@ class Answer:
         context.winner = winner
         if context.trace is not None:  # the winner's span reports its model and usage
             context.trace.response_model = response_model(result.body)
-        # Budgets and prices count every response (estimated when it reports no usage): the whole
-        # tail and the prompt's estimate are kept. Metrics and traces only report usage: the last
-        # two chunks, which the relay names anyway, do.
+        # Budgets, prices and caps count every response (estimated when it reports no usage): the
+        # prompt's estimate is kept. Metrics and traces only report usage (the module docstring).
         estimate = self._book.needs_estimate(winner)
         wants_tokens = estimate or self._book.counts_all or context.trace is not None
-        tail = Tail() if stream and estimate else None
+        tail: LastChunks | Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
         try:
@@ -123,16 +128,18 @@ class Answer:
             error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
             final = result
             if resumer is None:
+                recent = tail = LastChunks() if estimate else None
                 relay = relay_stream(
-                    context.send, result, headers, self._clock, tail, context, context.complete, error_event
+                    context.send, result, headers, self._clock, recent, context, context.complete, error_event
                 )
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers
                 outcome = await relay
             else:
+                resumed = tail = Tail() if estimate else None
                 resuming = relay_resumable(
-                    context.send, result, headers, self._clock, resumer, error_event, tail, context.complete
+                    context.send, result, headers, self._clock, resumer, error_event, resumed, context.complete
                 )
                 del headers, upstream_headers
                 outcome, final = await resuming
@@ -140,7 +147,10 @@ class Answer:
             if outcome.reason == "client_disconnected":
                 context.disconnected = True
             spend = self._finish(
-                context, final.candidate.key, facts, *_streamed_usage(final, tail, outcome if wants_tokens else None)
+                context,
+                final.candidate.key,
+                facts,
+                *_streamed_usage(final, tail, outcome if wants_tokens else None, outcome.chunks),
             )
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
                 spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
@@ -149,7 +159,12 @@ class Answer:
             if spend is None:  # cancelled (the client left): still release and count it
                 if resumer is not None:
                     result = resumer.current
-                self._finish(context, result.candidate.key, facts, *_streamed_usage(result, tail, None))
+                self._finish(
+                    context,
+                    result.candidate.key,
+                    facts,
+                    *_streamed_usage(result, tail, None, context.chunks_relayed),
+                )
 
     def _resumer(
         self, context: RequestContext, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
@@ -222,19 +237,23 @@ class Answer:
 
 
 def _streamed_usage(
-    committed: Committed, tail: Tail | None, relayed: RelayResult | None
+    committed: Committed, tail: LastChunks | Tail | None, relayed: RelayResult | None, chunks: int
 ) -> tuple[bytes | None, int | None]:
-    """What a relayed stream used, for the bookkeeper: a translated stream's usage as its upstream
-    counted it (in OpenAI's words), else the tail of the bytes sent (``tail`` where an estimate
-    may be needed, else the relay's last two chunks), or nothing when not counted."""
+    """What a relayed stream of ``chunks`` chunks used, for the bookkeeper: a translated stream's
+    usage as its upstream counted it (in OpenAI's words); else the bytes where a stream states its
+    usage: a continued stream's :class:`Tail`; where an estimate may be needed, the chunks held
+    for commit (Anthropic states the prompt in its first event) and the relay's last few
+    (:class:`LastChunks`, kept even when the relay was cancelled); else the two the relay names
+    (``relayed``); ``None`` when nothing is counted."""
     if tail is None and relayed is None:
         return None, None
-    chunks = tail.chunks if tail is not None else relayed.chunks if relayed is not None else 0
     translation = committed.translation
     if translation is not None and translation.finished:
         prompt, completion = translation.usage
         return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), chunks
-    if tail is not None:
-        return tail.bytes(), chunks
+    if isinstance(tail, Tail):
+        return tail.bytes(), tail.chunks
+    if tail is not None:  # the held chunks were sent first: those among the last ones are not repeated
+        return committed.body + tail.after(chunks - (len(committed.parts) if committed.parts else 1)), chunks
     assert relayed is not None
     return relayed.before_last + relayed.last, chunks

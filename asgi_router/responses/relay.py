@@ -30,9 +30,10 @@ says which shape to write), so the ``anthropic`` SDK raises too.
 The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
 event needs a blank line first to start on an event boundary. The result names
 the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
-:class:`~asgi_router.attempts.usage.Tail`, when given, keeps references to more of the last chunks
-sent (for an estimate when no usage comes), so that token usage can be read *after* the stream
-has ended.
+``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
+:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
+sent (where an upstream whose writes arrive in pieces states its usage), so that token usage can be
+read *after* the stream has ended.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Final, Protocol
 from starlette.types import Send
 
 from asgi_router.attempts.outcomes import Committed
-from asgi_router.attempts.usage import Tail
+from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.classify import UnrecognisedFailure, classify_exception
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
@@ -88,10 +89,11 @@ class RelayResult:
 
 
 class Progress(Protocol):
-    """Where the relay keeps its count of bytes sent, current even when it is cancelled (the
-    request's :class:`~asgi_router.responses.request_context.RequestContext`)."""
+    """Where the relay keeps its count of bytes and chunks sent, current even when it is cancelled
+    (the request's :class:`~asgi_router.responses.request_context.RequestContext`)."""
 
     bytes_relayed: int
+    chunks_relayed: int
 
 
 def event_boundary(last: bytes) -> bytes:
@@ -126,15 +128,16 @@ async def relay_stream(
     committed: Committed,
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
-    tail: Tail | None = None,
+    tail: LastChunks | Tail | None = None,
     progress: Progress | None = None,
     complete: Callable[[], None] | None = None,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
-    ``progress.bytes_relayed`` is kept current even when the relay is cancelled (the client left),
-    so the request's log line says how much it did receive. ``complete`` is called once the
+    ``progress.bytes_relayed`` and ``chunks_relayed`` are kept current even when the relay is
+    cancelled (the client left), so the request's log line says how much it did receive (and an
+    estimate counts what it was sent). ``complete`` is called once the
     response's last message has been sent (a disconnect after it is no abort). ``error_event``
     writes the in-band error in the route's protocol.
     """
@@ -224,7 +227,7 @@ async def relay_stream(
         return RelayResult(sent, "served", count, before_last, last)
     finally:
         if progress is not None:
-            progress.bytes_relayed = sent
+            progress.bytes_relayed, progress.chunks_relayed = sent, count
         closing = close_response(response)
         if closing is not None:
             await closing

@@ -46,6 +46,7 @@ class RequestContext:
         "anthropic",
         "bytes_relayed",
         "caller",
+        "chunks_relayed",
         "degraded",
         "disconnected",
         "facts",
@@ -98,6 +99,8 @@ class RequestContext:
         self.status = 0
         self.winner: str | None = None
         self.bytes_relayed = 0
+        #: Chunks a relay sent, kept current should it be cancelled (an estimate counts them).
+        self.chunks_relayed = 0
         self.degraded = False
         self.spend: Spend | None = None
         #: What caller caps made of the request, when callers or sessions are capped.

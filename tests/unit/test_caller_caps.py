@@ -129,6 +129,27 @@ def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen
     assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
 
 
+def test_usage_under_every_cap_yesterday_is_not_carried_into_today() -> None:
+    clocks = Clocks(wall=10 * DAY + DAY - 60)  # 23:59 UTC
+    limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
+    limits.settle(_admit(limits, "team-a", _scope()), 90, 0.0)
+    clocks.advance(120)  # a new UTC day: judged under the cap without reading the day...
+    ticket = _admit(limits, "team-a", _scope())
+    assert ticket.refusal is None
+    limits.settle(ticket, 20, 0.0)  # ...and charged on today's usage only
+    assert ticket.tally is not None and ticket.tally.tokens == 20
+    assert _admit(limits, "team-a", _scope()).refusal is None
+
+
+def test_an_rpm_tally_keeps_only_the_last_minutes_starts() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, callers={"*": {"rpm": 1000}})
+    for _ in range(300):
+        tally = _admit(limits, "u1", _scope()).tally
+        clocks.advance(1.0)
+    assert tally is not None and len(tally.starts) <= 61  # the older starts went as later ones came
+
+
 def test_the_caller_is_the_principals_text_or_anonymous() -> None:
     clocks = Clocks()
     limits = _limits(clocks, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})

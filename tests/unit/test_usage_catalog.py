@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
-from asgi_router.attempts.usage import TAIL_BYTES, Tail, count_tokens, find_usage
+from asgi_router.attempts.outcomes import Committed
+from asgi_router.attempts.usage import LAST_CHUNKS, TAIL_BYTES, LastChunks, Tail, count_tokens, find_usage
 from asgi_router.config.catalog_settings import ModelInfo
+from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER, PROVIDER_WORDS_CAP, refine_client_error
 from asgi_router.core.router_errors import OVERFLOW_SENTENCE, AttemptSummary, exhausted_error
 from asgi_router.resilience.stats import InMemoryStats, Limits
+from asgi_router.responses.answer import _streamed_usage
+from asgi_router.responses.relay import RelayResult
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
@@ -54,6 +58,51 @@ def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
     assert find_usage(b"event: message_delta\n" + _sse(delta)) == (None, 7)  # the start fell out of the tail
     counted = count_tokens(b"event: message_delta\n" + _sse(delta), prompt_estimate=40, chunks=30)
     assert (counted.prompt, counted.completion, counted.measured) == (40, 7, True)
+
+
+def _streamed(parts: list[bytes], sent: list[bytes], relayed: bool = True) -> tuple[bytes | None, int | None]:
+    """What the answer phase hands the bookkeeper for a stream that held ``parts`` for commit and
+    sent ``sent`` (the held parts first), where an estimate may be needed; ``relayed=False``: the
+    relay was cancelled after ``sent``."""
+    committed = Committed(Candidate("p", "m"), cast(Any, None), b"".join(parts), cast(Any, None), 0.0, 0.0, 0.0, 1)
+    committed.parts = tuple(parts) if len(parts) > 1 else None
+    recent = LastChunks()
+    for chunk in sent:
+        recent.add(chunk)
+    before_last = sent[-2] if len(sent) > 1 else b""
+    result = RelayResult(sum(map(len, sent)), "served", len(sent), before_last, sent[-1]) if relayed else None
+    return _streamed_usage(committed, recent, result, len(sent))
+
+
+def _pieces(event: bytes) -> list[bytes]:
+    """An event as an upstream's writes may arrive: in three pieces."""
+    return [event[:3], event[3:-1], event[-1:]]
+
+
+def test_a_streams_usage_is_read_from_its_held_chunks_and_its_last_ones_however_they_arrived() -> None:
+    start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
+    head = _pieces(b"event: message_start\n" + _sse(start))
+    text = [_sse({"type": "content_block_delta", "index": 0, "delta": {"text": "x" * 100}})] * 2000  # past 64 KiB
+    ending = _pieces(b"event: message_delta\n" + _sse(delta)) + _pieces(b"event: message_stop\ndata: {}\n\n")
+    data, chunks = _streamed(head, [*head, *text, *ending])
+    assert data is not None and chunks == 2009
+    assert find_usage(data) == (11, 7)  # Anthropic's prompt, from its first event, however long the stream
+    assert len(data) < 2000  # the held chunks and the last few: no tail of the stream kept
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 12])
+def test_a_short_streams_chunks_are_each_read_once_when_the_held_ones_are_among_the_last(count: int) -> None:
+    sent = [b"%d;" % index for index in range(count)]
+    held = sent[: min(count, 2)]
+    data, chunks = _streamed(held, sent)
+    expected = b"".join(sent) if count <= LAST_CHUNKS + 2 else b"".join(held + sent[-LAST_CHUNKS:])
+    assert data == expected and chunks == count
+
+
+def test_a_cancelled_relay_still_reads_its_held_and_last_chunks() -> None:
+    data, chunks = _streamed([b"a"], [b"a", b"b", b"c"], relayed=False)
+    assert (data, chunks) == (b"abc", 3)
 
 
 def test_find_usage_is_not_fooled_by_the_word_usage_in_content() -> None:
