@@ -21,6 +21,8 @@ a skip, not the refused connection it is about.
 ``gc_freeze`` is on, as docs/performance.md recommends for production (``BENCH_GC_FREEZE=0``
 turns it off to see what it is worth). ``BENCH_METRICS=1`` serves Prometheus metrics on
 ``/metrics`` (target ``router-metrics``: what counting every request and attempt costs).
+``BENCH_CALLERS=1`` caps every caller and session with caps no request reaches (what counting
+them costs, for a server measured from outside).
 """
 
 from __future__ import annotations
@@ -106,5 +108,6 @@ app = build(
         os.environ.get("BENCH_GC_FREEZE", "1") != "0",
         os.environ.get("BENCH_STATE_URL") or None,
         os.environ.get("BENCH_METRICS", "0") == "1",
+        callers=os.environ.get("BENCH_CALLERS", "0") == "1",
     )
 )
