@@ -109,7 +109,8 @@ class Answer:
                 context.response_started = True  # as for the relay: sent through the server's send
                 await send_whole(context.send, result.response.status, headers, result.body)
                 context.bytes_relayed = len(result.body)
-                spend = self._finish(context, winner, facts, result.body if wants_tokens else None, None)
+                # The winner's statistics released; what it used kept for the record.
+                spend = context.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
                 self._note_served(record, result, "served", spend)
                 return
             resumer = self._resumer(context, plan, request, facts, result)
@@ -139,8 +140,8 @@ class Answer:
             context.in_flight = None
             if outcome.reason == "client_disconnected":
                 context.disconnected = True
-            spend = self._finish(
-                context, final.candidate.key, facts, *_streamed_usage(final, tail, outcome if wants_tokens else None)
+            spend = context.spend = self._book.finished(
+                final.candidate.key, facts, *_streamed_usage(final, tail, outcome if wants_tokens else None)
             )
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
                 spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
@@ -149,7 +150,7 @@ class Answer:
             if spend is None:  # cancelled (the client left): still release and count it
                 if resumer is not None:
                     result = resumer.current
-                self._finish(context, result.candidate.key, facts, *_streamed_usage(result, tail, None))
+                context.spend = self._book.finished(result.candidate.key, facts, *_streamed_usage(result, tail, None))
 
     def _resumer(
         self, context: RequestContext, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
@@ -174,13 +175,6 @@ class Answer:
             facts,
             result,
         )
-
-    def _finish(
-        self, context: RequestContext, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
-    ) -> Spend:
-        """Release the winner's statistics and keep what its response used for the record."""
-        spend = context.spend = self._book.finished(winner, facts, data, chunks)
-        return spend
 
     async def _send_degraded(
         self, context: RequestContext, degraded: DegradedSettings, stream: bool, attempts: int
