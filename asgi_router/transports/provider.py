@@ -51,8 +51,8 @@ class RouteTarget:
     defaults: tuple[tuple[str, str], ...] = ()
     #: A chat completion translated to the Messages API, and its answer back.
     translated: bool = False
-    #: The three above as one rule, decided here once: per request only the client's headers
-    #: are walked (``request_headers.py``).
+    #: ``headers``, ``forward`` and ``defaults`` as one rule, decided here once: per request
+    #: only the client's headers are walked (``request_headers.py``).
     head: UpstreamHead = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
