@@ -51,6 +51,7 @@ from typing import Any
 
 from asgi_router.attempts import steps
 from asgi_router.responses import answer as answer_module
+from asgi_router.transports.request_headers import UpstreamHead
 
 from .callgrind import Callgrind, read_dumps
 from .micro import bench_router
@@ -90,7 +91,7 @@ REGIONS: tuple[Region, ...] = (
         "attempt > prepare: upstream headers",
         "attempt",
         False,
-        lambda h: [(steps, "request_headers_for_upstream")],
+        lambda h: [(UpstreamHead, "build")],
     ),
     Region("call", "attempt > call, to the commit point", "attempt", True, lambda h: [(steps, "call")]),
     Region(

@@ -77,10 +77,16 @@ class Bookkeeper:
         self.counts_all = count_all
         #: Count (estimate where need be) every served response: caller caps charge each one.
         self._estimate_all = estimate_all
+        listed = catalog.keys()
+        #: Keys with a catalog entry (a context window to fit).
+        self._listed = listed
         #: Keys whose in-flight count and TTFB are kept.
-        self._tracked = frozenset(tracked) | catalog.keys()
+        self._tracked = frozenset(tracked) | listed
         #: Keys with an rpm/tpm budget somewhere: their usage is counted.
         self._metered = frozenset(metered)
+        #: Keys whose every response is counted, estimated where it reports no usage: a budget
+        #: or a price needs a number. Decided here, once, from the budgets and the catalog.
+        self._estimated = self._metered | {key for key in listed if catalog.is_priced(key)}
 
     @classmethod
     def from_settings(
@@ -112,7 +118,7 @@ class Bookkeeper:
 
     def fits(self, key: str, facts: RequestFacts) -> bool:
         """Whether ``key``'s catalog context window holds this request (an unlisted key does)."""
-        return key not in self._catalog or self._catalog.fits(key, facts.prompt_tokens, facts.max_tokens)
+        return key not in self._listed or self._catalog.fits(key, facts.prompt_tokens, facts.max_tokens)
 
     def over_budget(self, key: str, policy: GroupPolicy | None, facts: RequestFacts) -> float | None:
         """``None`` while ``key`` is within its rpm/tpm budget in ``policy``'s group, else the
@@ -167,7 +173,7 @@ class Bookkeeper:
     def needs_estimate(self, key: str) -> bool:
         """Whether a response of ``key`` that reports no ``usage`` must still be counted (estimated):
         budgets and prices need a number; metrics and traces report only what upstreams said."""
-        return self._estimate_all or key in self._metered or self._catalog.is_priced(key)
+        return self._estimate_all or key in self._estimated
 
     def finished(self, key: str, facts: RequestFacts, data: bytes | None, chunks: int | None = None) -> Spend:
         """A committed response was sent (or broke off): release it and count what it used.
@@ -181,7 +187,7 @@ class Bookkeeper:
             self.stats.release(key)
         if data is None:
             return _NOTHING_COUNTED
-        if not (self._estimate_all or key in self._metered or self._catalog.is_priced(key)):
+        if not (self._estimate_all or key in self._estimated):
             # Counted to be reported (metrics, traces): usage or nothing (as needs_estimate says).
             usage = find_usage(data)  # a usage without its prompt (the tail lost it) is not reported
             if usage is None or usage[0] is None:

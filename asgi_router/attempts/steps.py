@@ -45,7 +45,6 @@ from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.provider import RouteTarget
-from asgi_router.transports.request_headers import request_headers_for_upstream
 from asgi_router.transports.transport import close_response
 
 if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
@@ -186,10 +185,14 @@ class RequestAttempts:
             return None
         context = self._context
         provider = context.providers.get(candidate.provider)
-        target = wire = None
+        target: RouteTarget | str | None = None
+        wire: SplicedBody | WireBody | str | None = None
         if provider is not None and provider.configured:
             target = provider.targets.get(self._route)
-            wire = self._wire_for(target, provider.default_max_tokens)
+            if isinstance(target, RouteTarget) and not target.translated:  # the usual case: the body as sent
+                wire = self._wire
+            else:
+                wire = self._wire_for(target, provider.default_max_tokens)
         admitted = context.decisions.admit(
             candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force, self._stream
         )
@@ -213,12 +216,11 @@ class RequestAttempts:
             self.admitted()
         return Ready(candidate, key, provider, target, body, admitted)
 
-    def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> SplicedBody | WireBody | str:
-        """The body builder for a candidate reached through ``target``, or why it has none."""
+    def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> WireBody | str:
+        """The body builder for a candidate whose ``target`` is translated, or why it has none
+        (a target in the route's own protocol sends the request's own body)."""
         if not isinstance(target, RouteTarget):
             return target or "the provider does not serve this route"
-        if not target.translated:
-            return self._wire
         if self._translated is None:
             self._translated = {}
         wire = self._translated.get(max_tokens)
@@ -238,9 +240,7 @@ class RequestAttempts:
         self.flight.in_flight = (ready.key, ready.started)
         context.book.started(ready.key, self.facts)
         target = ready.target
-        headers = request_headers_for_upstream(
-            self._inbound, target.headers, self.record.request_id, target.forward, target.defaults
-        )
+        headers = target.head.build(self._inbound, self.record.request_id)
         translation = (
             StreamTranslation(include_usage(self._payload), context.max_event_bytes)
             if target.translated and self._stream
@@ -289,9 +289,8 @@ class RequestAttempts:
         context = self._context
         book = context.book
         self._landed(ready)
-        elapsed = context.clock() - ready.started
         provider = ready.provider.name
-        if isinstance(result, Committed):
+        if isinstance(result, Committed):  # its time to first byte is its measure: no clock read
             result.attempts = self.attempts
             book.answered(provider, ready.key, result.response.raw_headers)
             book.committed(ready.key, result.ttfb)
@@ -301,6 +300,7 @@ class RequestAttempts:
             else:
                 ready.lease.finish("served")
         elif isinstance(result, Refused):
+            elapsed = context.clock() - ready.started
             ready.lease.finish(result.reason)
             result.attempts = self.attempts
             book.answered(provider, ready.key, result.headers)
@@ -318,6 +318,7 @@ class RequestAttempts:
                 )
             )
         else:
+            elapsed = context.clock() - ready.started
             ready.lease.finish(result.reason)
             book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
             if result.reason == "rate_limited":  # its wait marks the member over budget until then

@@ -29,6 +29,7 @@ layer too, at a stream's end):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import get_args
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.candidate import Candidate
@@ -85,7 +86,7 @@ class Lease:
         if not self._responded:
             verdict: Verdict = "failure" if reason in UNREACHABLE else "neutral"
             gate._record(self._provider, verdict, self._provider_probe)
-        verdict = gate.verdict(reason)
+        verdict = gate.verdicts.get(reason, "neutral")
         gate._record(self._candidate, verdict, self._candidate_probe)
         gate.state.end_attempt(self._provider)
         if self._stream and verdict != "neutral" and gate.slowness.enabled:
@@ -100,7 +101,13 @@ class Gate:
         self._clock = clock
         self._policy = settings.breaker
         self._breakers = settings.breaker.enabled
-        self._failures = settings.breaker.failure_reasons - ROUTERS_OWN
+        failures = settings.breaker.failure_reasons - ROUTERS_OWN
+        #: How an attempt that ended with each reason counts on its candidate's breaker, decided
+        #: once from the settings (every lease's end reads it); a reason not here is neutral.
+        self.verdicts: dict[str, Verdict] = {
+            reason: "failure" if reason in failures else "success" if reason in BREAKER_SUCCESSES else "neutral"
+            for reason in {*get_args(Reason), *failures, *BREAKER_SUCCESSES}
+        }
         self._budget = settings.retry_budget
         self._limits = {name: provider.max_concurrent for name, provider in settings.providers.items()}
         #: Each judged candidate's recent streamed calls (``slowness.py``).
@@ -108,9 +115,7 @@ class Gate:
 
     def verdict(self, reason: Reason) -> Verdict:
         """How an attempt that ended with ``reason`` counts on its candidate's breaker."""
-        if reason in self._failures:
-            return "failure"
-        return "success" if reason in BREAKER_SUCCESSES else "neutral"
+        return self.verdicts.get(reason, "neutral")
 
     def enter(self, candidate: Candidate, *, force: bool = False, stream: bool = False) -> Lease | Admission | None:
         """A lease on ``candidate``; else the breaker admission that refused it, or ``None`` when

@@ -114,7 +114,8 @@ class Answer:
                 context.response_started = True  # as for the relay: sent through the server's send
                 await send_whole(context.send, result.response.status, headers, result.body)
                 context.bytes_relayed = len(result.body)
-                spend = self._finish(context, winner, facts, result.body if wants_tokens else None, None)
+                # The winner's statistics released; what it used kept for the record.
+                spend = context.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
                 self._note_served(record, result, "served", spend)
                 return
             resumer = self._resumer(context, plan, request, facts, result)
@@ -146,8 +147,7 @@ class Answer:
             context.in_flight = None
             if outcome.reason == "client_disconnected":
                 context.disconnected = True
-            spend = self._finish(
-                context,
+            spend = context.spend = self._book.finished(
                 final.candidate.key,
                 facts,
                 *_streamed_usage(final, tail, outcome if wants_tokens else None, outcome.chunks),
@@ -159,11 +159,8 @@ class Answer:
             if spend is None:  # cancelled (the client left): still release and count it
                 if resumer is not None:
                     result = resumer.current
-                self._finish(
-                    context,
-                    result.candidate.key,
-                    facts,
-                    *_streamed_usage(result, tail, None, context.chunks_relayed),
+                context.spend = self._book.finished(
+                    result.candidate.key, facts, *_streamed_usage(result, tail, None, context.chunks_relayed)
                 )
 
     def _resumer(
@@ -189,13 +186,6 @@ class Answer:
             facts,
             result,
         )
-
-    def _finish(
-        self, context: RequestContext, winner: str, facts: RequestFacts, data: bytes | None, chunks: int | None
-    ) -> Spend:
-        """Release the winner's statistics and keep what its response used for the record."""
-        spend = context.spend = self._book.finished(winner, facts, data, chunks)
-        return spend
 
     async def _send_degraded(
         self, context: RequestContext, degraded: DegradedSettings, stream: bool, attempts: int

@@ -20,6 +20,7 @@ import httpx2
 from asgi_router.config.provider_settings import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
 from asgi_router.protocols.routes import route_kind
+from asgi_router.transports.request_headers import UpstreamHead
 
 __all__ = ["ProviderRuntime", "RouteTarget", "upstream_path"]
 
@@ -50,6 +51,12 @@ class RouteTarget:
     defaults: tuple[tuple[str, str], ...] = ()
     #: A chat completion translated to the Messages API, and its answer back.
     translated: bool = False
+    #: ``headers``, ``forward`` and ``defaults`` as one rule, decided here once: per request
+    #: only the client's headers are walked (``request_headers.py``).
+    head: UpstreamHead = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "head", UpstreamHead(self.headers, self.forward, self.defaults))  # frozen: set once
 
 
 @dataclass(frozen=True, slots=True)
