@@ -179,7 +179,8 @@ async def relay_stream(
             # One deadline scope for the whole relay, armed per read (core/deadlines.py).
             with Deadline() as scope:
                 while True:
-                    scope.arm(min(idle, deadline - clock()))
+                    left = deadline - clock()
+                    scope.arm(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
                     try:
                         chunk = await chunks.__anext__()  # no anext() wrapper held while idle
                     except StopAsyncIteration:
