@@ -29,8 +29,9 @@ that ends before ``message_stop``, is a break like a cut connection.
 On an Anthropic client's route the in-band error is Anthropic's ``event: error`` (``error_event``
 says which shape to write), so the ``anthropic`` SDK raises too.
 
-The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
-event needs a blank line first to start on an event boundary. The result names
+The only looks at the bytes are at the end: at a break, the last chunk's final bytes say whether
+the stream's end already went out (then nothing is lost) and whether the error event needs a blank
+line first to start on an event boundary. The result names
 the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
 ``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
 :class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
