@@ -174,7 +174,14 @@ async def relay_stream(
                 if tail is not None:
                     tail.add(last)
             else:  # the chunks held for commit, as they came
-                sent, count, before_last, last = await _send_held(send, committed.parts, tail)
+                last = b""
+                for part in committed.parts:
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
+                    sent += len(part)
+                    count += 1
+                    before_last, last = last, part
+                    if tail is not None:
+                        tail.add(part)
             progress.last_sent = last
             failure: Exception | None = None
             # One deadline scope for the whole relay, armed per read (core/deadlines.py).
@@ -238,19 +245,6 @@ async def relay_stream(
         closing = close_response(response)
         if closing is not None:
             await closing
-
-
-async def _send_held(send: Send, parts: tuple[bytes, ...], tail: Tail | None) -> tuple[int, int, bytes, bytes]:
-    """Send the chunks held for commit, as they came; the bytes and chunks sent, and the last two."""
-    sent = 0
-    before_last = last = b""
-    for part in parts:
-        await send({"type": "http.response.body", "body": part, "more_body": True})
-        sent += len(part)
-        before_last, last = last, part
-        if tail is not None:
-            tail.add(part)
-    return sent, len(parts), before_last, last
 
 
 async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
