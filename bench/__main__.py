@@ -5,7 +5,9 @@ wrk is missing the run stops and says how to install it; ``--install-wrk`` insta
 apt-get, which is also done unasked when running as root under ``CI``. A full run takes about
 four minutes on 2 cores; ``--quick`` is a smoke run of a few seconds per part.
 ``python -m bench phases`` instead prints where one request's instructions and allocations go,
-phase by phase (``bench/phases.py``; valgrind's callgrind counts them).
+phase by phase (``bench/phases.py``; valgrind's callgrind counts them). ``python -m bench streams``
+runs only the "Open slow streams" part (RSS per open idle stream; ``--streams N``, ``--targets``,
+``--rounds``: each round a fresh process per target) and prints its table.
 """
 
 from __future__ import annotations
@@ -77,10 +79,32 @@ def _progress(cell: dict[str, Any]) -> None:
     _say(f"  {cell['scenario']:>9} c={cell['concurrency']:<3} {rates}  |  {ratios}")
 
 
+def _streams_only(argv: list[str]) -> int:
+    """``python -m bench streams``: RSS per open idle stream alone, a round per ``--rounds``."""
+    parser = argparse.ArgumentParser(prog="python -m bench streams", description=_streams_only.__doc__)
+    parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (default 1000)")
+    parser.add_argument("--targets", default="floor,router", help="servers to measure (default floor,router)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds, each in fresh processes (default 1)")
+    args = parser.parse_args(argv)
+    targets = tuple(t for t in args.targets.split(",") if t)
+    config = scenarios.Config(streams=args.streams, targets=targets)
+    _say("| round | target | streams open | KiB per stream | seconds to open all |")
+    _say("| ---: | --- | ---: | ---: | ---: |")
+    for round_ in range(1, args.rounds + 1):
+        for name, row in scenarios.streams(config, targets).items():
+            _say(
+                f"| {round_} | {name} | {row['opened']}/{row['streams']} | {row['per_stream_kib']:.2f} | "
+                f"{row['open_seconds']:.2f} |"
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["phases"]:
         return phases.main(argv[1:])
+    if argv[:1] == ["streams"]:
+        return _streams_only(argv[1:])
     args = _arguments(argv)
     config = _config(args)
     as_ci_root = os.geteuid() == 0 and bool(os.environ.get("CI"))

@@ -182,3 +182,12 @@ def test_phases_command_prints_every_phase_having_entered_each(capsys: pytest.Ca
     assert "| phase | json net blocks | sse20 net blocks |" in printed
     for label in [region.label for region in REGIONS if region.name != "request"] + ["total"]:
         assert f"| {label} |" in printed
+
+
+@pytest.mark.load  # three server processes (upstream, floor, router), each given seconds to start
+def test_streams_command_measures_only_the_open_streams(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_main(["streams", "--streams", "3", "--targets", "floor,router"]) == 0
+    printed = capsys.readouterr().out
+    assert "| round | target | streams open | KiB per stream | seconds to open all |" in printed
+    assert "| 1 | floor | 3/3 |" in printed
+    assert "| 1 | router | 3/3 |" in printed

@@ -286,8 +286,9 @@ async def test_an_anthropic_stream_whose_first_real_event_is_an_error_fails_over
     assert _outcomes(record) == [("claude/sick", "failed", "upstream_5xx"), ("claude/ok", "served", "served")]
 
 
+@pytest.mark.parametrize("resume", ["none", "prefill"])  # the byte-exact relay, and whole events only
 async def test_a_client_closing_right_after_done_leaves_a_served_record_and_closes_a_half_open_breaker(
-    fake: FakeUpstream,
+    fake: FakeUpstream, resume: str
 ) -> None:
     frames = [
         b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
@@ -297,7 +298,7 @@ async def test_a_client_closing_right_after_done_leaves_a_served_record_and_clos
     ]
     fake.script("m", reply.status(503), reply.raw(*frames, interval=0.3))
     breaker = {"consecutive_failures": 1, "open_for": 0.2}
-    router, records = _router(fake, resume="none", breaker=breaker, retries=0)
+    router, records = _router(fake, resume=resume, breaker=breaker, retries=0)
     with ServerThread(router) as server:
         async with httpx2.AsyncClient(timeout=10) as client:
             failed = await client.post(f"{server.url}/v1/chat/completions", json={"model": "a/m", "messages": _HI})

@@ -28,6 +28,7 @@ REAL: Final = 0
 # The bytes that open a chat chunk's ``content`` string, and where its first character is.
 _SAYS_TEXT: Final = b'"content":"'
 _TEXT_AT: Final = len(_SAYS_TEXT)
+_QUOTE: Final = ord('"')
 # Anthropic events that say nothing a client shows.
 _PREAMBLE: Final = frozenset({"message_start", "ping"})
 # OpenAI error types (and codes) that are not a server error.
@@ -48,19 +49,33 @@ def shows_text(chunk: bytes) -> bool:
     Nearly every relayed stream's first real event is such a content delta, so this byte test
     (a parse would cost more than everything else the relay does per stream) answers for most
     streams without a :class:`FirstEvent`: the chunk starts with a ``data:`` line, the first
-    ``"content":"`` is on that line and is not empty, and no ``"error"`` appears anywhere (a quote
-    inside a JSON string is escaped, so neither can match inside a value). Anything else, ``False``,
-    is read event by event by :class:`FirstEvent`.
+    ``"content":"`` is on that line and is not empty, and no ``"error"`` appears on that line (a
+    quote inside a JSON string is escaped, so neither can match inside a value). That first
+    event is then what :class:`FirstEvent` would commit on too: what follows it in the chunk is
+    after the commit point. Anything else, ``False``, is read event by event by
+    :class:`FirstEvent`. Each bytes method call is dear in CPython (its argument parsing): the
+    test makes as few as it can.
     """
-    at = _text_at(chunk)
-    return at > 0 and chunk[:6] == b"data: " and b"\n" not in chunk[:at]
+    at = chunk.find(_SAYS_TEXT)
+    if at < 0:
+        return False
+    end = chunk.find(b"\n")
+    if end < 0:  # one unfinished line: all of it is the first event's so far
+        end = len(chunk)
+    return (
+        0 < at
+        and chunk[:6] == b"data: "
+        and at + _TEXT_AT < end  # its first character came, and it is not the closing quote
+        and chunk[at + _TEXT_AT] != _QUOTE
+        and chunk.find(b'"error"', 0, end) < 0
+    )
 
 
 def _text_at(data: bytes) -> int:
     """Where ``data``'s first ``"content":"`` opens a string that is not empty, when no
-    ``"error"`` appears in ``data``; else -1. The one byte test of both :func:`shows_text` and
-    :meth:`FirstEvent.feed` (a quote inside a JSON string is escaped, so neither pattern can
-    match inside a value)."""
+    ``"error"`` appears in ``data``; else -1. :class:`FirstEvent`'s byte test of one event's data,
+    as :func:`shows_text`'s of a first chunk (a quote inside a JSON string is escaped, so neither
+    pattern can match inside a value)."""
     at = data.find(_SAYS_TEXT)
     if at < 0 or data[at + _TEXT_AT : at + _TEXT_AT + 1] == b'"' or b'"error"' in data:
         return -1

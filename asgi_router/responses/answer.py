@@ -119,10 +119,12 @@ class Answer:
                 self._note_served(record, result, "served", spend)
                 return
             resumer = self._resumer(context, plan, request, facts, result)
-            # Committed: nothing reads the request again but the token estimate (and a
-            # continuation, which keeps the payload); free the rest for the relay's whole life
-            # (RSS per open stream).
-            facts.release(keep_estimate=estimate or resumer is not None)
+            # Committed: nothing reads the request again but the token estimate; free the rest
+            # for the relay's whole life (RSS per open stream). A continuation keeps the payload
+            # (the facts read the same one, so keeping them costs nothing, and their estimate is
+            # made only if a continuation or the bookkeeping asks for it).
+            if resumer is None:
+                facts.release(keep_estimate=estimate)
             request.release()
             context.response_started = True
             context.in_flight = (winner, result.started)
@@ -130,9 +132,7 @@ class Answer:
             final = result
             if resumer is None:
                 recent = tail = LastChunks() if estimate else None
-                relay = relay_stream(
-                    context.send, result, headers, self._clock, recent, context, context.complete, error_event
-                )
+                relay = relay_stream(context.send, result, headers, self._clock, recent, context, error_event)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers
@@ -140,7 +140,7 @@ class Answer:
             else:
                 resumed = tail = Tail() if estimate else None
                 resuming = relay_resumable(
-                    context.send, result, headers, self._clock, resumer, error_event, resumed, context.complete
+                    context.send, result, headers, self._clock, resumer, error_event, resumed, context
                 )
                 del headers, upstream_headers
                 outcome, final = await resuming

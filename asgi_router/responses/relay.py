@@ -9,8 +9,10 @@ returning a truncated answer as if it were whole. A plan with a resumable candid
 ``resume_relay.py`` instead: whole events only, and a break continued by another call.
 
 Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
-whole answer: the response is marked complete there, so a client that closes its connection before
-the response's final empty message leaves a ``served`` request, not an abort.
+whole answer, so a client that closes its connection before the response's final empty message
+leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
+the last chunk sent on its :class:`Progress` (the request's context), and only when something asks
+(the client left, a send failed, the upstream broke) is that chunk tested (:func:`ends_stream`).
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
@@ -27,8 +29,9 @@ that ends before ``message_stop``, is a break like a cut connection.
 On an Anthropic client's route the in-band error is Anthropic's ``event: error`` (``error_event``
 says which shape to write), so the ``anthropic`` SDK raises too.
 
-The only look at the bytes is at a break: the last chunk's final bytes decide whether the error
-event needs a blank line first to start on an event boundary. The result names
+The only looks at the bytes are at the end: at a break, the last chunk's final bytes say whether
+the stream's end already went out (then nothing is lost) and whether the error event needs a blank
+line first to start on an event boundary. The result names
 the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
 ``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
 :class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
@@ -59,6 +62,7 @@ __all__ = [
     "Progress",
     "RelayResult",
     "UpstreamSaid",
+    "ends_stream",
     "event_boundary",
     "late_reason",
     "relay_stream",
@@ -72,8 +76,14 @@ ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"
 #: Above the fourth byte from the end of every one of :data:`ENDINGS` (``E`` of ``[DONE]``, the
 #: quote of ``"message_stop"``, ``\r`` of a CRLF ending). A chunk whose fourth byte from the end
 #: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
-#: test, a tuple ``endswith`` that is dear per chunk, runs only on the few that may.
+#: test, a tuple ``endswith`` (dear in CPython: its argument parsing), runs only on the few that may.
 MAY_END: Final = b"F"
+
+
+def ends_stream(chunk: bytes) -> bool:
+    """Whether ``chunk``, the last one sent, ends with the stream's last event: the client has
+    the whole answer."""
+    return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +99,17 @@ class RelayResult:
 
 
 class Progress(Protocol):
-    """Where the relay keeps its count of bytes and chunks sent, current even when it is cancelled
-    (the request's :class:`~asgi_router.responses.request_context.RequestContext`)."""
+    """What the relay tells the request (its
+    :class:`~asgi_router.responses.request_context.RequestContext`): the bytes and chunks sent
+    (current even when the relay is cancelled), the last chunk sent (kept current per chunk: the
+    one look at whether the stream's end went out, made only when a disconnect asks), and that
+    the response is complete."""
 
     bytes_relayed: int
     chunks_relayed: int
+    last_sent: bytes
+
+    def complete(self) -> None: ...
 
 
 def event_boundary(last: bytes) -> bytes:
@@ -128,18 +144,17 @@ async def relay_stream(
     committed: Committed,
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
-    tail: LastChunks | Tail | None = None,
-    progress: Progress | None = None,
-    complete: Callable[[], None] | None = None,
+    tail: LastChunks | Tail | None,
+    progress: Progress,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
-    ``progress.bytes_relayed`` and ``chunks_relayed`` are kept current even when the relay is
-    cancelled (the client left), so the request's log line says how much it did receive (and an
-    estimate counts what it was sent). ``complete`` is called once the
-    response's last message has been sent (a disconnect after it is no abort). ``error_event``
-    writes the in-band error in the route's protocol.
+    ``progress`` learns the bytes and chunks sent (kept current even when the relay is cancelled:
+    the client left, so the request's log line says how much it did receive, and an estimate
+    counts what it was sent) and the last chunk sent, and is told once the response's last
+    message has been sent (a disconnect after it is no abort). ``error_event`` writes the
+    in-band error in the route's protocol.
     """
     response = committed.response
     translation = committed.translation
@@ -149,26 +164,31 @@ async def relay_stream(
     last = committed.body
     before_last = b""
     sent = count = 0
-    ended = False  # the stream's last event has been sent: the client has the whole answer
     try:
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            for part in committed.parts or (last,):  # the chunks held for commit, as they came
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                sent += len(part)
-                count += 1
-                before_last, last = last if count > 1 else b"", part
+            if committed.parts is None:
+                await send({"type": "http.response.body", "body": last, "more_body": True})
+                sent, count = len(last), 1
                 if tail is not None:
-                    tail.add(part)
-            ended = last[-4:-3] < MAY_END and last.endswith(ENDINGS)
-            if ended and complete is not None:
-                complete()
+                    tail.add(last)
+            else:  # the chunks held for commit, as they came
+                last = b""
+                for part in committed.parts:
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
+                    sent += len(part)
+                    count += 1
+                    before_last, last = last, part
+                    if tail is not None:
+                        tail.add(part)
+            progress.last_sent = last
             failure: Exception | None = None
             # One deadline scope for the whole relay, armed per read (core/deadlines.py).
             with Deadline() as scope:
                 while True:
-                    scope.arm(min(idle, deadline - clock()))
+                    left = deadline - clock()
+                    scope.arm(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
                     try:
                         chunk = await chunks.__anext__()  # no anext() wrapper held while idle
                     except StopAsyncIteration:
@@ -185,18 +205,15 @@ async def relay_stream(
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                         sent += len(chunk)
                         count += 1
-                        before_last, last = last, chunk
+                        before_last = last
+                        last = progress.last_sent = chunk
                         if tail is not None:
                             tail.add(chunk)
-                        if not ended and chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS):
-                            ended = True
-                            if complete is not None:
-                                complete()
                     if failure is not None:
                         break
             if failure is None and translation is not None and not translation.finished and not scope.expired:
                 failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-            if not ended and (failure is not None or scope.expired):  # after the end, nothing is lost
+            if (failure is not None or scope.expired) and not ends_stream(last):  # after the end, nothing is lost
                 reason = "timeout" if failure is None else late_reason(failure, committed.candidate.key)
                 detail = (
                     str(failure)
@@ -216,18 +233,15 @@ async def relay_stream(
                         "more_body": False,
                     }
                 )
-                if complete is not None:
-                    complete()
+                progress.complete()
                 return RelayResult(sent, reason, count, before_last, last)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            if complete is not None:
-                complete()
+            progress.complete()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return RelayResult(sent, "served" if ended else "client_disconnected", count, before_last, last)
+            return RelayResult(sent, "served" if ends_stream(last) else "client_disconnected", count, before_last, last)
         return RelayResult(sent, "served", count, before_last, last)
     finally:
-        if progress is not None:
-            progress.bytes_relayed, progress.chunks_relayed = sent, count
+        progress.bytes_relayed, progress.chunks_relayed = sent, count
         closing = close_response(response)
         if closing is not None:
             await closing

@@ -27,7 +27,7 @@ from asgi_router.observability.events import AttemptEvent, RequestRecord, logger
 from asgi_router.protocols.anthropic_errors import anthropic_error_body
 from asgi_router.resilience.gate import Lease
 from asgi_router.responses.headers import router_headers
-from asgi_router.responses.relay import send_whole
+from asgi_router.responses.relay import ends_stream, send_whole
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
 
@@ -52,6 +52,7 @@ class RequestContext:
         "facts",
         "finished",
         "in_flight",
+        "last_sent",
         "lease",
         "path",
         "plan",
@@ -101,6 +102,9 @@ class RequestContext:
         self.bytes_relayed = 0
         #: Chunks a relay sent, kept current should it be cancelled (an estimate counts them).
         self.chunks_relayed = 0
+        #: The last chunk the relay sent (kept current by it): whether it ends the stream is
+        #: asked only when the client leaves.
+        self.last_sent = b""
         self.degraded = False
         self.spend: Spend | None = None
         #: What caller caps made of the request, when callers or sessions are capped.
@@ -138,8 +142,10 @@ class RequestContext:
             await self.send_error(RouterError(500, "router_error", "the router failed; see the server log"))
 
     def client_left(self, scope: Deadline) -> None:
-        """The client disconnected: cancel ``scope`` unless the response is already complete."""
-        if not self.finished:
+        """The client disconnected: cancel ``scope`` unless the response is already complete, or
+        its stream's last event has been sent (the client has the whole answer: what is left is
+        the upstream's end, not the client's)."""
+        if not self.finished and not ends_stream(self.last_sent):
             self.disconnected = True
             scope.cancel()
 

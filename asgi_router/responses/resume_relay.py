@@ -6,8 +6,9 @@ has a candidate whose ``resume`` is not ``"none"`` and the request can be contin
 
 * **Whole events.** Each chunk is sent up to its last event delimiter (a blank line); the tail
   after it is held until the event completes. A scan for the delimiter, not a parse: this is
-  the only per-chunk cost. So when the upstream breaks, the client never has half an event,
-  and the continuation's events can follow on an event boundary.
+  the only per-chunk cost beside the byte-exact relay's own (what is sent is kept too, to read
+  the text so far at a break: one list append). So when the upstream breaks, the client never
+  has half an event, and the continuation's events can follow on an event boundary.
 * **Continuation.** When the stream breaks (``stream_interrupted``) or stalls (the ``idle``
   timeout; not ``total``) before its end, the events sent so far are read
   (:func:`~asgi_router.protocols.continuation.said_so_far`, or
@@ -24,7 +25,7 @@ has a candidate whose ``resume`` is not ``"none"`` and the request can be contin
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.types import Send
 
@@ -33,7 +34,7 @@ from asgi_router.attempts.usage import Tail
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said
-from asgi_router.responses.relay import ENDINGS, MAY_END, RelayResult, UpstreamSaid, event_boundary, late_reason
+from asgi_router.responses.relay import Progress, RelayResult, UpstreamSaid, ends_stream, event_boundary, late_reason
 from asgi_router.responses.resuming import Spliced, StreamResumer
 from asgi_router.transports.transport import close_response
 
@@ -52,16 +53,15 @@ def complete_events(data: bytes) -> int:
 
 
 class _Sent:
-    """What the client has been sent: bytes, chunks, the last two chunks, the events (kept to
-    read the text so far at a break), and whether the stream's end went out."""
+    """What the client has been sent: bytes, chunks, the last two chunks, and the events (kept to
+    read the text so far at a break)."""
 
-    __slots__ = ("before_last", "bytes", "chunks", "ended", "events", "last")
+    __slots__ = ("before_last", "bytes", "chunks", "events", "last")
 
     def __init__(self) -> None:
         self.bytes = self.chunks = 0
         self.before_last = self.last = b""
         self.events: list[bytes] = []
-        self.ended = False
 
 
 async def relay_resumable(
@@ -71,52 +71,30 @@ async def relay_resumable(
     clock: Callable[[], float],
     resumer: StreamResumer,
     error_event: Callable[[str, Reason, str], bytes],
-    tail: Tail | None = None,
-    complete: Callable[[], None] | None = None,
+    tail: Tail | None,
+    progress: Progress,
 ) -> tuple[RelayResult, Committed]:
     """Relay ``committed`` whole event by whole event, continuing it after a break; the result
-    and the call that ended the stream (``committed`` itself when it was never continued)."""
+    and the call that ended the stream (``committed`` itself when it was never continued).
+    ``progress`` as :func:`~asgi_router.responses.relay.relay_stream`'s."""
     sent = _Sent()
     current = committed
     splice: Spliced | None = None
     held = b""
-
-    async def out(data: bytes) -> None:
-        """Send ``data``'s complete events (rewritten after a continuation); hold its tail."""
-        nonlocal held
-        data = held + data if held else data
-        cut = complete_events(data)
-        held = data[cut:]
-        if not cut:
-            return
-        events = data[:cut] if cut < len(data) else data
-        if splice is not None:
-            events = splice.feed(events)
-            if not events:
-                return
-        await send({"type": "http.response.body", "body": events, "more_body": True})
-        sent.bytes += len(events)
-        sent.chunks += 1
-        sent.before_last, sent.last = sent.last, events
-        sent.events.append(events)
-        if tail is not None:
-            tail.add(events)
-        if not sent.ended and events[-4:-3] < MAY_END and events.endswith(ENDINGS):
-            sent.ended = True
-            if complete is not None:
-                complete()
-
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
             del headers
-            await out(committed.body)
             while True:
-                failure, expired, total = await _relay_one(current, clock, out)
-                if not sent.ended and failure is None and not expired and held.strip():
-                    failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                if sent.ended or (failure is None and not expired):
+                failure, expired, total, held = await _relay_one(
+                    send, current, clock, sent, held, splice, tail, progress
+                )
+                if ends_stream(sent.last):  # the client has the whole answer: nothing is lost
                     break
+                if failure is None and not expired:
+                    if not held.strip():
+                        break
+                    failure = UpstreamSaid("", "the upstream's stream ended inside an event")
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
                 said = resumer.said(b"".join(sent.events)) if reason in ("stream_interrupted", "timeout") else None
                 continued = None
@@ -127,8 +105,7 @@ async def relay_resumable(
                     detail = _detail(failure, reason, total)
                     body = event_boundary(sent.last) + error_event(current.candidate.key, reason, detail)
                     await send({"type": "http.response.body", "body": body, "more_body": False})
-                    if complete is not None:
-                        complete()
+                    progress.complete()
                     return _result(sent, reason), current
                 closing = close_response(current.response)
                 if closing is not None:
@@ -136,56 +113,89 @@ async def relay_resumable(
                 current, held = continued.committed, b""
                 assert isinstance(said, Said)
                 splice = resumer.splice(said, continued.skip)
-                await out(current.body)
             if held:  # an upstream that ended without a final blank line: its last event as it is
                 await send({"type": "http.response.body", "body": held, "more_body": True})
                 sent.bytes += len(held)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            if complete is not None:
-                complete()
+            progress.complete()
             resumer.served()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            if sent.ended:
+            ended = ends_stream(sent.last)
+            if ended:
                 resumer.served()
-            return _result(sent, "served" if sent.ended else "client_disconnected"), current
+            return _result(sent, "served" if ended else "client_disconnected"), current
         return _result(sent, "served"), current
     finally:
-        resumer.context.bytes_relayed = sent.bytes
+        progress.bytes_relayed = sent.bytes
         closing = close_response(current.response)
         if closing is not None:
             await closing
 
 
 async def _relay_one(
-    committed: Committed, clock: Callable[[], float], out: Callable[[bytes], Awaitable[None]]
-) -> tuple[Exception | None, bool, bool]:
-    """Relay one call's chunks after its first; ``(failure, idle or total expired, total ran out)``."""
+    send: Send,
+    committed: Committed,
+    clock: Callable[[], float],
+    sent: _Sent,
+    held: bytes,
+    splice: Spliced | None,
+    tail: Tail | None,
+    progress: Progress,
+) -> tuple[Exception | None, bool, bool, bytes]:
+    """Relay one call's stream, its first bytes (``committed.body``) included, whole events only
+    (``held``: the unfinished event before it); ``(failure, idle or total expired, total ran
+    out, the unfinished event held at its end)``."""
     chunks = committed.response.chunks
     translation = committed.translation
     idle, deadline = committed.provider.timeouts.idle, committed.deadline
     failure: Exception | None = None
-    with Deadline() as scope:
-        while True:
-            scope.arm(min(idle, deadline - clock()))
-            try:
-                chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except Exception as exc:
-                failure = exc
-                break
-            scope.disarm()
-            if translation is not None:
-                chunk = translation.feed(chunk)
-                if translation.failure is not None:
-                    failure = UpstreamSaid(*translation.failure)
-            if chunk:
-                await out(chunk)
-            if failure is not None:
-                break
+    data = committed.body
+    events = sent.events
+    # Kept in locals while relaying (as the byte-exact relay does), written back on the way out.
+    count, before_last, last, size = sent.chunks, sent.before_last, sent.last, sent.bytes
+    try:
+        with Deadline() as scope:
+            while True:
+                if data:
+                    # The hold-back: up to the last blank line goes out, the rest waits for its end.
+                    # A chunk that ends on a blank line (nearly every one) is sent whole.
+                    if held:
+                        data, held = held + data, b""
+                    if data[-2:] != b"\n\n":
+                        cut = complete_events(data)
+                        held, data = data[cut:], data[:cut]
+                    if data and splice is not None:
+                        data = splice.feed(data)
+                    if data:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                        size += len(data)
+                        count += 1
+                        before_last = last
+                        last = progress.last_sent = data
+                        events.append(data)
+                        if tail is not None:
+                            tail.add(data)
+                if failure is not None:
+                    break
+                left = deadline - clock()
+                scope.arm(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
+                try:
+                    data = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    failure = exc
+                    break
+                scope.disarm()
+                if translation is not None:
+                    data = translation.feed(data)
+                    if translation.failure is not None:
+                        failure = UpstreamSaid(*translation.failure)
+    finally:
+        sent.chunks, sent.before_last, sent.last, sent.bytes = count, before_last, last, size
     if failure is None and translation is not None and not translation.finished and not scope.expired:
         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-    return failure, scope.expired, scope.expired and clock() >= deadline
+    return failure, scope.expired, scope.expired and clock() >= deadline, held
 
 
 def _detail(failure: Exception | None, reason: Reason, total: bool) -> str:

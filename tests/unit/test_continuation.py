@@ -10,7 +10,7 @@ import pytest
 from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
-from asgi_router.protocols.first_event import REAL, FirstEvent
+from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
 from asgi_router.responses.resume_relay import complete_events
 
 A, B, C, D = (Candidate(name, "m") for name in "abcd")
@@ -116,6 +116,29 @@ def test_a_stream_commits_on_its_first_real_event(anthropic: bool, events: list[
         assert said is None
         said = reader.feed(event[7:])
     assert said == verdict
+
+
+_CONTENT = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}'
+
+
+@pytest.mark.parametrize(
+    ("chunk", "shown"),
+    [
+        (_CONTENT + b"\n\n", True),
+        (_CONTENT, True),  # the event's line not finished yet: what came says text
+        (_CONTENT + b'\n\ndata: {"error":{"message":"x","code":503}}\n\n', True),  # after the commit point
+        (b'data: {"error":{"message":"x","content":"y"}}\n\n', False),
+        (b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n', False),
+        (b": keep-alive\n\n" + _CONTENT + b"\n\n", False),
+        (b"event: x\n" + _CONTENT + b"\n\n", False),
+        (b'data: {"choices":[{"delta":{"content":"Hi', True),
+        (b'data: {"choices":[{"delta":{"content":"', False),
+    ],
+)
+def test_a_first_chunk_shows_text_only_where_its_first_event_commits(chunk: bytes, shown: bool) -> None:
+    assert shows_text(chunk) is shown
+    if shown and chunk.endswith(b"\n\n"):  # the byte test and the event reader agree
+        assert FirstEvent(anthropic=False).feed(chunk) == REAL
 
 
 def test_the_hold_back_cuts_after_the_last_blank_line() -> None:
