@@ -122,7 +122,8 @@ class Deadline:
         expires = self._expires = loop.time() + seconds
         owner = self._host or self
         if expires < owner._when:  # earlier than the timer: move it (later ones wait for it)
-            owner._schedule(expires)
+            mark = owner._expires  # a lender's own deadline may be noted with no timer set yet
+            owner._schedule(expires if expires <= mark else mark)
 
     def disarm(self) -> None:
         """Stop counting until the next :meth:`arm`."""

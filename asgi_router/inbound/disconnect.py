@@ -28,6 +28,7 @@ race, the relay), and the upstream response is closed on the way out.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import MutableMapping
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -90,8 +91,14 @@ class ListeningScope(Deadline):
 
     def __enter__(self) -> ListeningScope:
         super().__enter__()
-        self.lend()  # the request's one timer: the attempts' and the relay's deadlines ride on it
-        self.arm(self._after)
+        self.lend()  # the request's one timer: the deadlines entered inside ride on it
+        if self._held:
+            # The mark is only noted: the first deadline armed inside, or listen(), sets the
+            # timer, so a request refused before reading its body makes none.
+            assert self._loop is not None
+            self._expires = self._loop.time() + self._after
+        else:
+            self.arm(self._after)
         return self
 
     def listen(self) -> None:
@@ -101,6 +108,13 @@ class ListeningScope(Deadline):
         if self._overdue:
             self._overdue = False
             self._listen()
+        elif self._expires < self._when:  # the mark noted, no timer set for it yet
+            assert self._loop is not None
+            if self._loop.time() >= self._expires:
+                self._expires = math.inf
+                self._listen()
+            else:
+                self._schedule(self._expires)
 
     def _overrun(self) -> None:
         """The timer's call once :data:`WATCH_AFTER` has passed: the block is still going."""

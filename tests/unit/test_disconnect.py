@@ -162,3 +162,12 @@ async def test_a_finished_watch_leaves_nothing_for_the_cyclic_collector() -> Non
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_a_held_scope_left_before_any_deadline_was_armed_inside_made_no_timer() -> None:
+    client = _Client()
+    watching = ListeningScope(client, WATCH_AFTER, held=True)
+    with watching:
+        assert watching._handle is None  # a request refused before its body: no loop timer
+    await asyncio.sleep(WATCH_AFTER + SLACK)
+    assert client.calls == 0 and client.told == ["done"]
