@@ -32,10 +32,12 @@ Every phase shares one per-request object, a
 the middleware, and control state (the attempt in flight, the committed stream's lease, whether
 the client left) lives there rather than on the published record.
 
-From the attempt phase on, upstreams are involved and the request runs in a
-:class:`~asgi_router.inbound.disconnect.ListeningScope`: a client that leaves cancels the
+The request runs in a :class:`~asgi_router.inbound.disconnect.ListeningScope`, whose one loop
+timer every deadline of the request rides on (the body read's, the attempts', the relay's). From
+the attempt phase on, upstreams are involved and it listens: a client that leaves cancels the
 attempt or the relay at once, which closes the upstream response and releases its connection.
-The listener only starts 10 ms into the upstream work: a fast answer never needs one. Any
+The listener only starts 10 ms into the request, and not before the attempt phase: a fast
+answer never needs one. Any
 unexpected error is logged and, if nothing has been sent yet, answered with an OpenAI-shaped
 500: the router never takes the host app down with it.
 
@@ -71,7 +73,7 @@ from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import Sink
 from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
-from asgi_router.responses.client_gone import close_for_gone_client
+from asgi_router.responses.client_gone import CLIENT_GONE, close_for_gone_client
 from asgi_router.responses.request_context import RequestContext
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError
@@ -197,24 +199,27 @@ class ModelRouter:
         if self._tracing is not None:
             context.trace = self._tracing.begin(scope["headers"])
         try:
-            refused = await self._admit(context)
-            if refused is not None:
-                await context.send_error(refused)
-                return
-            request = await self._read(context)
-            if request is None:  # the client left mid-body: there is no one to answer
-                return
-            if isinstance(request, RouterError):
-                await context.send_error(request)
-                return
-            plan = await self._plan(context, request)
-            if isinstance(plan, RouterError):
-                await context.send_error(plan)
-                return
-            # From here upstreams are involved: a client that leaves cancels the work. The
-            # listener starts only if the request is still going after WATCH_AFTER
-            # (disconnect.py).
-            with ListeningScope(context):
+            # The request's one loop timer: the body read's, the attempts' and the relay's
+            # deadlines ride on this scope's (core/deadlines.py). It listens for a client that
+            # leaves only once upstreams are involved, and only if the request is still going
+            # WATCH_AFTER after it arrived (disconnect.py).
+            with ListeningScope(context, held=True) as listening:
+                refused = await self._admit(context)
+                if refused is not None:
+                    await context.send_error(refused)
+                    return
+                request = await self._read(context)
+                if request is None:  # the client left mid-body: there is no one to answer
+                    return
+                if isinstance(request, RouterError):
+                    await context.send_error(request)
+                    return
+                plan = await self._plan(context, request)
+                if isinstance(plan, RouterError):
+                    await context.send_error(plan)
+                    return
+                # From here upstreams are involved: a client that leaves cancels the work.
+                listening.listen()
                 result = await self._loop.run(
                     plan,
                     request,
@@ -232,7 +237,8 @@ class ModelRouter:
         except Exception:
             await context.failed()
         finally:
-            await close_for_gone_client(context)
+            if context.disconnected or context.status == CLIENT_GONE:  # else nothing to close: no await
+                await close_for_gone_client(context)
             self._record(context, started)
 
     async def _admit(self, context: RequestContext) -> RouterError | None:
@@ -342,7 +348,8 @@ class ModelRouter:
                     context.trace.finish(record)
             except Exception:
                 logger.exception("recording request %s for metrics or traces failed", record.request_id)
-        self._lifespan.warn_if_missing()
+        if not self._lifespan.seen:  # said once, at the first request
+            self._lifespan.warn_if_missing()
         self.events.publish(record)
 
 

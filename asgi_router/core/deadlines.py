@@ -8,14 +8,30 @@ the count (time spent writing to a slow *client* is not upstream idleness), and 
 overruns cancels the block, which then ends with :attr:`Deadline.expired` set instead of raising.
 
 Why not ``asyncio.timeout()`` with ``Timeout.reschedule()`` per read: each reschedule cancels
-the loop timer and sets a new one, so a stream would make a timer per chunk. Here the one timer
-of a block is only moved *earlier*; a later deadline is noted in an attribute, and the timer,
-when it fires early, finds that and sets itself again for the new time. The invariant: a clock
-read per chunk and one timer per block, whatever the stream's length (``docs/performance.md``
-has the figures). The cancellation itself is
-asyncio's own, told apart from anyone else's as ``asyncio.timeout`` does (``Task.cancelling`` /
-``Task.uncancel``): a client that leaves, or a server that cancels the request, goes through a
-:class:`Deadline` untouched, and a :class:`Deadline`'s own cancellation stops at it.
+the loop timer and sets a new one, so a stream would make a timer per chunk. Here a timer is
+only moved *earlier*; a later deadline is noted in an attribute, and the timer, when it fires
+early, finds that and sets itself again for the new time. The invariant: a clock read per chunk
+and one timer per block, whatever the stream's length (``docs/performance.md`` has the figures).
+
+**One timer per request, not per block.** A loop timer is made, scheduled and cancelled for
+every block that has one, and most blocks end long before their limit. So a scope can *lend*
+its timer (:meth:`Deadline.lend`, for as long as the scope lasts): every :class:`Deadline`
+entered inside it, in its task or in a task started from it (a hedge's racer), keeps no timer
+of its own but has the lender's fire by its deadline. The lender's one timer is set for the
+earliest deadline of the lender and of the scopes riding on it; when it fires, it ends every
+scope whose deadline has passed and sets itself again for the earliest one left. The request's
+listening scope (``inbound/disconnect.py``) lends its timer: its own 10 ms mark is the earliest
+deadline of nearly every request, so a request answered within it makes one loop timer for its
+attempts and its relay, however many. Which scope ends, when, and how is what it was with a
+timer each: a scope's deadline is checked against the loop's clock when the shared timer fires,
+as its own timer's would have been. The lender is found through a context variable, which a
+task started inside the scope inherits; scopes still open when the lender ends (a racer that
+outlives it) get timers of their own at that moment.
+
+The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
+does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
+the request, goes through a :class:`Deadline` untouched, and a :class:`Deadline`'s own
+cancellation stops at it.
 
 Unlike a scope of anyio's, the cancellation is delivered once (edge-triggered): clean-up in a
 ``finally`` inside the block (closing an upstream response) is not cancelled again. The router
@@ -26,9 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+from contextvars import ContextVar, Token
 from types import TracebackType
 
 __all__ = ["Deadline"]
+
+# The scope lending its timer to the scopes entered inside it (see the module docstring); a
+# value per task context, set and reset by the lending scope itself.
+_lender: ContextVar[Deadline | None] = ContextVar("asgi_router_deadline_lender", default=None)
 
 
 class Deadline:
@@ -40,14 +61,34 @@ class Deadline:
     overrun does by overriding :meth:`_overrun`.
     """
 
-    __slots__ = ("_base", "_cancelled", "_exited", "_expires", "_handle", "_loop", "_task", "expired")
+    __slots__ = (
+        "_base",
+        "_cancelled",
+        "_exited",
+        "_expires",
+        "_handle",
+        "_host",
+        "_loop",
+        "_riders",
+        "_task",
+        "_token",
+        "_when",
+        "expired",
+    )
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[object] | None = None
         self._base = 0
         self._expires = math.inf
+        # This scope's loop timer, and the time it is set for (``inf``: none).
         self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf
+        # The lender whose timer this scope rides on (``None``: its own timer, if any).
+        self._host: Deadline | None = None
+        # The scopes riding on this one's timer, while it lends it.
+        self._riders: list[Deadline] | None = None
+        self._token: Token[Deadline | None] | None = None
         self._cancelled = False
         self._exited = False
         #: Whether this scope's own cancellation ended the block (a read overran, or
@@ -59,21 +100,30 @@ class Deadline:
         if task is None:  # pragma: no cover - the router only enters one inside a request's task
             raise RuntimeError("a Deadline must be entered inside an asyncio task")
         self._task = task
-        self._loop = task.get_loop()
+        loop = self._loop = task.get_loop()
         self._base = task.cancelling()
+        host = _lender.get()
+        if host is not None and host._riders is not None and host._loop is loop:
+            self._host = host
+            host._riders.append(self)
         return self
+
+    def lend(self) -> None:
+        """From now until this scope ends, scopes entered inside it ride on its timer (inside
+        the block, before entering them; once)."""
+        assert self._task is not None and self._riders is None, "lend() once, inside the block"
+        self._riders = []
+        self._token = _lender.set(self)
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
         loop = self._loop
         assert loop is not None, "arm() inside the block"
         expires = self._expires = loop.time() + seconds
-        handle = self._handle
-        if handle is None:
-            self._handle = loop.call_at(expires, self._due)
-        elif expires < handle.when():  # earlier than the timer: move it (later ones wait for it)
-            handle.cancel()
-            self._handle = loop.call_at(expires, self._due)
+        owner = self._host or self
+        if expires < owner._when:  # earlier than the timer: move it (later ones wait for it)
+            mark = owner._expires  # a lender's own deadline may be noted with no timer set yet
+            owner._schedule(expires if expires <= mark else mark)
 
     def disarm(self) -> None:
         """Stop counting until the next :meth:`arm`."""
@@ -86,19 +136,36 @@ class Deadline:
         self._cancelled = True
         self._task.cancel()
 
+    def _schedule(self, when: float) -> None:
+        assert self._loop is not None
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_at(when, self._due)
+        self._when = when
+
     def _due(self) -> None:
-        """The timer fired: cancel if the armed read is overdue, else wait for its new time."""
+        """The timer fired: end every scope it serves whose read is overdue, then set it again
+        for the earliest deadline left (a read re-armed later since the timer was set)."""
         self._handle = None
+        self._when = math.inf
         if self._exited:  # pragma: no cover - exit cancels the timer
             return
-        expires = self._expires
-        if expires == math.inf:
-            return
         assert self._loop is not None
-        if self._loop.time() >= expires:
+        now = self._loop.time()
+        earliest = self._expires
+        if earliest <= now:
+            self._expires = earliest = math.inf
             self._overrun()
-        else:  # re-armed later since the timer was set
-            self._handle = self._loop.call_at(expires, self._due)
+        if self._riders:
+            for rider in tuple(self._riders):
+                expires = rider._expires
+                if expires <= now:
+                    rider._expires = math.inf
+                    rider._overrun()
+                elif expires < earliest:
+                    earliest = expires
+        if earliest < math.inf and not self._exited:
+            self._schedule(earliest)
 
     def _overrun(self) -> None:
         self.cancel()
@@ -107,9 +174,20 @@ class Deadline:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._exited = True
+        host = self._host
+        if host is not None:
+            self._host = None
+            riders = host._riders
+            if riders:
+                if riders[-1] is self:
+                    riders.pop()
+                elif self in riders:  # pragma: no cover - scopes of racing tasks end in any order
+                    riders.remove(self)
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._riders is not None:
+            self._release()
         task, self._task = self._task, None
         if not self._cancelled:
             return False
@@ -120,3 +198,15 @@ class Deadline:
             self.expired = True
             return True
         return False
+
+    def _release(self) -> None:
+        """Stop lending: scopes still riding (a racer's that outlives this one) get timers of
+        their own, and the context variable is as it was."""
+        riders, self._riders = self._riders, None
+        token, self._token = self._token, None
+        if token is not None:
+            _lender.reset(token)
+        for rider in riders or ():
+            rider._host = None
+            if rider._expires < math.inf:
+                rider._schedule(rider._expires)

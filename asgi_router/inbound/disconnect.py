@@ -14,6 +14,12 @@ on ``receive()`` earlier would not notice anything sooner in the common case any
 report a disconnect when the connection closes, which a client that just sent its request
 rarely does within 10 ms.
 
+The middleware enters the scope when the request arrives, ``held``: the body is still to be
+read through ``receive()``, so nothing listens before :meth:`ListeningScope.listen` (called
+once upstreams are involved), and a mark passed by then starts the listener at once. Entered
+that early, its timer is the request's only one: the body read's, the attempts' and the relay's
+deadlines ride on it (:meth:`~asgi_router.core.deadlines.Deadline.lend`).
+
 The scope is the request's :class:`~asgi_router.core.deadlines.Deadline` too: the client
 leaving cancels it, which cancels whatever the request is waiting on (an attempt, the hedging
 race, the relay), and the upstream response is closed on the way out.
@@ -22,6 +28,7 @@ race, the relay), and the upstream response is closed on the way out.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import MutableMapping
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -33,7 +40,8 @@ from asgi_router.observability.events import logger
 
 __all__ = ["WATCH_AFTER", "ListeningScope", "Party"]
 
-#: Seconds into the upstream work at which the disconnect listener starts.
+#: Seconds into the scope (the request, for the middleware's) at which the disconnect listener
+#: starts, if the scope is listening by then (else once it does).
 WATCH_AFTER: Final = 0.01
 
 
@@ -54,7 +62,8 @@ class Party(Protocol):
 class ListeningScope(Deadline):
     """``with ListeningScope(party):`` a :class:`~asgi_router.core.deadlines.Deadline` whose
     timer, :data:`WATCH_AFTER` seconds in, starts the disconnect listener instead of cancelling;
-    the client leaving cancels it (through ``party.client_left(scope)``).
+    the client leaving cancels it (through ``party.client_left(scope)``). ``held``: no listener
+    before :meth:`listen`. It lends its timer to the deadlines entered inside it.
 
     The listener is ``party.receive()``'s own awaitable run as a task, with a done-callback: a
     message other than ``http.disconnect`` starts the next ``receive()``; a ``receive()`` that
@@ -63,12 +72,16 @@ class ListeningScope(Deadline):
     party let go, so a finished request leaves no reference cycle behind.
     """
 
-    __slots__ = ("_after", "_listener", "_party")
+    __slots__ = ("_after", "_held", "_listener", "_overdue", "_party")
 
-    def __init__(self, party: Party, after: float = WATCH_AFTER) -> None:
+    def __init__(self, party: Party, after: float = WATCH_AFTER, *, held: bool = False) -> None:
         super().__init__()
         self._party: Party | None = party
         self._after = after
+        # Not listening before :meth:`listen` (the block reads the request body first), and
+        # whether the mark passed meanwhile.
+        self._held = held
+        self._overdue = False
         self._listener: asyncio.Future[MutableMapping[str, Any]] | None = None
 
     @property
@@ -78,12 +91,37 @@ class ListeningScope(Deadline):
 
     def __enter__(self) -> ListeningScope:
         super().__enter__()
-        self.arm(self._after)
+        self.lend()  # the request's one timer: the deadlines entered inside ride on it
+        if self._held:
+            # The mark is only noted: the first deadline armed inside, or listen(), sets the
+            # timer, so a request refused before reading its body makes none.
+            assert self._loop is not None
+            self._expires = self._loop.time() + self._after
+        else:
+            self.arm(self._after)
         return self
+
+    def listen(self) -> None:
+        """A scope made ``held``: from now on the client is listened to, at once if the mark
+        has passed (a request whose body or plan took that long)."""
+        self._held = False
+        if self._overdue:
+            self._overdue = False
+            self._listen()
+        elif self._expires < self._when:  # the mark noted, no timer set for it yet
+            assert self._loop is not None
+            if self._loop.time() >= self._expires:
+                self._expires = math.inf
+                self._listen()
+            else:
+                self._schedule(self._expires)
 
     def _overrun(self) -> None:
         """The timer's call once :data:`WATCH_AFTER` has passed: the block is still going."""
-        self._listen()
+        if self._held:
+            self._overdue = True
+        else:
+            self._listen()
 
     def _listen(self) -> None:
         if self._party is None:  # pragma: no cover - the block is over

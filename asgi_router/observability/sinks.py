@@ -113,7 +113,8 @@ class _SinkWorker:
         self.dropped = 0
         self.failures = 0
         self.busy = False
-        self._quiet: Callable[[], bool] | None = getattr(sink, "quiet", None)
+        #: The sink's ``quiet()``, asked before each record is queued or delivered.
+        self.quiet: Callable[[], bool] | None = getattr(sink, "quiet", None)
         self._wake: anyio.Event | None = None
         #: Set (by the worker) whenever its queue runs empty: what :meth:`EventBus.drain` waits on.
         self.settled: anyio.Event | None = None
@@ -121,17 +122,16 @@ class _SinkWorker:
         self._limiter: anyio.CapacityLimiter | None = None
 
     def call_now(self, record: RequestRecord) -> None:
-        """Deliver ``record`` on the caller's task (a ``direct`` sink while no worker runs)."""
-        if self._quiet is not None and self._quiet():
-            return
+        """Deliver ``record`` on the caller's task (a ``direct`` sink while no worker runs; the
+        publisher has asked :attr:`quiet` first)."""
         try:
             self.sink(record)
         except Exception:
             self._failed()
 
     def offer(self, record: RequestRecord) -> bool:
-        if self._quiet is not None and self._quiet():
-            return True
+        """Queue ``record`` (the publisher has asked :attr:`quiet` first); ``False``: the queue
+        was full and it was dropped."""
         if len(self.queue) >= self.capacity:
             self.dropped += 1
             return False
@@ -222,6 +222,9 @@ class EventBus:
         never blocks, never raises."""
         running = self._running
         for worker in self._workers:
+            quiet = worker.quiet
+            if quiet is not None and quiet():  # checked here: one call fewer per sink and record
+                continue
             if running or not worker.direct:
                 worker.offer(record)
             else:

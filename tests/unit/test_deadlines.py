@@ -189,3 +189,103 @@ async def test_a_subclass_decides_what_an_overrun_does() -> None:
         scope.arm(0.01)
         await asyncio.sleep(0.05)
     assert scope.overruns == 1 and not scope.expired
+
+
+class _Lender(Deadline):
+    """A scope that lends its timer, counting its own overruns (as the listening scope does)."""
+
+    __slots__ = ("overruns",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overruns = 0
+
+    def __enter__(self) -> _Lender:
+        super().__enter__()
+        self.lend()
+        return self
+
+    def _overrun(self) -> None:
+        self.overruns += 1
+
+
+def _timers(scope: Deadline) -> int:
+    return int(scope._handle is not None)  # the loop timers a scope holds: none or one
+
+
+async def test_a_scope_inside_a_lender_keeps_no_timer_and_still_ends_when_its_read_overruns() -> None:
+    started = time.monotonic()
+    with _Lender() as lender:
+        lender.arm(0.01)
+        with Deadline() as inner:
+            inner.arm(0.05)
+            assert _timers(inner) == 0 and _timers(lender) == 1
+            await asyncio.sleep(5)
+        await asyncio.sleep(0)  # the lender's block goes on
+    assert inner.expired and not lender.expired
+    assert lender.overruns == 1  # its own mark, once, though its timer fired again for the inner scope
+    assert 0.05 <= time.monotonic() - started < 2
+
+
+async def test_a_riding_scopes_earlier_deadline_moves_the_lenders_timer() -> None:
+    started = time.monotonic()
+    with _Lender() as lender:
+        lender.arm(5)
+        with Deadline() as inner:
+            inner.arm(0.02)
+            await asyncio.sleep(5)
+    assert inner.expired and lender.overruns == 0
+    assert time.monotonic() - started < 2
+
+
+async def test_a_riding_scope_that_ends_in_time_is_never_cancelled_and_the_lender_still_fires() -> None:
+    with _Lender() as lender:
+        lender.arm(0.03)
+        with Deadline() as inner:
+            inner.arm(0.01)
+            await asyncio.sleep(0)  # the read came in time
+        await asyncio.sleep(0.06)
+    assert not inner.expired and lender.overruns == 1
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_scope_in_a_task_started_inside_the_lender_rides_on_it_and_cancels_only_its_own_task() -> None:
+    async def racer() -> bool:
+        with Deadline() as scope:
+            scope.arm(0.02)
+            await asyncio.sleep(5)
+        return scope.expired
+
+    with _Lender() as lender:
+        task = asyncio.get_running_loop().create_task(racer())
+        await asyncio.sleep(0)
+        assert lender._riders and _timers(lender._riders[0]) == 0
+        assert await task
+        await asyncio.sleep(0)  # the lending task itself is not cancelled
+    assert not lender.expired and lender.overruns == 0
+
+
+async def test_a_scope_that_outlives_its_lender_gets_a_timer_of_its_own() -> None:
+    gate = asyncio.Event()
+
+    async def racer() -> bool:
+        with Deadline() as scope:
+            scope.arm(0.05)
+            gate.set()
+            await asyncio.sleep(5)
+        return scope.expired
+
+    with _Lender():
+        task = asyncio.get_running_loop().create_task(racer())
+        await gate.wait()
+    assert await task  # its deadline still ended it, with the lender gone
+
+
+async def test_a_scope_entered_after_the_lender_ended_keeps_its_own_timer() -> None:
+    with _Lender():
+        pass
+    with Deadline() as scope:
+        scope.arm(0.02)
+        assert _timers(scope) == 1
+        await asyncio.sleep(5)
+    assert scope.expired

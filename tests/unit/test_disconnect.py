@@ -84,6 +84,41 @@ async def test_longer_work_listens_and_a_client_leaving_cancels_the_block_before
     assert scope.expired and client.told == ["left", "done"] and not watching.listening
 
 
+async def test_a_held_scope_never_calls_receive_before_listen_and_a_passed_mark_listens_at_once() -> None:
+    client = _Client()
+    watching = ListeningScope(client, 0, held=True)
+    with watching:
+        await asyncio.sleep(2 * SLACK)  # the mark has passed: the body is still being read
+        assert client.calls == 0 and not watching.listening
+        watching.listen()
+        assert watching.listening
+        await _settle()
+        assert client.calls == 1
+    await _settle()
+    assert client.cancelled == 1 and client.told == ["done"]
+
+
+async def test_a_held_scope_listening_before_its_mark_starts_the_listener_at_the_mark() -> None:
+    client = _Client()
+    watching = ListeningScope(client, WATCH_AFTER, held=True)
+    with watching:
+        watching.listen()
+        assert not watching.listening
+        await asyncio.sleep(WATCH_AFTER + 2 * SLACK)
+        assert watching.listening and client.calls == 1
+
+
+async def test_a_deadline_inside_the_scope_rides_on_its_timer_and_still_ends_its_block() -> None:
+    client = _Client()
+    with ListeningScope(client, WATCH_AFTER, held=True):
+        with Deadline() as read:
+            read.arm(2 * WATCH_AFTER)
+            assert read._handle is None  # no loop timer of its own
+            await asyncio.sleep(5)
+        assert client.calls == 0  # held: the mark passed without a listener
+    assert read.expired and client.told == ["done"]
+
+
 async def test_other_messages_are_skipped_until_the_disconnect() -> None:
     client = _Client(before_leaving=[{"type": "http.request", "body": b"", "more_body": False}], cancel_on_leave=False)
     with _watch(client, 0):
@@ -127,3 +162,12 @@ async def test_a_finished_watch_leaves_nothing_for_the_cyclic_collector() -> Non
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_a_held_scope_left_before_any_deadline_was_armed_inside_made_no_timer() -> None:
+    client = _Client()
+    watching = ListeningScope(client, WATCH_AFTER, held=True)
+    with watching:
+        assert watching._handle is None  # a request refused before its body: no loop timer
+    await asyncio.sleep(WATCH_AFTER + SLACK)
+    assert client.calls == 0 and client.told == ["done"]
