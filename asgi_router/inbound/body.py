@@ -13,7 +13,7 @@ would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -66,12 +66,19 @@ def request_id_for(scope: Scope) -> str:
                 chosen: str = value.decode("ascii")
                 return chosen
             break
-    return fresh_request_id()
+    return _urandom(16).hex()
+
+
+# ``secrets.token_hex(16)`` is ``os.urandom(16).hex()`` reached through three Python calls
+# (``token_bytes``, ``SystemRandom.randbytes``); every request without a client id takes one, so
+# the same CSPRNG is read directly: the same guarantees, fewer frames.
+_urandom: Final = os.urandom
 
 
 def fresh_request_id() -> str:
-    """32 hex digits from the OS's CSPRNG: as unguessable as ``uuid4().hex``."""
-    return secrets.token_hex(16)
+    """32 hex digits from the OS's CSPRNG (``os.urandom``, what :mod:`secrets` reads): as
+    unguessable as ``uuid4().hex``."""
+    return _urandom(16).hex()
 
 
 def _declared_length(scope: Scope) -> int | None:
