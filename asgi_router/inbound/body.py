@@ -66,7 +66,7 @@ def request_id_for(scope: Scope) -> str:
                 chosen: str = value.decode("ascii")
                 return chosen
             break
-    return fresh_request_id()
+    return os.urandom(16).hex()
 
 
 def fresh_request_id() -> str:

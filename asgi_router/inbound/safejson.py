@@ -100,14 +100,10 @@ def _too_deep(root: Any, cap: int) -> bool:
     return False
 
 
-# Up to this many characters, counting brackets (a C loop) is cheaper than walking the values.
+# Up to this many characters, counting brackets (a C loop) is cheaper than walking the values: a
+# small body (most chat requests) with too few brackets to nest past :data:`MAX_JSON_DEPTH` skips
+# the walk of :func:`_too_deep`.
 _COUNT_BELOW: Final = 16 * 1024
-
-
-def _may_be_too_deep(text: str) -> bool:
-    """False when ``text`` has too few brackets to nest past :data:`MAX_JSON_DEPTH`: a small
-    body (most chat requests) skips the walk of :func:`_too_deep`."""
-    return len(text) >= _COUNT_BELOW or text.count("{") + text.count("[") > MAX_JSON_DEPTH
 
 
 # One decoder for every request: ``json.loads`` with hooks would build a new one per call.
@@ -189,17 +185,26 @@ def _object_with_span(text: str, key: str) -> tuple[dict[str, Any], Span | None]
     return payload, (span if members == len(payload) else None)
 
 
-def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefused:
+def loads_with_span(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefused:
+    """:func:`loads`, and for a UTF-8 object the byte span of its member ``key``'s value.
+
+    The span is ``None`` when ``key`` is ``None``, there is no such member, the body starts with
+    a byte order mark, or any top-level member name is repeated. The one function both entry
+    points run (every chat request's parse goes through it): no wrapper frame per request.
+    """
     try:
         # JSON text is UTF-8 (RFC 8259 §8.1), and only UTF-8 can be spliced and relayed as it
         # came: the strict decode (the one pass over the bytes the parse needs anyway) refuses
         # anything else, encoded surrogates included. A leading BOM is tolerated, as the RFC
         # allows, and dropped (such a body is re-serialised, not spliced).
-        bom = body[:3] == _BOM
-        text = body.decode("utf-8-sig" if bom else "utf-8")
+        if body[:3] == _BOM:
+            text = body.decode("utf-8-sig")
+            key = None
+        else:
+            text = body.decode()
         value: Any
         span: Span | None = None
-        if key is None or bom:
+        if key is None:
             value = _DECODER.decode(text)
         else:
             try:
@@ -214,7 +219,12 @@ def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefuse
         return JsonRefused("request body is not valid UTF-8")
     except ValueError:  # JSONDecodeError, int digit limits
         return JsonRefused("request body is not valid JSON")
-    if isinstance(value, (dict, list)) and _may_be_too_deep(text) and _too_deep(value, MAX_JSON_DEPTH):
+    # A small body with too few brackets to nest past the cap skips the walk (_COUNT_BELOW).
+    if (
+        isinstance(value, (dict, list))
+        and (len(text) >= _COUNT_BELOW or text.count("{") + text.count("[") > MAX_JSON_DEPTH)
+        and _too_deep(value, MAX_JSON_DEPTH)
+    ):
         return JsonRefused(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     if span is not None and not text.isascii():  # character offsets are not byte offsets
         start = len(text[: span[0]].encode())
@@ -224,14 +234,5 @@ def _parse(body: bytes, key: str | None) -> tuple[Any, Span | None] | JsonRefuse
 
 def loads(body: bytes) -> Any | JsonRefused:
     """The parsed body, or why it was refused (invalid, unbounded, or nested too deep)."""
-    parsed = _parse(body, None)
+    parsed = loads_with_span(body, None)
     return parsed if isinstance(parsed, JsonRefused) else parsed[0]
-
-
-def loads_with_span(body: bytes, key: str) -> tuple[Any, Span | None] | JsonRefused:
-    """:func:`loads`, and for a UTF-8 object the byte span of its member ``key``'s value.
-
-    The span is ``None`` when there is no such member, the body starts with a byte order mark,
-    or any top-level member name is repeated.
-    """
-    return _parse(body, key)
