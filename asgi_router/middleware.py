@@ -73,7 +73,7 @@ from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import Sink
 from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
-from asgi_router.responses.client_gone import CLIENT_GONE, close_for_gone_client
+from asgi_router.responses.client_gone import close_for_gone_client, owes_gone_response
 from asgi_router.responses.request_context import RequestContext
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError
@@ -237,7 +237,7 @@ class ModelRouter:
         except Exception:
             await context.failed()
         finally:
-            if context.disconnected or context.status == CLIENT_GONE:  # else nothing to close: no await
+            if owes_gone_response(context):  # else nothing to close: no await
                 await close_for_gone_client(context)
             self._record(context, started)
 

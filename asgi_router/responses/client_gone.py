@@ -11,17 +11,22 @@ from __future__ import annotations
 
 from asgi_router.responses.request_context import RequestContext
 
-__all__ = ["CLIENT_GONE", "close_for_gone_client"]
+__all__ = ["CLIENT_GONE", "close_for_gone_client", "owes_gone_response"]
 
 #: The status of a request whose client left first (nginx's "client closed request").
 CLIENT_GONE = 499
 
 
+def owes_gone_response(context: RequestContext) -> bool:
+    """Whether ``context``'s client left before anything was sent (so the 499 is owed). Asked
+    first by the caller, so that a request with nothing to close makes no coroutine."""
+    return (context.disconnected or context.status == CLIENT_GONE) and not context.response_started
+
+
 async def close_for_gone_client(context: RequestContext) -> None:
     """Send the 499 start and an empty body if ``context``'s client left before anything was
     sent; nothing otherwise."""
-    gone = context.disconnected or context.status == CLIENT_GONE
-    if not gone or context.response_started:
+    if not owes_gone_response(context):
         return
     try:
         await context.send_tracked({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
