@@ -194,8 +194,10 @@ class CallerLedger:
             self._roll(tally)
         return tally.usd if kind in ("usd_per_day", "usd_per_session") else tally.tokens
 
-    def _in_window(self, tally: Tally) -> int:
-        starts, since = tally.starts, self.clock() - WINDOW
+    def _in_window(self, tally: Tally, now: float | None = None) -> int:
+        """The requests ``tally`` started in the last :data:`WINDOW` seconds up to ``now``
+        (default: the clock's now), the older starts dropped."""
+        starts, since = tally.starts, (self.clock() if now is None else now) - WINDOW
         while starts and starts[0] <= since:
             starts.popleft()
         return len(starts)
@@ -253,19 +255,15 @@ class CallerLedger:
         if tally is not None:
             tally.seen = now
             if rpm is not None:  # the starts that left the window go as this one comes: kept bounded
-                starts, since = tally.starts, now - WINDOW
-                while starts and starts[0] <= since:
-                    starts.popleft()
-                starts.append(now)
+                self._in_window(tally, now)
+                tally.starts.append(now)
         if session is not None:
             session.seen = now
 
     def charge(self, subject: str, tally: Tally, table: Table, tokens: int, usd: float) -> None:
         """What a request of ``subject`` (capped by ``table``) used, once known (on the day it ends)."""
         if table.daily:
-            today = int(self.wall()) // DAY  # as _roll, inline: every request
-            if tally.day != today:
-                tally.day, tally.usd, tally.tokens = today, 0.0, 0
+            self._roll(tally)
         tally.tokens += tokens
         tally.usd += usd
 
