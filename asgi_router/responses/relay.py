@@ -161,27 +161,20 @@ async def relay_stream(
     chunks = response.chunks
     idle = committed.provider.timeouts.idle
     deadline = committed.deadline
-    last = committed.body
-    before_last = b""
+    last = before_last = b""
     sent = count = 0
     try:
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            if committed.parts is None:
-                await send({"type": "http.response.body", "body": last, "more_body": True})
-                sent, count = len(last), 1
+            # The first chunk, or the chunks held for commit, as they came.
+            for part in committed.parts or (committed.body,):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+                sent += len(part)
+                count += 1
+                before_last, last = last, part
                 if tail is not None:
-                    tail.add(last)
-            else:  # the chunks held for commit, as they came
-                last = b""
-                for part in committed.parts:
-                    await send({"type": "http.response.body", "body": part, "more_body": True})
-                    sent += len(part)
-                    count += 1
-                    before_last, last = last, part
-                    if tail is not None:
-                        tail.add(part)
+                    tail.add(part)
             progress.last_sent = last
             failure: Exception | None = None
             # One deadline scope for the whole relay, armed per read (core/deadlines.py).
