@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.core.store_url import mask_store_url as masked
+from asgi_router.fleet import breaker_writes
 from asgi_router.fleet import shared_state as fleet_state
 from asgi_router.fleet.link import REQUEST_TIMEOUT, SLOW_CALLS
 from asgi_router.fleet.shared_state import SharedState
@@ -160,7 +161,8 @@ async def test_budget_across_four_processes_under_load_overshoots_at_most_the_bo
 async def test_every_key_has_a_ttl_and_breakers_for_direct_refs_are_bounded(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fleet_state, "MAX_BREAKERS", 5)
+    monkeypatch.setattr(fleet_state, "MAX_BREAKERS", 5)  # what this process keeps and reads back
+    monkeypatch.setattr(breaker_writes, "MAX_BREAKERS", 5)  # what each write tells the store to keep
     prefix = f"t{uuid.uuid4().hex[:8]}"
     async with states(redis_server.url, 1, prefix=prefix, budgets={KEY: Limits(rpm=10, tpm=1000)}) as (state,):
         client = aioredis.Redis.from_url(redis_server.url)

@@ -1,7 +1,8 @@
 """One router state for a fleet: workers and hosts share breakers, rotation and budgets through Redis.
 
 ``shared_state.py`` is :class:`SharedState`, an in-memory state that answers every request from this
-process's own view and keeps what is shared fresh in the background; ``link.py`` is its one
+process's own view and keeps what is shared fresh in the background, its breakers' changes written
+by ``breaker_writes.py`` (coalesced per breaker); ``link.py`` is its one
 connection to Redis (per event loop) and the circuit that keeps Redis optional; ``budgets.py``
 leases slices of the rpm/tpm budgets and ``caller_budgets.py`` slices of the caller and session
 caps; ``scripts.py`` holds the Lua that makes each change atomic; ``shared_affinity.py`` keeps

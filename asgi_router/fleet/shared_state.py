@@ -5,7 +5,7 @@ is answered from this process's own view, synchronously, exactly as in one proce
 shared is kept fresh in the background:
 
 * **Breakers.** A failure is written to the store (``scripts.BREAKER``) as it is recorded here
-  (a burst of one breaker's failures coalesced into one write, see :meth:`SharedState._write`);
+  (a burst of one breaker's failures coalesced into one write, ``breaker_writes.py``);
   the store counts failures in a row across the fleet and opens the breaker at the policy's
   count, whichever process failed. A change of phase is published, and every process adopts
   it as the message arrives. A success costs nothing unless the fleet's count is above zero
@@ -42,24 +42,23 @@ from __future__ import annotations
 import json
 import math
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from asgi_router.config.resilience_settings import BreakerSettings
+from asgi_router.fleet.breaker_writes import NO_EXTRA, BreakerWrites, Extra
 from asgi_router.fleet.budgets import Leases
 from asgi_router.fleet.link import Link
-from asgi_router.fleet.scripts import BREAKER, RESYNC
+from asgi_router.fleet.scripts import RESYNC
 from asgi_router.fleet.shared_rate_limits import FleetRateLimits
 from asgi_router.resilience.breaker import ADMITTED, Admission, Cause, Phase, Verdict
 from asgi_router.resilience.router_state import MAX_BREAKERS, InMemoryState
 from asgi_router.resilience.stats import Limits, WindowUsage
 
-__all__ = ["CLAIM_PAUSE", "MAX_QUEUED_OPS", "RESYNC_BATCH", "ROTATION_TTL", "SharedState"]
+__all__ = ["CLAIM_PAUSE", "RESYNC_BATCH", "ROTATION_TTL", "SharedState"]
 
 #: Seconds a rotate counter outlives its group's last request.
 ROTATION_TTL: Final = 86_400
@@ -69,26 +68,6 @@ CLAIM_PAUSE: Final = 0.1
 
 #: Breakers read per call when the store is (again) reachable.
 RESYNC_BATCH: Final = 500
-#: Distinct operations one breaker may have waiting for their turn (past it, one is dropped).
-MAX_QUEUED_OPS: Final = 8
-
-
-#: An operation's own arguments: a trip's cause and p90, the step an advance starts from, the
-#: seconds a slow mark holds.
-_Extra = tuple[str, str, int, float]
-_NO_EXTRA: Final[_Extra] = ("failures", "", -1, 0.0)
-
-
-class _Op:
-    """One breaker operation waiting for its turn, and how many times it happened meanwhile."""
-
-    __slots__ = ("count", "extra", "op", "opened")
-
-    def __init__(self, op: str, opened: bool, extra: _Extra = _NO_EXTRA) -> None:
-        self.op = op
-        self.count = 1
-        self.opened = opened
-        self.extra = extra
 
 
 class SharedState(InMemoryState):
@@ -125,11 +104,9 @@ class SharedState(InMemoryState):
         self._claiming: set[str] = set()
         #: When a process refused a probe slot may ask for one again (bounded like the versions).
         self._claim_after: dict[str, float] = {}
-        #: Per breaker, the operations waiting for their write's turn (``_write``).
-        self._queued: dict[str, list[_Op]] = {}
         #: Per candidate, until when the slow mark last written to the store holds.
         self._slow_sent: dict[str, float] = {}
-        self._scripts: weakref.WeakKeyDictionary[Redis, AsyncScript] = weakref.WeakKeyDictionary()
+        self._writes = BreakerWrites(self.link, prefix, self._ttl, self._answered, self._claiming.discard)
         #: Providers' stated limits, shared on the same channel (``shared_rate_limits.py``).
         self.rate_limits = FleetRateLimits(self.link, f"{prefix}:breakers")
 
@@ -230,85 +207,18 @@ class SharedState(InMemoryState):
             self._write(key, policy, "recover")
 
     def _write(
-        self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False, extra: _Extra = _NO_EXTRA
+        self, key: str, policy: BreakerSettings, op: str, *, opened: bool = False, extra: Extra = NO_EXTRA
     ) -> None:
-        """Run one breaker operation in the store, in the background, and adopt its answer.
+        """One breaker operation for the store, written in the background (``breaker_writes.py``)."""
+        self._writes.write(key, policy, op, opened=opened, extra=extra)
 
-        Coalesced per breaker: while a write of ``key`` waits for its turn, the operations that
-        follow join it (a repeat of the last one only raises its count), so a burst of failures
-        costs one write per breaker, not one per failure (``link.MAX_BACKGROUND`` bounds the
-        writes in flight across breakers).
-        """
-        if not self.link.up:
-            self._claiming.discard(key)
-            return
-        queued = self._queued.get(key)
-        if queued is not None:
-            last = queued[-1]
-            if last.op == op and last.extra == extra and op != "claim":
-                last.count += 1
-                last.opened = last.opened or opened
-            elif len(queued) < MAX_QUEUED_OPS:
-                queued.append(_Op(op, opened, extra))
-            elif op == "claim":
-                self._claiming.discard(key)  # dropped: this process may ask again
-            return
-        self._queued[key] = [_Op(op, opened, extra)]
-        keys = [self._breaker_key(key), f"{self._prefix}:breakers"]
-
-        async def write(client: Redis) -> None:
-            for step in self._queued.pop(key, []):  # taken as its turn comes: later ones queue anew
-                try:
-                    answer = await self._script(client)(keys=keys, args=self._args(key, policy, step))
-                finally:
-                    if step.op == "claim":
-                        self._claiming.discard(key)
-                phase, age, open_for, consecutive, version, granted, *rest = answer
-                self._adopt(key, phase, age, open_for, consecutive, version, *rest)
-                if int(granted):
-                    self._slots.add(key)
-                    self._claim_after.pop(key, None)
-
-        def skipped() -> None:
-            if any(step.op == "claim" for step in self._queued.pop(key, [])):
-                self._claiming.discard(key)
-
-        if not self.link.spawn(write, skipped=skipped):
-            skipped()
-
-    def _args(self, key: str, policy: BreakerSettings, step: _Op) -> list[str | int | float]:
-        """``scripts.BREAKER``'s arguments for ``step`` on ``key``."""
-        cause, p90, from_step, slow_for = step.extra
-        return [
-            step.op,
-            policy.consecutive_failures,
-            policy.open_for,
-            policy.probe_interval,
-            policy.half_open_probes,
-            policy.probe_timeout,
-            self._ttl,
-            MAX_BREAKERS,
-            f"{self._prefix}:breakers",
-            key,
-            "1" if step.opened else "0",
-            f"{self._prefix}:br:",
-            step.count,
-            len(policy.ramp),
-            policy.ramp_step,
-            cause,
-            p90,
-            from_step,
-            slow_for,
-        ]
-
-    def _script(self, client: Redis) -> AsyncScript:
-        script = self._scripts.get(client)
-        if script is None:
-            script = self._scripts[client] = client.register_script(BREAKER)
-        return script
-
-    def _breaker_key(self, key: str) -> str:
-        return f"{self._prefix}:br:{key}"
+    def _answered(self, key: str, answer: list[Any]) -> None:
+        """The store's answer to a write: its view of ``key``, and whether it granted a probe slot."""
+        phase, age, open_for, consecutive, version, granted, *rest = answer
+        self._adopt(key, phase, age, open_for, consecutive, version, *rest)
+        if int(granted):
+            self._slots.add(key)
+            self._claim_after.pop(key, None)
 
     def _adopt(
         self,
