@@ -7,7 +7,8 @@ four minutes on 2 cores; ``--quick`` is a smoke run of a few seconds per part.
 ``python -m bench phases`` instead prints where one request's instructions and allocations go,
 phase by phase (``bench/phases.py``; valgrind's callgrind counts them). ``python -m bench streams``
 runs only the "Open slow streams" part (RSS per open idle stream; ``--streams N``, ``--targets``,
-``--rounds``: each round a fresh process per target) and prints its table.
+``--rounds``: each round a fresh process per target; ``--baseline DIR``: another checkout
+measured beside it) and prints its table.
 """
 
 from __future__ import annotations
@@ -85,9 +86,12 @@ def _streams_only(argv: list[str]) -> int:
     parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (default 1000)")
     parser.add_argument("--targets", default="floor,router", help="servers to measure (default floor,router)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds, each in fresh processes (default 1)")
+    parser.add_argument(
+        "--baseline", default="", help="another checkout of the project, measured too as target router-baseline"
+    )
     args = parser.parse_args(argv)
     targets = tuple(t for t in args.targets.split(",") if t)
-    config = scenarios.Config(streams=args.streams, targets=targets)
+    config = scenarios.Config(streams=args.streams, targets=targets, baseline=args.baseline)
     _say("| round | target | streams open | KiB per stream | seconds to open all |")
     _say("| ---: | --- | ---: | ---: | ---: |")
     for round_ in range(1, args.rounds + 1):
