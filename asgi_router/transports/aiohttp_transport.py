@@ -21,7 +21,11 @@ What is tuned, and why, all through aiohttp's public API:
 * body chunks come from ``response.content.readany()``: whatever bytes have arrived, as soon as
   they arrive, never re-split into lines or fixed sizes;
 * parsed ``yarl.URL`` objects and ``ClientTimeout`` objects are built once per upstream URL and
-  per provider, not per request.
+  per provider, not per request;
+* ``response_class`` and ``request_class`` are the router's own subclasses: the response is the
+  router's :class:`~asgi_router.transports.transport.UpstreamResponse` itself (no wrapper per
+  request), and both are made with the attributes aiohttp sets on them later already set, so
+  that none carries a dict of its own (:class:`AiohttpResponse` says why).
 
 aiohttp's exceptions are translated into the router's own
 (:mod:`asgi_router.core.upstream_errors`) here and nowhere else: in :meth:`AiohttpTransport.send`
