@@ -219,7 +219,7 @@ def test_requests_and_responses_made_in_a_burst_carry_no_dict_of_their_own() -> 
     # learning names; without the router's request and response classes every one of them
     # would carry a whole dict for as long as its stream is open (RSS per open stream).
     done = subprocess.run(
-        [sys.executable, "-c", _BURST], capture_output=True, text=True, timeout=60, env=os.environ.copy()
+        [sys.executable, "-c", _BURST], capture_output=True, text=True, timeout=120, env=os.environ.copy()
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "0"]
