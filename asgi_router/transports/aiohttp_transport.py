@@ -21,11 +21,7 @@ What is tuned, and why, all through aiohttp's public API:
 * body chunks come from ``response.content.readany()``: whatever bytes have arrived, as soon as
   they arrive, never re-split into lines or fixed sizes;
 * parsed ``yarl.URL`` objects and ``ClientTimeout`` objects are built once per upstream URL and
-  per provider, not per request;
-* ``response_class`` and ``request_class`` are the router's own subclasses: the response is the
-  router's :class:`~asgi_router.transports.transport.UpstreamResponse` itself (no wrapper per
-  request), and both are made with the attributes aiohttp sets on them later already set, so
-  that none carries a dict of its own (:class:`AiohttpResponse` says why).
+  per provider, not per request.
 
 aiohttp's exceptions are translated into the router's own
 (:mod:`asgi_router.core.upstream_errors`) here and nowhere else: in :meth:`AiohttpTransport.send`
@@ -35,7 +31,7 @@ and in each read of a response's chunks (:func:`translate`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Final, cast
+from typing import cast
 
 import aiohttp
 from yarl import URL
@@ -45,7 +41,7 @@ from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectErro
 from asgi_router.transports.loop_clients import LoopClients
 from asgi_router.transports.provider import ProviderRuntime
 
-__all__ = ["AiohttpRequest", "AiohttpResponse", "AiohttpTransport", "translate"]
+__all__ = ["AiohttpResponse", "AiohttpTransport", "translate"]
 
 
 def translate(exc: aiohttp.ClientError) -> UpstreamError | None:
@@ -95,48 +91,6 @@ class _Chunks:
         return chunk
 
 
-def _later(cls: type, *names: str) -> tuple[tuple[str, object], ...]:
-    """``names`` of ``cls``'s instances with the value each has before aiohttp sets it: the
-    class's own, or ``None`` (see :class:`AiohttpResponse` for why they are set early)."""
-    return tuple((name, getattr(cls, name, None)) for name in names)
-
-
-#: What aiohttp sets on a response after making it: ``start()`` (the connection, the status line,
-#: the headers, the body stream), the session (the redirect history), the request's writer when
-#: done (its output size) and ``release()``. A name aiohttp no longer sets costs a little memory,
-#: never behaviour.
-_RESPONSE_SET_LATER: Final = _later(
-    aiohttp.ClientResponse,
-    "_closed",
-    "_protocol",
-    "_connection",
-    "version",
-    "status",
-    "reason",
-    "_headers",
-    "_raw_headers",
-    "content",
-    "_history",
-    "_output_size",
-    "_released",
-)
-#: What aiohttp sets on a request after making it, once a connection is had: ``send()`` (the
-#: response, the body writer's task) and the upload's tracker.
-_REQUEST_SET_LATER: Final = _later(aiohttp.ClientRequest, "response", "_ClientRequest__writer", "_upload_tracker")
-
-
-class AiohttpRequest(aiohttp.ClientRequest):
-    """aiohttp's request, made with the attributes aiohttp sets on it later already set (the
-    session is built with ``request_class=AiohttpRequest``): for the reason given in
-    :class:`AiohttpResponse`, a request waiting for a connection in a burst would otherwise carry
-    a dict of its own until its upstream answers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        for name, value in _REQUEST_SET_LATER:  # first: what aiohttp's own __init__ sets, it sets over these
-            setattr(self, name, value)
-        super().__init__(*args, **kwargs)
-
-
 class AiohttpResponse(aiohttp.ClientResponse):
     """aiohttp's response, as the router's :class:`~asgi_router.transports.transport.UpstreamResponse`.
 
@@ -144,26 +98,10 @@ class AiohttpResponse(aiohttp.ClientResponse):
     returns is the router's own: no wrapper object per request (each held for as long as the
     stream is open, for every stream in flight). ``raw_headers`` and ``status`` are aiohttp's
     own. The transport that sent it counts it open until :meth:`close_now`.
-
-    Held for a stream's whole life, so its size is what an open stream costs. CPython (3.11+)
-    keeps an instance's attributes in a compact array keyed by a table shared by the class, and
-    that table stops learning new names after a few dozen instances have been made: a name first
-    set later gives every instance that sets it a whole dict of its own. aiohttp sets the
-    status line's attributes in ``start()``, once the upstream answers, so a burst of requests
-    opened at once (a server's first moments) would make every later response carry that dict.
-    So :data:`_RESPONSE_SET_LATER` is assigned in ``__init__``, at the values the class declares
-    (what reading them before ``start()`` gave anyway): the first response teaches the table
-    every name. The router's own two fields are slots, outside that table.
     """
 
-    __slots__ = ("_owner", "_relay_chunks")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        for name, value in _RESPONSE_SET_LATER:  # first: what aiohttp's own __init__ sets, it sets over these
-            setattr(self, name, value)
-        super().__init__(*args, **kwargs)
-        self._relay_chunks: _Chunks | None = None
-        self._owner: AiohttpTransport | None = None
+    _relay_chunks: _Chunks | None = None
+    _owner: AiohttpTransport | None = None
 
     @property
     def chunks(self) -> AsyncIterator[bytes]:
@@ -222,7 +160,6 @@ class AiohttpTransport:
             timeout=aiohttp.ClientTimeout(total=None),
             raise_for_status=False,
             response_class=AiohttpResponse,
-            request_class=AiohttpRequest,
         )
 
     @property
