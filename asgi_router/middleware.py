@@ -11,9 +11,9 @@ A chat request runs as a pipeline of named phases, in this order, each a method 
 typed result; a phase that refuses ends the request with the router's error:
 
 1. **admit** (:meth:`ModelRouter._admit`): inbound auth, the header screen and the caller's caps
-   (judged in ``resilience/caller_limits.py``; the decision point's ``Decisions.caller`` answers
-   serve, downgrade to another ref, or refuse), before a byte of the body is read, so a refused
-   client cannot make the router buffer anything;
+   (admitted in ``resilience/caller_limits.py``; for a cap past its limit the decision point's
+   ``Decisions.caller`` answers serve, downgrade to another ref, or refuse), before a byte of
+   the body is read, so a refused client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
    (rules, strategy; a ``rotate`` group's fleet counter settled); asked again by the attempt
@@ -257,30 +257,20 @@ class ModelRouter:
         if refused is not None or self._callers is None:
             return refused
         callers = self._callers
-        ticket = context.caller = callers.judge(verdict.principal, context.scope)
-        answer = self._decisions.caller(ticket.judged)  # serve (None), downgrade or refuse
+        ticket = context.caller = callers.admit(verdict.principal, context.scope)  # served unless judged
         refusal: RouterError | None = None
-        if answer is None:
-            callers.serve(ticket)
-        elif isinstance(answer, Downgrade):
-            callers.serve(ticket, answer.cap, answer.ref)
-            context.send = _marked(context.send, ticket.limit)
-        else:
-            refusal = callers.refuse(ticket, answer.cap, answer.table)
+        if ticket.judged:  # a cap past its limit: the decision point answers (downgrade or refuse)
+            answer = self._decisions.caller(ticket.judged)
+            if answer is None:
+                callers.serve(ticket)
+            elif isinstance(answer, Downgrade):
+                callers.serve(ticket, answer.cap, answer.ref)
+                context.send = _marked(context.send, ticket.limit)
+            else:
+                refusal = callers.refuse(ticket, answer.cap, answer.table)
         record = context.record
         record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
         return refusal
-
-    def _settle(self, context: RequestContext) -> None:
-        """Charge what the request used to its caller (and session): never the client's problem."""
-        spend, callers, ticket = context.spend, self._callers, context.caller
-        if spend is None or callers is None or ticket is None:
-            return
-        counted = spend.tokens
-        try:
-            callers.settle(ticket, counted.prompt + counted.completion if counted else 0, spend.cost_usd or 0.0)
-        except Exception:
-            logger.exception("charging request %s to its caller failed", context.record.request_id)
 
     async def _read(self, context: RequestContext) -> InboundRequest | RouterError | None:
         """Phase *read*: the body, bounded in size and time, parsed; ``None`` when the client
@@ -335,8 +325,14 @@ class ModelRouter:
         """Phase *record*: the record written once, then kept, counted and published; a failure
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
-        if context.caller is not None:
-            self._settle(context)
+        ticket = context.caller
+        if ticket is not None and (spend := context.spend) is not None and ticket.refusal is None and self._callers:
+            # Charged to the caller (and session): one call into the ledger; never the client's problem.
+            counted = spend.tokens
+            try:
+                self._callers.charge(ticket, counted[0] + counted[1] if counted else 0, spend.cost_usd or 0.0)
+            except Exception:
+                logger.exception("charging request %s to its caller failed", context.record.request_id)
         now = self._clock()
         record = context.close(now, now - started)
         self.recent.add(record)

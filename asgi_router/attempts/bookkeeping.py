@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
 from asgi_router.attempts.rate_limits import RateLimits
-from asgi_router.attempts.usage import TokenCount, count_tokens, find_usage
+from asgi_router.attempts.usage import TokenCount, estimated, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import NOT_PENALISED
@@ -86,7 +86,8 @@ class Bookkeeper:
         self._metered = frozenset(metered)
         #: Keys whose every response is counted, estimated where it reports no usage: a budget
         #: or a price needs a number. Decided here, once, from the budgets and the catalog.
-        self._estimated = self._metered | {key for key in listed if catalog.is_priced(key)}
+        self._priced = frozenset(key for key in listed if catalog.is_priced(key))
+        self._estimated = self._metered | self._priced
 
     @classmethod
     def from_settings(
@@ -193,7 +194,13 @@ class Bookkeeper:
             if usage is None or usage[0] is None:
                 return _NOTHING_COUNTED
             return Spend(TokenCount(usage[0], usage[1], True), None)
-        tokens = count_tokens(data, lambda: facts.prompt_tokens, chunks)
+        found = find_usage(data)  # as count_tokens, inline: every counted response
+        if found is not None and found[0] is not None:
+            tokens = TokenCount(found[0], found[1], True)
+        else:  # the prompt is estimated only where no usage states it
+            tokens = estimated(found, data, facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
+        if key not in self._priced:  # unpriced (usual without a catalog): no cost to work out
+            return Spend(tokens, None)
         return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))

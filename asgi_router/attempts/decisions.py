@@ -83,9 +83,10 @@ resume table, in ``request_answers.py`` beside its rule, says whether the stream
 (:class:`~asgi_router.attempts.request_answers.Continue`) and on whom; each candidate it names
 is one attempt, admitted as any other.
 
-**The caller's caps** (:meth:`Decisions.caller`, asked once per request in the admit phase,
-before its body is read; ``resilience/caller_limits.py`` judges each cap of the caller's table,
-then of its session's, under, past its limit, or past where refusal starts):
+**The caller's caps** (:meth:`Decisions.caller`, asked in the admit phase before the body is
+read, for a request with a cap past its limit; ``resilience/caller_limits.py`` judges each cap
+of the caller's table, then of its session's, under, past its limit, or past where refusal
+starts, and serves at once a request with every cap under, the table's last row):
 
 ==========================================================  ==================================
 the caps                                                    answer

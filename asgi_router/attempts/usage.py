@@ -34,6 +34,7 @@ __all__ = [
     "Tail",
     "TokenCount",
     "count_tokens",
+    "estimated",
     "find_usage",
     "response_model",
 ]
@@ -74,24 +75,22 @@ class TokenCount(NamedTuple):
         return self.prompt + self.completion
 
 
-class LastChunks:
-    """The last ``size`` chunks a relay sent (references), the oldest dropped as one comes.
+class LastChunks(deque[bytes]):
+    """The last chunks a relay sent (references), the oldest dropped as one comes: a deque
+    bounded at ``maxlen`` (made as ``LastChunks(maxlen=LAST_CHUNKS)``, in C).
 
-    :attr:`add` is the bounded deque's own ``append``: a chunk costs the relay no Python call.
-    The relay counts the chunks itself."""
+    :attr:`add` is the deque's own ``append``: a chunk costs the relay no Python call. The relay
+    counts the chunks itself."""
 
-    __slots__ = ("add", "chunks")
+    __slots__ = ()
 
-    def __init__(self, size: int = LAST_CHUNKS) -> None:
-        self.chunks: deque[bytes] = deque(maxlen=size)
-        self.add: Callable[[bytes], None] = self.chunks.append
+    add = deque.append
 
     def after(self, count: int) -> bytes:
         """The last ``count`` chunks kept (all of them when fewer), joined."""
         if count <= 0:
             return b""
-        kept = self.chunks
-        return b"".join(kept) if count >= len(kept) else b"".join(list(kept)[-count:])
+        return b"".join(self) if count >= len(self) else b"".join(list(self)[-count:])
 
 
 class Tail:
@@ -180,16 +179,20 @@ def count_tokens(data: bytes, prompt_estimate: int | Callable[[], int], chunks: 
     only the completion takes the prompt from the estimate.
     """
     found = find_usage(data)
+    if found is not None and found[0] is not None:
+        return TokenCount(found[0], found[1], True)
+    return estimated(found, data, prompt_estimate() if callable(prompt_estimate) else prompt_estimate, chunks)
+
+
+def estimated(found: tuple[int | None, int] | None, data: bytes, prompt: int, chunks: int | None) -> TokenCount:
+    """:func:`count_tokens` where ``found`` (what :func:`find_usage` read in ``data``) states no
+    prompt: ``prompt`` is the request's estimate; the completion is the one stated, else estimated."""
     if found is not None:
-        prompt, completion = found
-        if prompt is None:
-            prompt = prompt_estimate() if callable(prompt_estimate) else prompt_estimate
-        return TokenCount(prompt, completion, True)
+        return TokenCount(prompt, found[1], True)
     if chunks is not None:
         completion = max(1, chunks)
     else:
         completion = max(1, (len(data) - _ENVELOPE_BYTES) // _CHARS_PER_TOKEN)
-    prompt = prompt_estimate() if callable(prompt_estimate) else prompt_estimate
     return TokenCount(prompt, completion, False)
 
 

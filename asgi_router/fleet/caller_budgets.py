@@ -44,7 +44,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from asgi_router.config.settings import RouterSettings
-from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, WINDOW, CallerLedger, Cap, Table, Tally
+from asgi_router.resilience.caller_tally import (
+    DAY,
+    PAST,
+    REFUSED,
+    UNDER,
+    WINDOW,
+    Account,
+    CallerLedger,
+    Cap,
+    Table,
+    Tally,
+)
 
 if TYPE_CHECKING:  # redis-py is imported only when state_url names a store
     from redis.asyncio import Redis
@@ -279,6 +290,20 @@ class SharedCallerLedger(CallerLedger):
         if len(self._keys) > self._max_keys:
             self._keys.clear()  # bounded like the tallies; recomputed on next use
         return found
+
+    def admit(self, account: Account) -> bool:
+        """Never at once: every request is judged on the slices this process holds, cap by cap."""
+        return False
+
+    def settle(self, account: Account, tokens: int, usd: float) -> None:
+        """Each tally charged as :meth:`charge` does, spending its slices."""
+        if tokens <= 0 and usd <= 0:
+            return
+        tally, table, session, sessions = account.tally, account.table, account.session, account.sessions
+        if tally is not None and table is not None:
+            self.charge(tally.subject, tally, table, tokens, usd)
+        if session is not None and sessions is not None:
+            self.charge(session.subject, session, sessions, tokens, usd)
 
     def level(self, subject: str, tally: Tally, cap: Cap) -> int:
         key, ttl = self._key(subject, cap)

@@ -4,25 +4,31 @@ Asked once per request, after inbound auth and before the body is read or a plan
 caps are per *request*, and the answer decides which plan is made. This module keeps the numbers
 and does the bookkeeping; the answer itself is the decision point's
 (``asgi_router.attempts.decisions``, ``Decisions.caller``), asked by the middleware's admit phase
-between the two steps here:
+when a cap stands past its limit:
 
-1. :meth:`CallerLimits.judge`: the request's :class:`CallerTicket`, with each cap of the
-   caller's table, then of its session's, that stands past its limit (:data:`Judged`);
-2. the decision point answers serve, downgrade (serve ``downgrade_to`` instead, the response
-   saying which cap in ``x-router-limit``) or refuse;
+1. :meth:`CallerLimits.admit`: the request's :class:`CallerTicket`. The usual request, every cap
+   far, is counted as served in one call into the ledger, on the ticket its caller's (and
+   session's) earlier requests share: with no cap past its limit the decision point's answer is
+   serve, and nothing is asked. Otherwise the request gets a ticket of its own
+   (:meth:`CallerLimits.judge`) with each cap of the caller's table, then of its session's, that
+   stands past its limit (:data:`Judged`); with none, it is served at once;
+2. the decision point answers those: serve, downgrade (serve ``downgrade_to`` instead, the
+   response saying which cap in ``x-router-limit``) or refuse;
 3. :meth:`CallerLimits.serve` counts a served (or downgraded) request against ``rpm`` caps, or
    :meth:`CallerLimits.refuse` makes the 429 ``caller_limit_reached`` naming the cap (never a
    key) and when it resets, with ``Retry-After`` and ``x-should-retry: false`` (the official
    SDKs' quick retries would only meet the cap again).
 
 Spend is known only after the answer (the upstream's usage, else the estimate), so a request
-that starts under a cap finishes, and :meth:`CallerLimits.settle` counts what it used. The
-numbers live in a :class:`~asgi_router.resilience.caller_tally.CallerLedger` (this process's, or
-the fleet's).
+that starts under a cap finishes, and :attr:`CallerLimits.charge` (one call into the ledger)
+counts what it used. The numbers live in a
+:class:`~asgi_router.resilience.caller_tally.CallerLedger` (this process's, or the fleet's, which
+judges every request on its slices).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Literal
 
 from starlette.types import Scope
@@ -30,7 +36,7 @@ from starlette.types import Scope
 from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCaps, SessionCaps
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
-from asgi_router.resilience.caller_tally import CallerLedger, Cap, CapKind, Table, Tally
+from asgi_router.resilience.caller_tally import Account, CallerLedger, Cap, CapKind, Table, Tally
 
 __all__ = [
     "ANONYMOUS",
@@ -91,33 +97,24 @@ def shown(name: str) -> str:
     return name if CALLER_NAME.fullmatch(name) else "<caller>"
 
 
-class CallerTicket:
-    """One request's caller, its tallies, and what the caps decided (per request)."""
+class CallerTicket(Account):
+    """A request's caller, its tallies, and what the caps decided.
 
-    __slots__ = (
-        "caller",
-        "downgrade_to",
-        "judged",
-        "label",
-        "limit",
-        "outcome",
-        "refusal",
-        "session",
-        "table",
-        "tally",
-    )
+    A request served as asked with every cap far shares the ticket of its caller's (and
+    session's) earlier requests (:meth:`CallerLimits.admit`): nothing on it is the request's own.
+    A request judged cap by cap gets its own, which a downgrade or a refusal marks."""
+
+    __slots__ = ("caller", "downgrade_to", "judged", "label", "limit", "outcome", "refusal")
 
     def __init__(self, caller: str, label: str, tally: Tally | None = None, table: Table | None = None) -> None:
+        #: The caller's tally and table (``None``: no cap applies to the caller); the tally of the
+        #: request's session and its table, when sessions are capped and it names one.
+        super().__init__(tally, table)
         self.caller = caller
         #: The metrics label: the caller's name when it has a table of its own, else ``other``.
         self.label = label
-        #: The caller's tally and table (``None``: no cap applies to the caller).
-        self.tally = tally
-        self.table = table
         #: The caps past their limits, the caller's table's before the session's (the decision's input).
         self.judged: tuple[Judged, ...] = ()
-        #: The tally of the request's session, when sessions are capped and it names one.
-        self.session: Tally | None = None
         self.outcome: Outcome = "served"
         #: The cap that downgraded or refused the request (``x-router-limit``).
         self.limit: CapKind | None = None
@@ -136,6 +133,13 @@ class CallerLimits:
         self._sessions = table_of(settings.sessions) if settings.sessions is not None else None
         self._session_ttl = (self._sessions.ttl if self._sessions is not None else None) or 0.0
         self._header = settings.session_header.encode("latin-1")
+        #: What an admitted request used, once known, charged to its ticket's tallies (the
+        #: caller's and the session's): the ledger's one call on the request's path.
+        self.charge: Callable[[Account, int, float], None] = ledger.settle
+        #: The tickets requests served as asked share, by caller and session (:meth:`admit`).
+        self._tickets: dict[tuple[str, str | None], CallerTicket] = {}
+        self._most_tickets = 2 * settings.max_callers + len(self._named) + 1
+        ledger.forget.append(self._tickets.clear)  # a ticket holds only the ledger's current tallies
 
     @property
     def names(self) -> frozenset[str]:
@@ -154,12 +158,42 @@ class CallerLimits:
                 return value.decode("latin-1").strip() or None
         return None
 
+    def admit(self, principal: object, scope: Scope) -> CallerTicket:
+        """The request's ticket, and when nothing is near a cap, the request counted as served.
+
+        The usual request: its caller's (and session's) ticket, made by an earlier request and
+        shared, is handed to the ledger in one call (:meth:`CallerLedger.admit`), which counts it
+        as served while every cap is far. Otherwise (a first request, a tally near a cap, a fleet)
+        the request gets a ticket of its own, judged cap by cap (:meth:`judge`): with nothing past
+        a limit it is served at once; else ``ticket.judged`` holds the caps past their limits, for
+        the decision point to answer and :meth:`serve` or :meth:`refuse` to apply.
+        """
+        name = ANONYMOUS if principal is None else principal if type(principal) is str else str(principal)
+        session: str | None = None
+        if self._sessions is not None:
+            header = self._header
+            for key, value in scope["headers"]:  # as session_of, inline: every request
+                if key == header:
+                    session = value.decode("latin-1").strip() or None
+                    break
+        ticket = self._tickets.get((name, session))
+        if ticket is not None and self.ledger.admit(ticket):
+            return ticket
+        ticket = self._judge(name, session)
+        if not ticket.judged:
+            self.serve(ticket)
+            tickets = self._tickets
+            if len(tickets) >= self._most_tickets:
+                tickets.clear()  # bounded like the tallies; each made again on its next request
+            tickets[(name, session)] = ticket  # nothing on it is this request's own: shared
+        return ticket
+
     def judge(self, principal: object, scope: Scope) -> CallerTicket:
-        """The request's ticket: its caller, its tallies, and (``ticket.judged``) each cap of its
-        caller's table, then of its session's, that stands past its limit (usually none)."""
-        name = (
-            principal if type(principal) is str else ANONYMOUS if principal is None else str(principal)
-        )  # caller_name
+        """A ticket of the request's own: its caller, its tallies, and (``ticket.judged``) each cap
+        of its caller's table, then of its session's, that stands past its limit (usually none)."""
+        return self._judge(caller_name(principal), self.session_of(scope))
+
+    def _judge(self, name: str, session: str | None) -> CallerTicket:
         ledger = self.ledger
         table = self._named.get(name)
         if table is not None:
@@ -174,17 +208,12 @@ class CallerLimits:
             if cap is not None:
                 ticket.judged = ((cap, level, table),)
         sessions = self._sessions
-        if sessions is not None:
-            header = self._header
-            for key, value in scope["headers"]:  # as session_of, inline: every request
-                if key == header:
-                    session = value.decode("latin-1").strip()
-                    if session:
-                        found = ticket.session = ledger.session(name, session, self._session_ttl)
-                        level, cap = ledger.judge(found.subject, found, sessions)
-                        if cap is not None:
-                            ticket.judged += ((cap, level, sessions),)
-                    break
+        if sessions is not None and session is not None:
+            found = ledger.session(name, session, self._session_ttl)
+            ticket.with_session(found, sessions)
+            level, cap = ledger.judge(found.subject, found, sessions)
+            if cap is not None:
+                ticket.judged += ((cap, level, sessions),)
         return ticket
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
@@ -227,11 +256,7 @@ class CallerLimits:
     def settle(self, ticket: CallerTicket, tokens: int, usd: float) -> None:
         """What an admitted request used, once known (estimated where the upstream said nothing)."""
         if ticket.refusal is None and (tokens > 0 or usd > 0):
-            tally, table, session, sessions = ticket.tally, ticket.table, ticket.session, self._sessions
-            if tally is not None and table is not None:
-                self.ledger.charge(tally.subject, tally, table, tokens, usd)
-            if session is not None and sessions is not None:
-                self.ledger.charge(session.subject, session, sessions, tokens, usd)
+            self.ledger.settle(ticket, tokens, usd)
 
     # --- what the status page and the usage route show -----------------------------------------
 

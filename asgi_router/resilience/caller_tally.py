@@ -14,7 +14,10 @@ seen since can push it out).
 :class:`CallerLedger` answers from this process's own view; a fleet sharing ``state_url``
 replaces :meth:`CallerLedger.level` and the two ways usage is counted with leased slices
 (``fleet/caller_budgets.py``), keeping this view as the answer while the store is unreachable.
-Every method is synchronous and cheap: it sits on the request's path.
+Every method is synchronous and cheap: it sits on the request's path. A request meets the ledger
+through two calls on an :class:`Account` (its tallies, found once and shared by the caller's and
+session's requests): :meth:`CallerLedger.admit` as it starts, :meth:`CallerLedger.settle` once
+its usage is known; the fleet's ledger overrides both.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Final, Literal
 
 __all__ = [
     "DAY",
+    "Account",
     "PAST",
     "REFUSED",
     "UNDER",
@@ -111,20 +115,45 @@ def level_of(used: float, cap: Cap) -> int:
 class Tally:
     """One caller's or one session's usage (see the module docstring)."""
 
-    __slots__ = ("day", "seen", "starts", "subject", "tokens", "usd")
+    __slots__ = ("day", "seen", "slot", "starts", "subject", "tokens", "usd")
 
-    def __init__(self, day: int, subject: str = "") -> None:
+    def __init__(self, day: int, subject: str = "", slot: str | tuple[str, str] | None = None) -> None:
         self.day = day
         self.usd = 0.0
         self.tokens = 0
         #: Monotonic times of the requests started in the last :data:`WINDOW` seconds (and at
         #: most one older: those are dropped as the next request starts).
         self.starts: deque[float] = deque()
-        #: Monotonic time of the last request (a session expires ``ttl`` after it).
+        #: Monotonic time of a session's last admitted request (it expires ``ttl`` after it); no
+        #: caller's cap reads it, so a request admitted at once leaves a caller's as it was.
         self.seen = 0.0
         #: The tally's key, made once with it: ``c:<caller>`` or ``s:<caller>\x00<session>`` (a
         #: fleet keys its slices by it).
         self.subject = subject
+        #: Its key in its bounded table (``None``: a named caller's, kept for good).
+        self.slot = slot
+
+
+class Account:
+    """What a request is charged to: its caller's tally and table, its session's (each ``None``
+    when nothing caps it). The ledger's two calls on a request's path take one."""
+
+    __slots__ = ("daily", "session", "sessions", "table", "tally", "ttl")
+
+    def __init__(self, tally: Tally | None = None, table: Table | None = None) -> None:
+        self.tally = tally
+        self.table = table
+        #: The caller's table counts per UTC day (its tally starts again each day).
+        self.daily = table is not None and table.daily
+        self.session: Tally | None = None
+        self.sessions: Table | None = None
+        #: The session's ttl (a session table's caps never count per day).
+        self.ttl = 0.0
+
+    def with_session(self, session: Tally, sessions: Table) -> None:
+        self.session = session
+        self.sessions = sessions
+        self.ttl = sessions.ttl or 0.0
 
 
 class CallerLedger:
@@ -145,6 +174,12 @@ class CallerLedger:
         self._named: dict[str, Tally] = {}
         self._others: OrderedDict[str, Tally] = OrderedDict()
         self._sessions: OrderedDict[tuple[str, str], Tally] = OrderedDict()
+        #: Called whenever a tally is forgotten: whoever keeps accounts made of tallies forgets them.
+        self.forget: list[Callable[[], None]] = []
+
+    def _forgot(self) -> None:
+        for forget in self.forget:
+            forget()
 
     def today(self) -> int:
         """The UTC day number (days since 1970-01-01)."""
@@ -164,9 +199,10 @@ class CallerLedger:
         others = self._others  # bounded: the least recently seen forgotten first
         tally = others.get(name)
         if tally is None:
-            tally = others[name] = Tally(self.today(), "c:" + name)
+            tally = others[name] = Tally(self.today(), "c:" + name, name)
             if len(others) > self._max:
                 others.popitem(last=False)
+                self._forgot()
         else:
             others.move_to_end(name)
         return tally
@@ -177,13 +213,15 @@ class CallerLedger:
         found = sessions.get(key)
         if found is not None and self.clock() - found.seen >= ttl:
             del sessions[key]
+            self._forgot()
             found = None
         if found is not None:
             sessions.move_to_end(key)
             return found
-        tally = sessions[key] = Tally(self.today(), f"s:{caller}\x00{session}")
+        tally = sessions[key] = Tally(self.today(), f"s:{caller}\x00{session}", key)
         if len(sessions) > self._max:
             sessions.popitem(last=False)
+            self._forgot()
         return tally
 
     def used(self, tally: Tally, kind: CapKind) -> float:
@@ -266,6 +304,64 @@ class CallerLedger:
             self._roll(tally)
         tally.tokens += tokens
         tally.usd += usd
+
+    # --- the two calls on a request's path ------------------------------------------------------
+
+    def admit(self, account: Account) -> bool:
+        """Admit a request charged to ``account`` when no cap is near: ``True`` once it is counted
+        as served (seen now, started against ``rpm``). ``False`` asks for the request to be judged
+        cap by cap (:meth:`judge`, the decision point, :meth:`started`): usage as last counted not
+        under a table's lowest USD and token limits, its ``rpm`` reached, a session past its ttl,
+        or a fleet's ledger, whose every request reads its slices.
+
+        One call, reading the clock once: the usual request (every cap far) shares its account
+        with the caller's (and session's) other requests and judges nothing cap by cap. An
+        account's tallies are the ledger's own: a tally forgotten (the bound, a session's ttl)
+        forgets every account made before (:attr:`forget`). A new day needs no look: it only
+        lowers usage.
+        """
+        now = self.clock()
+        session = account.session
+        if session is not None and (sessions := account.sessions) is not None:
+            if (
+                now - session.seen >= account.ttl
+                or session.usd >= sessions.usd_under
+                or session.tokens >= sessions.tokens_under
+            ):
+                return False
+        tally = account.tally
+        if tally is not None and (table := account.table) is not None:
+            if tally.usd >= table.usd_under or tally.tokens >= table.tokens_under:
+                return False
+            if table.rpm is not None:  # the starts that left the window go as this one comes
+                starts, since = tally.starts, now - WINDOW
+                while starts and starts[0] <= since:
+                    starts.popleft()
+                if len(starts) >= table.rpm_under:
+                    return False
+                starts.append(now)
+            if tally.slot is not None:
+                self._others.move_to_end(tally.slot)  # type: ignore[arg-type]
+        if session is not None:
+            self._sessions.move_to_end(session.slot)  # type: ignore[arg-type]
+            session.seen = now
+        return True
+
+    def settle(self, account: Account, tokens: int, usd: float) -> None:
+        """What an admitted request charged to ``account`` used, once known, counted against both
+        its tallies (a daily table's on the day the request ends): one call."""
+        tally = account.tally
+        if tally is not None:
+            if account.daily:
+                day = int(self.wall()) // DAY
+                if tally.day != day:
+                    tally.day, tally.usd, tally.tokens = day, 0.0, 0
+            tally.usd += usd
+            tally.tokens += tokens
+        session = account.session
+        if session is not None:
+            session.usd += usd
+            session.tokens += tokens
 
     def resets_in(self, tally: Tally, cap: Cap, ttl: float | None) -> float:
         """Seconds until ``cap`` counts from nothing again for ``tally`` (for ``rpm``: until the

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
 from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.usage import LastChunks, Tail, response_model
+from asgi_router.attempts.usage import LAST_CHUNKS, LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import RouterError, stream_error_event
@@ -131,7 +131,7 @@ class Answer:
             error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
             final = result
             if resumer is None:
-                recent = tail = LastChunks() if estimate else None
+                recent = tail = LastChunks(maxlen=LAST_CHUNKS) if estimate else None
                 relay = relay_stream(context.send, result, headers, self._clock, recent, context, error_event)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.

@@ -91,9 +91,16 @@ class RequestFacts:
                     if not isinstance(message, dict):
                         continue
                     tokens += MESSAGE_OVERHEAD_TOKENS
-                    text, pictures = _text_length(message.get("content"))
-                    chars += text + _tool_call_length(message.get("tool_calls"))
-                    images += pictures
+                    content = message.get("content")
+                    if type(content) is str:  # the usual message: as _text_length says, no call
+                        chars += len(content)
+                    else:
+                        text, pictures = _text_length(content)
+                        chars += text
+                        images += pictures
+                    calls = message.get("tool_calls")
+                    if calls is not None:
+                        chars += _tool_call_length(calls)
             prompt = self._payload.get("prompt")  # legacy /v1/completions
             if isinstance(prompt, str):
                 chars += len(prompt)

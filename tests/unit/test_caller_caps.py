@@ -46,8 +46,11 @@ def _limits(clocks: Clocks, **settings: Any) -> CallerLimits:
 
 
 def _admit(limits: CallerLimits, principal: object, scope: Scope) -> CallerTicket:
-    """As the middleware's admit phase: judged here, answered by the decision point, then applied."""
-    ticket = limits.judge(principal, scope)
+    """As the middleware's admit phase: admitted at once while every cap is far, else judged cap
+    by cap, answered by the decision point, then applied."""
+    ticket = limits.admit(principal, scope)
+    if not ticket.judged:
+        return ticket
     answer = Decisions.caller(ticket.judged)
     if isinstance(answer, Refuse):
         limits.refuse(ticket, answer.cap, answer.table)
@@ -127,6 +130,39 @@ def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen
     assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
     _admit(limits, "team-a", _scope())
     assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
+
+
+def test_requests_far_from_every_cap_share_a_ticket_and_are_each_counted() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, callers={"*": {"rpm": 4, "tokens_per_day": 100}}, sessions={"tokens_per_session": 50})
+    first = _admit(limits, "u1", _scope("s1"))
+    second = _admit(limits, "u1", _scope("s1"))
+    assert second is first  # nothing on it is the request's own
+    assert _admit(limits, "u1", _scope("s2")) is not first  # another session: another ticket
+    assert first.tally is not None and len(first.tally.starts) == 3  # every start counted against rpm
+    limits.charge(first, 30, 0.0)
+    limits.charge(second, 30, 0.0)
+    assert first.tally.tokens == 60 and first.session is not None and first.session.tokens == 60
+    past = _admit(limits, "u1", _scope("s1"))  # the session's 60 of 50: judged cap by cap again
+    assert past is not first and past.refusal is not None and past.limit == "tokens_per_session"
+    assert _admit(limits, "u1", _scope()).refusal is None  # the fourth start in the minute
+    assert _admit(limits, "u1", _scope()).limit == "rpm"  # a fifth: past the caller's rpm
+
+
+def test_a_forgotten_caller_or_expired_session_is_not_charged_through_a_shared_ticket() -> None:
+    clocks = Clocks()
+    limits = _limits(
+        clocks, callers={"*": {"tokens_per_day": 100}}, sessions={"tokens_per_session": 50, "ttl": 60}, max_callers=1
+    )
+    shared = _admit(limits, "u1", _scope("s1"))
+    limits.charge(shared, 40, 0.0)
+    _admit(limits, "u2", _scope())  # u1 is pushed out of the bounded table
+    again = _admit(limits, "u1", _scope("s1"))
+    assert again is not shared and again.tally is not None and again.tally.tokens == 0
+    assert again.session is shared.session  # the session table had room: still seen, kept
+    clocks.advance(61)
+    fresh = _admit(limits, "u1", _scope("s1"))
+    assert fresh.session is not None and fresh.session is not again.session and fresh.session.tokens == 0
 
 
 def test_usage_under_every_cap_yesterday_is_not_carried_into_today() -> None:

@@ -66,7 +66,7 @@ def _streamed(parts: list[bytes], sent: list[bytes], relayed: bool = True) -> tu
     relay was cancelled after ``sent``."""
     committed = Committed(Candidate("p", "m"), cast(Any, None), b"".join(parts), cast(Any, None), 0.0, 0.0, 0.0, 1)
     committed.parts = tuple(parts) if len(parts) > 1 else None
-    recent = LastChunks()
+    recent = LastChunks(maxlen=LAST_CHUNKS)
     for chunk in sent:
         recent.add(chunk)
     before_last = sent[-2] if len(sent) > 1 else b""
