@@ -33,9 +33,19 @@ Outcome = Literal["served", "failed", "skipped", "aborted", "resumed"]
 HedgeOutcome = Literal["won", "lost", "failed", "denied"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class AttemptEvent:
-    """One candidate's attempt (or skip) within one request."""
+    """One candidate's attempt (or skip) within one request.
+
+    Frozen: assigning a field raises :class:`dataclasses.FrozenInstanceError`. Its ``__init__``
+    is written out rather than generated, because a frozen dataclass's own sets every field
+    through ``object.__setattr__`` (the class's ``__setattr__`` refuses), a call per field that
+    makes an event several times dearer to build than a plain object, and every request builds
+    at least one. This one fills the instance's ``__dict__`` directly, which the frozen
+    ``__setattr__`` does not guard; everything else (repr, equality, hashing, ``fields``,
+    ``asdict``, ``replace``) is the dataclass's own. It takes every field, in order, with its
+    default (a test checks it against :func:`dataclasses.fields`).
+    """
 
     request_id: str
     #: 0-based position among the request's attempts and skips.
@@ -55,6 +65,33 @@ class AttemptEvent:
     principal: object = None
     #: A ``circuit_open`` skip: why that breaker opened (``failures`` or ``slow``).
     cause: str | None = None
+
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        candidate: str,
+        outcome: Outcome,
+        reason: Reason,
+        status: int | None = None,
+        latency: float = 0.0,
+        ttfb: float | None = None,
+        cost_usd: float | None = None,
+        principal: object = None,
+        cause: str | None = None,
+    ) -> None:
+        fields = self.__dict__
+        fields["request_id"] = request_id
+        fields["index"] = index
+        fields["candidate"] = candidate
+        fields["outcome"] = outcome
+        fields["reason"] = reason
+        fields["status"] = status
+        fields["latency"] = latency
+        fields["ttfb"] = ttfb
+        fields["cost_usd"] = cost_usd
+        fields["principal"] = principal
+        fields["cause"] = cause
 
 
 @dataclass(slots=True)
