@@ -5,6 +5,7 @@
 that records requests for ``asgi-router replay``; ``redaction.py``: the last line of defence that
 scrubs configured keys from the router's log records. ``metrics.py`` (Prometheus) and
 ``tracing.py`` (OpenTelemetry) need the optional extras and are imported through ``optional.py``
-only by a router that uses them; ``caller_metrics.py`` is the per-caller families ``metrics.py``
-adds when callers are capped.
+only by a router that uses them; ``metrics_tally.py`` is what finished requests add up to
+between scrapes, and ``caller_metrics.py`` the per-caller families ``metrics.py`` adds when
+callers are capped.
 """

@@ -29,13 +29,12 @@ sent: a candidate the configuration does not name (a client's direct ``provider/
 folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
 configured routes, ``status`` an HTTP status, ``group`` a configured group.
 
-A finished request adds to a :class:`Tally` of plain numbers on its own task: dictionary
-increments and a bisection per histogram, instead of ``prometheus_client``'s own metric objects
-(each update of which takes a lock and checks its labels), because the request path is where
-the work counts (``docs/performance.md``). A scrape turns the tally into metric families (the router's registry
-has the router as its one collector), and reads the gauges (breaker states, attempts in flight)
-and the dropped-records count from the router's state through ``readings``: between scrapes they
-cost nothing. Each router owns its registry, so two routers in one process do not collide.
+A finished request adds to a :class:`~asgi_router.observability.metrics_tally.Tally` of plain
+numbers on its own task (``metrics_tally.py``). A scrape turns the tally into metric families (the
+router's registry has the router as its one collector), and reads the gauges (breaker states,
+attempts in flight) and the dropped-records count from the router's state through ``readings``:
+between scrapes they cost nothing. Each router owns its registry, so two routers in one process
+do not collide.
 
 Under several worker processes (``uvicorn --workers N``) each would count only its own requests,
 so when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process starts) ``prometheus_client``'s
@@ -49,9 +48,7 @@ only; a worker that stops takes its gauge files with it (:meth:`RouterMetrics.cl
 
 from __future__ import annotations
 
-import math
 import os
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -67,30 +64,22 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.observability.caller_metrics import CallerCounts
 from asgi_router.observability.events import RequestRecord
+from asgi_router.observability.metrics_tally import (
+    DURATION_BUCKETS,
+    QUEUE_WAIT_BUCKETS,
+    TTFB_BUCKETS,
+    Buckets,
+    CandidateCounts,
+    CandidateLabels,
+    Tally,
+)
 
-__all__ = [
-    "BREAKER_VALUES",
-    "CONTENT_TYPE",
-    "DURATION_BUCKETS",
-    "QUEUE_WAIT_BUCKETS",
-    "TTFB_BUCKETS",
-    "Readings",
-    "RouterMetrics",
-    "Tally",
-    "multiprocess_dir",
-]
+__all__ = ["BREAKER_VALUES", "CONTENT_TYPE", "Readings", "RouterMetrics", "multiprocess_dir"]
 
 #: The Prometheus text format's media type.
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
-#: Seconds; chat requests run from well under a second to minutes of streaming.
-DURATION_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
-#: Seconds to the first body byte: a streamed token within a second, a whole answer within a minute.
-TTFB_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
-#: Seconds a request waited for capacity: a turn behind one call, up to a long ``max_wait``.
-QUEUE_WAIT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: A breaker's phase as the gauges report it.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -132,71 +121,8 @@ class Readings:
     ramps: Sequence[tuple[str, float]] = ()
 
 
-class _Buckets:
-    """One label set's histogram: a count and a sum per bucket (the last one ``+Inf``)."""
-
-    __slots__ = ("bounds", "counts", "sums")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sums = [0.0] * (len(bounds) + 1)
-
-    def add(self, value: float) -> None:
-        index = bisect_left(self.bounds, value)  # the first bound >= value ("le")
-        self.counts[index] += 1
-        self.sums[index] += value
-
-
-class _Route:
-    """One route's requests: a count per status, and their durations."""
-
-    __slots__ = ("duration", "statuses")
-
-    def __init__(self) -> None:
-        self.statuses: dict[int, int] = {}
-        self.duration = _Buckets(DURATION_BUCKETS)
-
-
-class _Candidate:
-    """One candidate label's attempts (by outcome and reason), first-byte times and usage."""
-
-    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "slow", "ttfb")
-
-    def __init__(self) -> None:
-        self.attempts: dict[tuple[str, str], int] = {}
-        self.ttfb = _Buckets(TTFB_BUCKETS)
-        self.prompt = self.completion = 0
-        #: Whether any usage was counted (a candidate with none reports no token series).
-        self.counted = False
-        self.cost = 0.0
-        #: Streamed calls whose first byte was later than the latency target.
-        self.slow = 0
-
-
-class Tally:
-    """Requests and attempts added up as plain numbers, by label values."""
-
-    __slots__ = ("candidates", "hedges", "queued", "resumes", "routes", "sticky")
-
-    def __init__(self) -> None:
-        self.routes: dict[str, _Route] = {}
-        self.candidates: dict[str, _Candidate] = {}
-        self.hedges: dict[str, int] = {}
-        self.resumes: dict[tuple[str, str], int] = {}
-        #: ``(group, outcome)`` counts of sticky requests, and waits for capacity.
-        self.sticky: dict[tuple[str, str], int] = {}
-        self.queued: dict[tuple[str, str], _Buckets] = {}
-
-    def candidate(self, label: str) -> _Candidate:
-        found = self.candidates.get(label)
-        if found is None:
-            found = self.candidates[label] = _Candidate()
-        return found
-
-
 def _histogram(
-    name: str, doc: str, label: str | list[str], table: Iterable[tuple[str | tuple[str, ...], _Buckets]]
+    name: str, doc: str, label: str | list[str], table: Iterable[tuple[str | tuple[str, ...], Buckets]]
 ) -> Metric:
     labels = [label] if isinstance(label, str) else label
     family = HistogramMetricFamily(name, doc, labels=labels)
@@ -228,16 +154,14 @@ class RouterMetrics:
         targets: Mapping[str, float] | None = None,
     ) -> None:
         self.multiprocess = multiprocess_dir() is not None
-        self._named = frozenset(named)
         self._readings = readings
-        self._targets = dict(targets or {})
-        self._labels: dict[str, str] = {}
+        self._labels = CandidateLabels(frozenset(named), targets or {})
         #: Each group queue's depth now (the router sets it when a group has a ``queue``).
         self.queue_depths: Callable[[], Sequence[tuple[str, int]]] = tuple
-        #: What requests added (since the last flush, in multiprocess mode).
-        self.tally = Tally()
         #: Requests, tokens and cost per caller, when caps are configured.
         self.callers = CallerCounts(callers) if callers is not None else None
+        #: What requests added (since the last flush, in multiprocess mode).
+        self.tally = Tally(self._labels, self.callers)
         self.registry: CollectorRegistry | None = None
         if self.multiprocess:
             self._files = _Files()
@@ -246,75 +170,9 @@ class RouterMetrics:
             self.registry = CollectorRegistry(auto_describe=True)
             self.registry.register(self)
 
-    def candidate_label(self, key: str) -> str:
-        """``key`` if the configuration names it, else ``provider/*``."""
-        label = self._labels.get(key)
-        if label is None:
-            label = key if key in self._named else key.split("/", 1)[0] + "/*"
-            if len(self._labels) < 4096:  # keys a client chose are folded again next time, not kept
-                self._labels[key] = label
-        return label
-
     def observe(self, record: RequestRecord, path: str) -> None:
-        """Count one finished request on ``path`` and each of its attempts.
-
-        On every request's path: plain dictionary and list arithmetic, written out rather than
-        through helpers (a call costs as much as the arithmetic it would hide).
-        """
-        tally = self.tally
-        route = tally.routes.get(path)
-        if route is None:
-            route = tally.routes[path] = _Route()
-        statuses, status = route.statuses, record.status
-        statuses[status] = statuses.get(status, 0) + 1
-        buckets, value = route.duration, record.latency
-        index = bisect_left(DURATION_BUCKETS, value)  # the first bound >= value ("le")
-        buckets.counts[index] += 1
-        buckets.sums[index] += value
-        labels, candidates = self._labels, tally.candidates
-        targets = self._targets if record.stream else None
-        for event in record.events:
-            label = labels.get(event.candidate) or self.candidate_label(event.candidate)
-            candidate = candidates.get(label) or tally.candidate(label)
-            attempts, outcome = candidate.attempts, (event.outcome, event.reason)
-            attempts[outcome] = attempts.get(outcome, 0) + 1
-            ttfb = event.ttfb
-            if ttfb is not None:
-                buckets = candidate.ttfb
-                index = bisect_left(TTFB_BUCKETS, ttfb)
-                buckets.counts[index] += 1
-                buckets.sums[index] += ttfb
-                if targets:
-                    target = targets.get(label)
-                    if target is not None and ttfb > target:
-                        candidate.slow += 1
-        winner = record.winner
-        if winner is not None and (record.tokens_measured or record.cost_usd):
-            label = labels.get(winner) or self.candidate_label(winner)
-            candidate = candidates.get(label) or tally.candidate(label)
-            # Bounded again here: a counter that cannot become a float fails every later scrape.
-            prompt, completion = plausible_tokens(record.prompt_tokens), plausible_tokens(record.completion_tokens)
-            if record.tokens_measured and prompt is not None and completion is not None:
-                candidate.prompt += prompt
-                candidate.completion += completion
-                candidate.counted = True
-            if record.cost_usd and math.isfinite(record.cost_usd) and record.cost_usd > 0:
-                candidate.cost += record.cost_usd
-        if record.hedge is not None:
-            tally.hedges[record.hedge] = tally.hedges.get(record.hedge, 0) + 1
-        for broken, resumed in record.resumes:
-            counted = (labels.get(broken) or self.candidate_label(broken), resumed)
-            tally.resumes[counted] = tally.resumes.get(counted, 0) + 1
-        if record.caller is not None and self.callers is not None:
-            self.callers.observe(record)
-        if record.sticky is not None:
-            tally.sticky[record.sticky] = tally.sticky.get(record.sticky, 0) + 1
-        if record.queued is not None:
-            waited_in = record.queued[:2]
-            waits = tally.queued.get(waited_in)
-            if waits is None:
-                waits = tally.queued[waited_in] = _Buckets(QUEUE_WAIT_BUCKETS)
-            waits.add(record.queued[2])
+        """Count one finished request on ``path`` and each of its attempts."""
+        self.tally.observe(record, path)
 
     # --- one process: the router is its registry's collector ------------------------------------
 
@@ -379,7 +237,7 @@ class RouterMetrics:
         """Multiprocess mode: move the tally and fresh readings into this process's files."""
         if not self.multiprocess:
             return
-        tally, self.tally = self.tally, Tally()
+        tally, self.tally = self.tally, Tally(self._labels, self.callers)
         files, readings = self._files, self._readings()
         for path, route in tally.routes.items():
             for status, count in route.statuses.items():
@@ -438,11 +296,11 @@ class RouterMetrics:
             multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
-def _kinds(candidate: _Candidate) -> tuple[tuple[str, int], tuple[str, int]]:
+def _kinds(candidate: CandidateCounts) -> tuple[tuple[str, int], tuple[str, int]]:
     return ("prompt", candidate.prompt), ("completion", candidate.completion)
 
 
-def _replay(histogram: Histogram, buckets: _Buckets) -> None:
+def _replay(histogram: Histogram, buckets: Buckets) -> None:
     """Add a histogram's tally to ``prometheus_client``'s: each bucket's observations as as many
     observations of their mean, which lies in that bucket, so that counts and sum stay exact."""
     for index, count in enumerate(buckets.counts):
