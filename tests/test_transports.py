@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -168,3 +171,58 @@ async def test_pool_settings_bound_connections_on_both_transports(
         assert router.transport.is_quiet()
     assert len(ports[0]) == 3
     assert len(ports[0] & ports[1]) == (1 if transport_kind == "httpx" else 3)
+
+
+# Run in a fresh interpreter, as a server would be: the frames inspected are the only
+# requests in flight.
+_WAITING = """
+import asyncio, gc
+import httpx2
+from asgi_router import ModelRouter, RouterSettings
+from asgi_router.testing import FakeUpstream, reply
+
+async def host(scope, receive, send):
+    pass
+
+def upstream_headers_in_frames():
+    # The upstream headers the router built (a plain dict: aiohttp's own copy is a CIMultiDict)
+    # that a suspended coroutine's frame still refers to.
+    return sum(
+        1
+        for o in gc.get_objects()
+        if type(o).__name__ == "coroutine" and o.cr_frame is not None
+        for value in o.cr_frame.f_locals.values()
+        if type(value) is dict and "x-request-id" in value
+    )
+
+async def main():
+    fake = FakeUpstream().start()
+    fake.script("m", reply.slow(1.0, then=reply.stall_after_headers(30)))
+    settings = RouterSettings.model_validate({"providers": {"fake": fake.provider()}, "allow_unauthenticated": True})
+    router = ModelRouter(host, settings=settings)
+    body = {"model": "fake/m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=router), base_url="http://r") as client:
+        waiting = [asyncio.ensure_future(client.post("/v1/chat/completions", json=body)) for _ in range(10)]
+        while len(fake.hits) < 10:
+            await asyncio.sleep(0.02)
+        held, answered = upstream_headers_in_frames(), router.transport.open_responses
+        for request in waiting:
+            request.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+    fake.stop()
+    print(len(fake.hits), answered, held)
+
+asyncio.run(main())
+"""
+
+
+def test_requests_waiting_for_their_upstream_hold_no_upstream_headers() -> None:
+    # Ten requests sent upstream, none answered yet: the headers each one's attempt built went
+    # into aiohttp's own copy as it was sent, and no frame of the attempt phase (the attempt,
+    # the call, the transport's send) keeps the original while the upstream is awaited (a
+    # burst of requests waiting is most of what the RSS per open stream measures).
+    done = subprocess.run(
+        [sys.executable, "-c", _WAITING], capture_output=True, text=True, timeout=120, env=os.environ.copy()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["10", "0", "0"]

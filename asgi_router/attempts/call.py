@@ -129,7 +129,12 @@ async def call(
         # race cancels the request or the racer's task instead, which this scope lets through.
         with Deadline() as scope:
             scope.arm(first_byte_by - clock())
-            response = await context.transport.send(provider, url, headers, ready.body)
+            sending = context.transport.send(provider, url, headers, ready.body)
+            # The headers are the transport's now (aiohttp copies them): not held across the
+            # wait for the upstream, nor is the finished send after it.
+            del headers
+            response = await sending
+            del sending
             lease.responded()
             status = response.status
             reason = classify_status(status)

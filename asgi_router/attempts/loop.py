@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from asgi_router.attempts.capacity import Capacity, Stuck, header_value
 from asgi_router.attempts.capacity_queue import CapacityQueue
@@ -97,19 +97,12 @@ class AttemptLoop:
             decided = await self._walk(attempts, plan, inbound)
         waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
         if waits and queue is not None and capacity is not None:
-            planned: Callable[[], Awaitable[Plan | RouterError]] | None = None
-            if replan is not None:
-
-                async def planned() -> Plan | RouterError:
-                    """The request planned again, its sticky member (if any) first."""
-                    nonlocal stuck
-                    fresh = await replan(flight, request)
-                    if isinstance(fresh, RouterError) or fresh.policy is None or capacity is None:
-                        return fresh
-                    fresh, stuck = await _stick(capacity, fresh, request, inbound, record)
-                    return fresh
-
+            # An object, not a closure: the variables a nested function captures are cells made
+            # on every call of this one, held while every request waits for its upstream.
+            planned = None if replan is None else _Replanned(replan, flight, request, capacity, inbound, record, stuck)
             decided, attempts = await self._wait(queue, attempts, walked, planned)
+            if planned is not None:
+                stuck = planned.stuck
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
@@ -233,6 +226,38 @@ class AttemptLoop:
         finally:
             if token:
                 self.context.gate.end_retry(candidate.provider)
+
+
+class _Replanned(Generic[FlightT]):
+    """A queued request's plan phase asked again at the head of its queue, its sticky member
+    (if any) first; :attr:`stuck` is how the last plan stuck."""
+
+    __slots__ = ("_capacity", "_flight", "_inbound", "_record", "_replan", "_request", "stuck")
+
+    def __init__(
+        self,
+        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]],
+        flight: FlightT,
+        request: InboundRequest,
+        capacity: Capacity,
+        inbound: Sequence[tuple[bytes, bytes]],
+        record: RequestRecord,
+        stuck: Stuck | None,
+    ) -> None:
+        self._replan = replan
+        self._flight = flight
+        self._request = request
+        self._capacity = capacity
+        self._inbound = inbound
+        self._record = record
+        self.stuck = stuck
+
+    async def __call__(self) -> Plan | RouterError:
+        fresh = await self._replan(self._flight, self._request)
+        if isinstance(fresh, RouterError) or fresh.policy is None:
+            return fresh
+        fresh, self.stuck = await _stick(self._capacity, fresh, self._request, self._inbound, self._record)
+        return fresh
 
 
 async def _stick(

@@ -250,19 +250,21 @@ class RequestAttempts:
         anthropic_events = self.flight.anthropic if self._stream and not target.translated else None
         if self._trace is not None:  # the attempt's span, and its traceparent in the headers
             self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
+        calling = call(
+            context,
+            ready,
+            target.url,
+            headers,
+            self._stream,
+            self.failover_on,
+            self.attempts,
+            self.deadline,
+            translation,
+            anthropic_events,
+        )
+        del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:
-            return await call(
-                context,
-                ready,
-                target.url,
-                headers,
-                self._stream,
-                self.failover_on,
-                self.attempts,
-                self.deadline,
-                translation,
-                anthropic_events,
-            )
+            return await calling
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)
             raise

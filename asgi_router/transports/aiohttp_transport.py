@@ -189,10 +189,10 @@ class AiohttpTransport:
     async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> AiohttpResponse:
         target, timeout = self._target(provider, url)
         session = self._sessions.current()
+        request = session.request("POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False)
+        del headers  # aiohttp copies them as it sends: not held here while the upstream is awaited
         try:
-            response = await session.request(
-                "POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False
-            )
+            response = await request
         except aiohttp.ClientError as exc:
             translated = translate(exc)
             if translated is None:
