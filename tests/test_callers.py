@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, cast
 
+import anyio
 import httpx2
 import openai
 import pytest
@@ -25,6 +26,7 @@ from .conftest import host_app, make_settings
 from .metrics_helpers import Scrape
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
+from .waiting import eventually
 
 TEAM_A = "team-a-key-0123456789abcdef"
 TEAM_B = "team-b-key-0123456789abcdef"
@@ -224,6 +226,9 @@ def test_a_downgraded_stream_says_which_cap_and_the_record_and_status_page_say_s
         assert sent.headers["x-router-limit"] == "rpm"
         assert sent.headers["x-router-model"] == "mock2/usage-10"
         assert b"data: [DONE]" in b"".join(sent.iter_bytes())
+    # The record is written once the response is complete, on the server's thread: it may come
+    # a moment after the client has read the last byte.
+    anyio.run(eventually, lambda: len(router.recent.snapshot()) == 2)
     record = router.recent.snapshot()[-1]
     assert (record.caller, record.caller_outcome, record.limit) == ("team-a", "downgraded", "rpm")
     assert record.ref == "group/main" and record.plan == ("mock2/usage-10",)
