@@ -334,12 +334,9 @@ class CallerLedger:
             if tally.usd >= table.usd_under or tally.tokens >= table.tokens_under:
                 return False
             if table.rpm is not None:  # the starts that left the window go as this one comes
-                starts, since = tally.starts, now - WINDOW
-                while starts and starts[0] <= since:
-                    starts.popleft()
-                if len(starts) >= table.rpm_under:
+                if self._in_window(tally, now) >= table.rpm_under:
                     return False
-                starts.append(now)
+                tally.starts.append(now)
             if tally.slot is not None:
                 self._others.move_to_end(tally.slot)  # type: ignore[arg-type]
         if session is not None:
@@ -353,9 +350,7 @@ class CallerLedger:
         tally = account.tally
         if tally is not None:
             if account.daily:
-                day = int(self.wall()) // DAY
-                if tally.day != day:
-                    tally.day, tally.usd, tally.tokens = day, 0.0, 0
+                self._roll(tally)
             tally.usd += usd
             tally.tokens += tokens
         session = account.session
