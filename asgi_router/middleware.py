@@ -326,8 +326,9 @@ class ModelRouter:
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
         ticket = context.caller
-        if ticket is not None and (spend := context.spend) is not None and ticket.refusal is None and self._callers:
-            # Charged to the caller (and session): one call into the ledger; never the client's problem.
+        if ticket is not None and (spend := context.spend) is not None and self._callers is not None:
+            # Charged to the caller (and session): one call into the ledger; never the client's
+            # problem. Only a served request has a spend (a refused one never reaches the answer).
             counted = spend.tokens
             try:
                 self._callers.charge(ticket, counted[0] + counted[1] if counted else 0, spend.cost_usd or 0.0)

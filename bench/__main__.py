@@ -35,7 +35,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated wrk connections")
     parser.add_argument("--scenarios", default="json,json-100k,sse", help="load scenarios to run")
     parser.add_argument(
-        "--targets", default="upstream,floor,router,router-metrics,router-httpx", help="servers to load"
+        "--targets",
+        default="upstream,floor,router,router-metrics,router-callers,router-httpx",
+        help="servers to load",
     )
     parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (0: skip)")
     parser.add_argument("--demo-app", default="", help="MODULE:APP of demo_app (default: found if importable)")

@@ -37,7 +37,7 @@ class Config:
     rounds: int = 2
     concurrency: tuple[int, ...] = (1, 16, 64)
     scenarios: tuple[str, ...] = ("json", "json-100k", "sse")
-    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-metrics", "router-httpx")
+    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-metrics", "router-callers", "router-httpx")
     streams: int = 1000
     demo_app: str = ""
     #: Another checkout of the project whose router runs as target ``router-baseline``.
@@ -53,20 +53,21 @@ class Setup:
     scripts: dict[tuple[str, str], Path] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
 
-    def script(self, scenario: str, model: str) -> Path:
-        """The wrk script that POSTs ``scenario``'s body naming ``model``."""
-        key = (scenario, model)
+    def script(self, scenario: str, model: str, session: bool = False) -> Path:
+        """The wrk script that POSTs ``scenario``'s body naming ``model`` (``session``: with a
+        session header, what a capped session's requests carry)."""
+        key = (scenario, model + (" session" if session else ""))
         if key not in self.scripts:
             payload: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
             if scenario == "sse":
                 payload["stream"] = True
             if scenario == "json-100k":
                 payload["messages"].insert(0, {"role": "system", "content": "x" * 100_000})
-            name = f"{scenario}-{model.replace('/', '_')}"
+            name = f"{scenario}-{model.replace('/', '_')}{'-session' if session else ''}"
             body = self.workdir / f"{name}.json"
             body.write_bytes(json.dumps(payload, separators=(",", ":")).encode())
             script = self.workdir / f"{name}.lua"
-            script.write_text(wrk.lua_script(body))
+            script.write_text(wrk.lua_script(body, {"x-session-id": "bench-session"} if session else None))
             self.scripts[key] = script
         return self.scripts[key]
 
@@ -93,6 +94,10 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             servers["router-metrics"] = stack.enter_context(
                 Server("router-metrics", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp", "BENCH_METRICS": "1"})
             )
+        if "router-callers" in targets:  # every caller and session capped, no cap ever reached
+            servers["router-callers"] = stack.enter_context(
+                Server("router-callers", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp", "BENCH_CALLERS": "1"})
+            )
         if baseline:
             servers["router-baseline"] = stack.enter_context(
                 Server("router-baseline", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"}, cwd=Path(baseline))
@@ -108,7 +113,7 @@ def one_run(run: Setup, target: str, scenario: str, connections: int, seconds: f
     """One wrk run of ``scenario`` against ``target`` (routers asked for ``group/<group>``), with
     the proxy's CPU time per request."""
     server = run.servers[target]
-    script = run.script(scenario, _model_for(target, group))
+    script = run.script(scenario, _model_for(target, group), session=target == "router-callers")
     cpu_before = server.cpu_seconds()
     result = wrk.run(run.wrk, server.origin + CHAT, script, connections, seconds)
     cpu = server.cpu_seconds() - cpu_before
@@ -145,6 +150,8 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
             pairs = [(t, "floor") for t in targets if t.startswith("router") and "floor" in rounds]
             if "router-metrics" in rounds and "router" in rounds:
                 pairs.append(("router-metrics", "router"))  # what the metrics cost, in the same rounds
+            if "router-callers" in rounds and "router" in rounds:
+                pairs.append(("router-callers", "router"))  # what caller caps cost, likewise
             for target, base in pairs:
                 per_round = [r["rps"] / b["rps"] for r, b in zip(rounds[target], rounds[base], strict=True)]
                 cell["ratios"][f"{target}/{base}"] = {

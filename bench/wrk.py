@@ -30,7 +30,7 @@ wrk.method = "POST"
 wrk.body = file:read("*a")
 file:close()
 wrk.headers["Content-Type"] = "application/json"
-
+{headers}
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -84,9 +84,11 @@ def ensure_wrk(install: bool) -> str:
     )
 
 
-def lua_script(body_file: Path) -> str:
-    """The Lua script that POSTs ``body_file``'s bytes and prints the summary line."""
-    return _LUA.format(body=str(body_file).replace("\\", "\\\\").replace('"', '\\"'), mark=_MARK)
+def lua_script(body_file: Path, headers: dict[str, str] | None = None) -> str:
+    """The Lua script that POSTs ``body_file``'s bytes (with ``headers`` besides the content
+    type) and prints the summary line."""
+    lines = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
+    return _LUA.format(body=str(body_file).replace("\\", "\\\\").replace('"', '\\"'), mark=_MARK, headers=lines)
 
 
 def parse(output: str) -> LoadResult:

@@ -97,6 +97,10 @@ def test_stream_holder_opens_and_releases_slow_streams(bench_upstream: str) -> N
 def test_wrk_script_and_summary_parsing(tmp_path: Path) -> None:
     script = wrk.lua_script(tmp_path / "body.json")
     assert str(tmp_path / "body.json") in script and 'wrk.method = "POST"' in script
+    assert "x-session-id" not in script
+    with_session = wrk.lua_script(tmp_path / "body.json", {"x-session-id": "bench-session"})
+    assert 'wrk.headers["x-session-id"] = "bench-session"\n' in with_session  # the capped target's requests
+    assert with_session.replace('wrk.headers["x-session-id"] = "bench-session"\n', "") == script
     line = (
         'BENCH_JSON {"requests":2000,"duration_us":2000000,"bytes":1,"connect":0,"read":0,"write":0,'
         '"status":3,"timeout":0,"p50_us":1500,"p90_us":2000,"p99_us":4000,"mean_us":1600.0,"max_us":9000}'

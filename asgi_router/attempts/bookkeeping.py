@@ -50,6 +50,9 @@ class Spend(NamedTuple):
 
 #: What a response whose tokens are not counted used, as far as the router knows (shared).
 _NOTHING_COUNTED: Final = Spend(None, None)
+#: A named tuple made from its fields in one C call: what a named tuple's own ``__new__`` does,
+#: without the Python frame of that ``__new__`` (every counted response makes two).
+_made: Final = tuple.__new__
 
 
 class Bookkeeper:
@@ -196,11 +199,11 @@ class Bookkeeper:
             return Spend(TokenCount(usage[0], usage[1], True), None)
         found = find_usage(data)  # as count_tokens, inline: every counted response
         if found is not None and found[0] is not None:
-            tokens = TokenCount(found[0], found[1], True)
+            tokens = _made(TokenCount, (found[0], found[1], True))
         else:  # the prompt is estimated only where no usage states it
             tokens = estimated(found, data, facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
         if key not in self._priced:  # unpriced (usual without a catalog): no cost to work out
-            return Spend(tokens, None)
+            return _made(Spend, (tokens, None))
         return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))

@@ -115,10 +115,13 @@ def level_of(used: float, cap: Cap) -> int:
 class Tally:
     """One caller's or one session's usage (see the module docstring)."""
 
-    __slots__ = ("day", "seen", "slot", "starts", "subject", "tokens", "usd")
+    __slots__ = ("day", "day_ends", "seen", "slot", "starts", "subject", "tokens", "usd")
 
     def __init__(self, day: int, subject: str = "", slot: str | tuple[str, str] | None = None) -> None:
         self.day = day
+        #: The wall time its day ends: a charge from then on starts the day's count again (one
+        #: comparison, where the day's number would need a division and two calls).
+        self.day_ends = float((day + 1) * DAY)
         self.usd = 0.0
         self.tokens = 0
         #: Monotonic times of the requests started in the last :data:`WINDOW` seconds (and at
@@ -277,6 +280,7 @@ class CallerLedger:
         today = self.today()
         if tally.day != today:
             tally.day, tally.usd, tally.tokens = today, 0.0, 0
+            tally.day_ends = float((today + 1) * DAY)
 
     def used_by(self, subject: str, tally: Tally, cap: Cap) -> float:
         """What ``subject`` used of ``cap`` as far as this ledger knows (a fleet's: the fleet's)."""
@@ -349,7 +353,7 @@ class CallerLedger:
         its tallies (a daily table's on the day the request ends): one call."""
         tally = account.tally
         if tally is not None:
-            if account.daily:
+            if account.daily and self.wall() >= tally.day_ends:  # a new day: as _roll says
                 self._roll(tally)
             tally.usd += usd
             tally.tokens += tokens
