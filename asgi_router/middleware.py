@@ -33,7 +33,7 @@ the middleware, and control state (the attempt in flight, the committed stream's
 the client left) lives there rather than on the published record.
 
 The request runs in a :class:`~asgi_router.inbound.disconnect.ListeningScope`, whose one loop
-timer every deadline of the request rides on (the body read's, the attempts', the relay's). From
+timer times every limit of the request (the body read's, the attempts', the relay's). From
 the attempt phase on, upstreams are involved and it listens: a client that leaves cancels the
 attempt or the relay at once, which closes the upstream response and releases its connection.
 The listener only starts 10 ms into the request, and not before the attempt phase: a fast
@@ -62,6 +62,7 @@ from asgi_router.assembly import assemble
 from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
+from asgi_router.core.deadlines import Deadline
 from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.count_tokens import refuse_count_tokens
 from asgi_router.inbound.auth import Admitted
@@ -199,8 +200,8 @@ class ModelRouter:
         if self._tracing is not None:
             context.trace = self._tracing.begin(scope["headers"])
         try:
-            # The request's one loop timer: the body read's, the attempts' and the relay's
-            # deadlines ride on this scope's (core/deadlines.py). It listens for a client that
+            # The request's one loop timer: it bounds the body read, and the attempts' and the
+            # relay's deadlines ride on it (core/deadlines.py). It listens for a client that
             # leaves only once upstreams are involved, and only if the request is still going
             # WATCH_AFTER after it arrived (disconnect.py).
             with ListeningScope(context, held=True) as listening:
@@ -208,7 +209,7 @@ class ModelRouter:
                 if refused is not None:
                     await context.send_error(refused)
                     return
-                request = await self._read(context)
+                request = await self._read(context, listening)
                 if request is None:  # the client left mid-body: there is no one to answer
                     return
                 if isinstance(request, RouterError):
@@ -272,12 +273,14 @@ class ModelRouter:
         record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
         return refusal
 
-    async def _read(self, context: RequestContext) -> InboundRequest | RouterError | None:
-        """Phase *read*: the body, bounded in size and time, parsed; ``None`` when the client
-        left before it was complete."""
+    async def _read(self, context: RequestContext, within: Deadline) -> InboundRequest | RouterError | None:
+        """Phase *read*: the body, bounded in size and time (timed by ``within``'s timer, the
+        request's one), parsed; ``None`` when the client left before it was complete."""
         settings = self.settings
         try:
-            body = await read_body(context.scope, context.receive, settings.max_body_bytes, settings.body_timeout)
+            body = await read_body(
+                context.scope, context.receive, settings.max_body_bytes, settings.body_timeout, within
+            )
         except ClientGone:
             context.status = 499
             return None

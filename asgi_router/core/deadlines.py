@@ -28,6 +28,13 @@ as its own timer's would have been. The lender is found through a context variab
 task started inside the scope inherits; scopes still open when the lender ends (a racer that
 outlives it) get timers of their own at that moment.
 
+**A bounded stretch, no scope of its own.** A block can also bound a stretch of itself
+(:meth:`Deadline.bound` ... :meth:`Deadline.unbound`): the stretch is timed by the scope's timer
+(or its lender's) like a riding scope's read, and the code that bounds it catches the
+``CancelledError`` and asks :meth:`Deadline.unbound` whether it was the bound's, which takes it
+back as a scope's exit would. It costs neither an object nor a ``with``: the request body's read
+is bounded so inside the request's listening scope, once per request.
+
 The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
 does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
 the request, goes through a :class:`Deadline` untouched, and a :class:`Deadline`'s own
@@ -63,6 +70,8 @@ class Deadline:
 
     __slots__ = (
         "_base",
+        "_bound",
+        "_bound_cut",
         "_cancelled",
         "_exited",
         "_expires",
@@ -81,6 +90,10 @@ class Deadline:
         self._task: asyncio.Task[object] | None = None
         self._base = 0
         self._expires = math.inf
+        # A stretch of the block bounded by :meth:`bound`: by when it must end, and whether the
+        # bound cancelled the task.
+        self._bound = math.inf
+        self._bound_cut = False
         # This scope's loop timer, and the time it is set for (``inf``: none).
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf
@@ -129,6 +142,32 @@ class Deadline:
         """Stop counting until the next :meth:`arm`."""
         self._expires = math.inf
 
+    def bound(self, seconds: float) -> None:
+        """Bound a stretch of the block to ``seconds`` from now, until :meth:`unbound`: past it,
+        the block's task is cancelled. No scope of its own: the stretch is timed by this scope's
+        timer (or its lender's) and its cancellation taken back by :meth:`unbound`, which the
+        code that bounds the stretch calls in ``except asyncio.CancelledError`` and after it.
+        One stretch at a time."""
+        loop = self._loop
+        assert loop is not None and self._task is not None, "bound() inside the block"
+        expires = self._bound = loop.time() + seconds
+        owner = self._host or self
+        if expires < owner._when:  # as arm(): the timer only ever moves earlier
+            mark = owner._expires
+            owner._schedule(expires if expires <= mark else mark)
+
+    def unbound(self) -> bool:
+        """End the stretch :meth:`bound` began; ``True`` when the bound cut it short and the
+        ``CancelledError`` it caused is to be swallowed (no other cancellation is pending on the
+        task, as :meth:`__exit__` decides for the scope's own). Its request is taken back either
+        way; a second call says ``False``."""
+        self._bound = math.inf
+        if not self._bound_cut:
+            return False
+        self._bound_cut = False
+        assert self._task is not None
+        return self._task.uncancel() <= self._base
+
     def cancel(self) -> None:
         """Cancel the block (once); nothing before entry, after exit, or when already done."""
         if self._cancelled or self._exited or self._task is None:
@@ -156,6 +195,8 @@ class Deadline:
         if earliest <= now:
             self._expires = earliest = math.inf
             self._overrun()
+        if self._bound < math.inf:
+            earliest = self._cut(now, earliest)
         if self._riders:
             for rider in tuple(self._riders):
                 expires = rider._expires
@@ -164,11 +205,25 @@ class Deadline:
                     rider._overrun()
                 elif expires < earliest:
                     earliest = expires
+                if rider._bound < math.inf:
+                    earliest = rider._cut(now, earliest)
         if earliest < math.inf and not self._exited:
             self._schedule(earliest)
 
     def _overrun(self) -> None:
         self.cancel()
+
+    def _cut(self, now: float, earliest: float) -> float:
+        """The timer fired with a stretch bounded: cancel the task if it is overdue; the
+        earliest time the timer is needed for, this bound included."""
+        bound = self._bound
+        if bound > now:
+            return bound if bound < earliest else earliest
+        self._bound = math.inf
+        if not self._exited and self._task is not None:
+            self._bound_cut = True
+            self._task.cancel()
+        return earliest
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -208,5 +263,6 @@ class Deadline:
             _lender.reset(token)
         for rider in riders or ():
             rider._host = None
-            if rider._expires < math.inf:
-                rider._schedule(rider._expires)
+            when = min(rider._expires, rider._bound)
+            if when < math.inf:
+                rider._schedule(when)

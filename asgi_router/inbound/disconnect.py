@@ -17,7 +17,8 @@ rarely does within 10 ms.
 The middleware enters the scope when the request arrives, ``held``: the body is still to be
 read through ``receive()``, so nothing listens before :meth:`ListeningScope.listen` (called
 once upstreams are involved), and a mark passed by then starts the listener at once. Entered
-that early, its timer is the request's only one: the body read's, the attempts' and the relay's
+that early, its timer is the request's only one: it bounds the body read
+(:meth:`~asgi_router.core.deadlines.Deadline.bound`), and the attempts' and the relay's
 deadlines ride on it (:meth:`~asgi_router.core.deadlines.Deadline.lend`).
 
 The scope is the request's :class:`~asgi_router.core.deadlines.Deadline` too: the client

@@ -289,3 +289,86 @@ async def test_a_scope_entered_after_the_lender_ended_keeps_its_own_timer() -> N
         assert _timers(scope) == 1
         await asyncio.sleep(5)
     assert scope.expired
+
+
+# --- a bounded stretch of a block (bound/unbound): no scope of its own ------------------------
+
+
+async def _bounded_sleep(scope: Deadline, seconds: float, sleep: float) -> bool:
+    """Sleep ``sleep`` seconds under a bound of ``seconds`` on ``scope``; whether the bound cut it."""
+    scope.bound(seconds)
+    try:
+        await asyncio.sleep(sleep)
+    except asyncio.CancelledError:
+        if not scope.unbound():
+            raise
+        return True
+    finally:
+        scope.unbound()
+    return False
+
+
+async def test_a_bound_stretch_overrunning_is_cut_and_its_cancellation_taken_back() -> None:
+    with Deadline() as scope:
+        assert await _bounded_sleep(scope, 0.02, 5)
+        await asyncio.sleep(0)  # the block goes on
+    assert not scope.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_bound_stretch_done_in_time_leaves_nothing_behind() -> None:
+    with Deadline() as scope:
+        assert not await _bounded_sleep(scope, 0.02, 0)
+        await asyncio.sleep(0.06)  # past the bound: nothing cancels the block
+    assert not scope.expired and not scope.unbound()
+
+
+async def test_a_bound_on_a_lender_shares_its_timer_with_its_own_mark_and_its_riders() -> None:
+    with _Lender() as lender:
+        lender.arm(0.01)
+        with Deadline() as rider:
+            rider.arm(5)
+            assert await _bounded_sleep(lender, 0.05, 5)
+            assert _timers(rider) == 0
+    assert lender.overruns == 1 and not lender.expired and not rider.expired
+
+
+async def test_a_bound_on_a_riding_scope_is_cut_by_the_lenders_timer() -> None:
+    with _Lender() as lender:
+        with Deadline() as rider:
+            assert await _bounded_sleep(rider, 0.02, 5)
+            assert _timers(rider) == 0
+    assert lender.overruns == 0 and not rider.expired
+
+
+async def test_a_bound_on_a_scope_outliving_its_lender_gets_the_scopes_own_timer() -> None:
+    gate = asyncio.Event()
+
+    async def racer() -> bool:
+        with Deadline() as scope:
+            gate.set()  # the lender ends only once the bound below is set and the racer waits
+            return await _bounded_sleep(scope, 0.05, 5)
+
+    with _Lender():
+        task = asyncio.get_running_loop().create_task(racer())
+        await gate.wait()
+    assert await task
+
+
+async def test_a_bound_cut_while_another_cancellation_is_pending_lets_that_one_through() -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    with Deadline() as scope:
+        scope.bound(0.01)
+        with pytest.raises(asyncio.CancelledError):
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                task.cancel()  # someone else's (the server's), requested before the bound's is taken back
+                assert not scope.unbound()  # so the CancelledError is not the bound's to swallow
+                raise
+        assert task.cancelling() == 1  # the other request stands
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(0)  # and is delivered
+        task.uncancel()
+    assert not scope.expired

@@ -1,18 +1,23 @@
 """read_body: the whole body under the body's deadline, whether the server holds it already or not.
 
 These pin that every ``receive()`` is awaited as ``await`` would (its result, its exceptions, a
-cancellation), that a body which does not arrive in time is a 408, and the size cap a 413.
+cancellation), that a body which does not arrive in time is a 408, and the size cap a 413; alone
+(a deadline of its own) and inside the request's scope as the middleware reads it (a held
+listening scope, whose one timer bounds the read).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 
+from asgi_router.core.deadlines import Deadline
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import ClientGone, read_body
+from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +130,126 @@ async def test_a_receive_returning_a_plain_future_works_too() -> None:
         return future
 
     assert await read_body(_SCOPE, receive, 1024, 5.0) == b"{}"  # type: ignore[arg-type]
+
+
+# --- inside the request's scope: the read is bounded by the scope's timer ---------------------
+
+
+class _Request:
+    """The listening scope's party: the request whose client never leaves in these tests."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    async def receive(self) -> dict[str, Any]:  # never called: the scope is held throughout
+        raise AssertionError("a held scope does not listen")
+
+    def client_left(self, scope: Deadline) -> None:
+        self.told.append("left")
+
+    def complete(self) -> None:
+        self.told.append("done")
+
+
+def _counting_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, object]]:
+    """The loop timers that deadlines set from now on, with the deadline (the test loop is
+    asyncio's own; a ``receive`` that sleeps sets timers of its own, not counted)."""
+    loop = asyncio.get_running_loop()
+    set_at: list[tuple[float, object]] = []
+    call_at = loop.call_at
+
+    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        owner = getattr(callback, "__self__", None)
+        if isinstance(owner, Deadline):
+            set_at.append((when, owner))
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counted)
+    return set_at
+
+
+async def test_in_the_requests_scope_a_first_receive_that_never_delivers_is_a_408_on_its_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    receive = _NeverDelivers()
+    party = _Request()
+    started = time.monotonic()
+    async with asyncio.timeout(5):  # a read nothing ends would fail here, not hang
+        with ListeningScope(party, WATCH_AFTER, held=True) as request:
+            set_at = _counting_timers(monkeypatch)
+            refused = await read_body(_SCOPE, receive, 1024, 0.1, request)
+            assert isinstance(refused, RouterError) and refused.status == 408
+            assert receive.ended == ["cancelled"]
+            await asyncio.sleep(0)  # the request goes on to answer: its task is not cancelled
+            # The scope's one timer, set for its mark and again for the read's bound: the read
+            # made no timer of its own.
+            assert [owner for _, owner in set_at] == [request, request] and set_at[0][0] < set_at[1][0]
+    assert 0.1 <= time.monotonic() - started < 3
+    assert not request.expired and party.told == ["done"]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_in_the_requests_scope_a_body_trickling_past_the_mark_and_the_limit_is_a_408() -> None:
+    parts = asyncio.Queue[dict[str, Any]]()
+
+    async def receive() -> dict[str, Any]:
+        return await parts.get()
+
+    async def client() -> None:
+        for _ in range(100):  # a piece every 20 ms: 2 s for the whole body
+            await asyncio.sleep(0.02)
+            await parts.put(_request(b" ", more=True))
+
+    sending = asyncio.ensure_future(client())
+    started = time.monotonic()
+    async with asyncio.timeout(5):
+        with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
+            refused = await read_body(_SCOPE, receive, 1024, 0.15, request)
+    sending.cancel()
+    assert isinstance(refused, RouterError) and refused.status == 408
+    assert 0.15 <= time.monotonic() - started < 1.5  # the limit, not the 2 s the body would take
+    assert not request.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_in_the_requests_scope_a_read_done_in_time_is_never_cut_afterwards() -> None:
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        return _request(b"{}")
+
+    with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
+        assert await read_body(_SCOPE, receive, 1024, 0.05, request) == b"{}"
+        await asyncio.sleep(0.15)  # well past the read's limit: nothing cancels the request
+    assert not request.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_in_the_requests_scope_a_client_gone_mid_body_is_reported() -> None:
+    messages = [_request(b"{", more=True), {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        return messages.pop(0)
+
+    with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
+        with pytest.raises(ClientGone):
+            await read_body(_SCOPE, receive, 1024, 0.1, request)
+        await asyncio.sleep(0.15)  # the bound ended with the read
+    assert not request.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_in_the_requests_scope_a_cancelled_request_propagates_through_the_read() -> None:
+    receive = _NeverDelivers()
+
+    async def request() -> bytes | RouterError:
+        with ListeningScope(_Request(), WATCH_AFTER, held=True) as scope:
+            return await read_body(_SCOPE, receive, 1024, 30.0, scope)
+        raise AssertionError("the scope swallowed a cancellation that was not its own")
+
+    reading = asyncio.ensure_future(request())
+    await asyncio.sleep(0.03)  # past the scope's mark
+    reading.cancel()  # e.g. the server shutting down
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert receive.ended == ["cancelled"]
