@@ -148,7 +148,9 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     ):
         given, taken = int(usual[1]), int(usual[2])  # digits: plausible unless too large
         return (given, taken) if given <= MAX_PLAUSIBLE_TOKENS and taken <= MAX_PLAUSIBLE_TOKENS else None
-    end = len(data)
+    if at < 0:  # no usage at all (a stream that states none): the bytes are not searched again
+        return None
+    end = at + 7  # the search below finds this one first
     completion: int | None = None
     while True:
         at = data.rfind(b'"usage"', 0, end)

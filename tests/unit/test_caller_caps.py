@@ -174,6 +174,9 @@ def test_usage_under_every_cap_yesterday_is_not_carried_into_today() -> None:
     assert ticket.refusal is None
     limits.settle(ticket, 20, 0.0)  # ...and charged on today's usage only
     assert ticket.tally is not None and ticket.tally.tokens == 20
+    assert ticket.tally.day_ends == 12 * DAY  # the next charge rolls at the next midnight, not before
+    limits.settle(ticket, 30, 0.0)
+    assert ticket.tally.tokens == 50
     assert _admit(limits, "team-a", _scope()).refusal is None
 
 
