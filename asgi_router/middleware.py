@@ -200,10 +200,10 @@ class ModelRouter:
         if self._tracing is not None:
             context.trace = self._tracing.begin(scope["headers"])
         try:
-            # The request's one loop timer: it bounds the body read, and the attempts' and the
-            # relay's deadlines ride on it (core/deadlines.py). It listens for a client that
-            # leaves only once upstreams are involved, and only if the request is still going
-            # WATCH_AFTER after it arrived (disconnect.py).
+            # The request's one loop timer: the body read, the attempts and the relay bound their
+            # reads on it, and a hedge's racers ride on it (core/deadlines.py). It listens for a
+            # client that leaves only once upstreams are involved, and only if the request is
+            # still going WATCH_AFTER after it arrived (disconnect.py).
             with ListeningScope(context, held=True) as listening:
                 refused = await self._admit(context)
                 if refused is not None:

@@ -13,7 +13,7 @@ import pytest
 from asgi_router import ModelRouter
 from asgi_router.transports.provider import ProviderRuntime
 
-from .conftest import host_app, make_settings, pool_is_quiet
+from .conftest import API_KEY, host_app, make_settings, pool_is_quiet
 from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, request_records, router_client, seen_all
@@ -75,6 +75,35 @@ async def test_first_member_that_commits_later_still_wins_and_the_hedge_is_cance
     first, hedge = seen_all(upstream, response.headers["x-request-id"], 2)
     assert first.completed and not first.disconnected
     assert hedge.disconnected and not hedge.completed
+
+
+async def test_a_racer_timing_out_in_its_own_task_leaves_the_request_and_the_other_racer_going(
+    upstream: MockUpstream,
+) -> None:
+    # The first member's first-byte limit (0.3 s) runs out while the hedge (started at 0.1 s,
+    # answering at 0.7 s, its own limit 5 s) still runs. Each racer bounds its reads in a scope
+    # of its own: the racer's task is cut, never the request's, so the hedge wins.
+    quick = {"connect": 1, "first_byte": 0.3, "idle": 5, "total": 20}
+    providers = {
+        name: {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "timeouts": timeouts}
+        for name, timeouts in (("mock", quick), ("mock2", _TIMEOUTS))
+    }
+    with request_records() as records:
+        hedged = _hedged(["mock/slow-3000", "mock2/slow-600"], hedge_after=0.1)
+        async with router_client(upstream, providers=providers, **hedged) as (client, router):
+            started = time.monotonic()
+            response = await client.post("/v1/chat/completions", json=chat_body("group/h"))
+            elapsed = time.monotonic() - started
+            await _wait_quiet(router)
+    assert response.status_code == 200
+    assert response.headers["x-router-model"] == "mock2/slow-600"
+    assert 0.6 <= elapsed < 2.5  # the hedge's answer, not the slow member's 3 s
+    record = records.of(response.headers["x-request-id"])
+    assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
+        ("mock/slow-3000", "failed", "timeout"),
+        ("mock2/slow-600", "served", "served"),
+    ]
+    assert record.hedge == "won"
 
 
 async def test_no_hedge_when_the_first_member_commits_in_time(upstream: MockUpstream) -> None:

@@ -30,12 +30,16 @@ body commits once it has translated to a ``chat.completion`` (one that does not 
 ``upstream_5xx``); a refusal is passed through in OpenAI's error shape.
 
 Every response that is not handed on is closed here, also on cancellation. An attempt's time
-limits (first byte, ``idle``, ``total``) are kept by one
-:class:`~asgi_router.core.deadlines.Deadline`, not a timer per read.
+limits (first byte, ``idle``, ``total``) bound its reads (:meth:`Deadline.bound
+<asgi_router.core.deadlines.Deadline.bound>`), not a timer per read: in the request's own scope
+when the attempt runs in the request's task (:func:`~asgi_router.core.deadlines.bounding`: no
+scope of its own), in a :class:`~asgi_router.core.deadlines.Deadline` of its own when it runs in
+a task of its own (a hedge's racer) or outside a request.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
@@ -51,7 +55,7 @@ from asgi_router.core.classify import (
     refine_client_error,
     refine_rate_limited,
 )
-from asgi_router.core.deadlines import Deadline
+from asgi_router.core.deadlines import Deadline, bounding
 from asgi_router.core.reasons import Reason
 from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
@@ -77,8 +81,8 @@ async def read_to_end(
 ) -> bytes | None:
     """Append the remaining chunks to ``parts`` and join them; ``None`` past ``limit`` bytes.
 
-    Each read must arrive within ``idle`` seconds and before ``deadline``: ``scope`` (the
-    caller's) is cancelled otherwise.
+    Each read must arrive within ``idle`` seconds and before ``deadline``: each is bounded on
+    ``scope`` (the caller's, which takes the bound's cancellation back), and cut short otherwise.
     """
     size = 0
     for part in parts:
@@ -86,7 +90,7 @@ async def read_to_end(
     if size > limit:  # the first chunk alone may be over it
         return None
     while True:
-        scope.arm(min(idle, deadline - clock()))
+        scope.bound(min(idle, deadline - clock()))
         try:
             chunk = await anext(chunks)
         except StopAsyncIteration:
@@ -108,12 +112,32 @@ async def call(
     commit_by: float,
     translation: StreamTranslation | None = None,
     anthropic_events: bool | None = None,
+    within: Deadline | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
     whole, here too); a relayed stream (``anthropic_events`` says which protocol its events are
-    in) commits once an event a client shows has come (the commit point)."""
+    in) commits once an event a client shows has come (the commit point). The reads are bounded
+    in ``within``: the request's scope when the call runs in its task, else a scope of its own."""
+    if within is None:
+        within = bounding()
+        if within is None:  # a task of its own (a hedge's racer), or no request scope
+            with Deadline() as own:
+                return await call(
+                    context,
+                    ready,
+                    url,
+                    headers,
+                    stream,
+                    failover_on,
+                    attempts,
+                    commit_by,
+                    translation,
+                    anthropic_events,
+                    own,
+                )
+            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -125,10 +149,11 @@ async def call(
     response: UpstreamResponse | None = None
     handed_off = False
     try:
-        # One deadline scope per attempt, not one per read. The client leaving or a lost hedge
-        # race cancels the request or the racer's task instead, which this scope lets through.
-        with Deadline() as scope:
-            scope.arm(first_byte_by - clock())
+        # One bound at a time on ``within``, moved per read: not a scope per attempt or per read.
+        # The client leaving or a lost hedge race cancels the request or the racer's task
+        # instead: not the bound's, so it goes on.
+        try:
+            within.bound(first_byte_by - clock())
             sending = context.transport.send(provider, url, headers, ready.body)
             # The headers are the transport's now (aiohttp copies them): not held across the
             # wait for the upstream, nor is the finished send after it.
@@ -140,7 +165,7 @@ async def call(
             reason = classify_status(status)
             if reason != "served":
                 unserved = await _unserved(
-                    context, candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, scope
+                    context, candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, within
                 )
                 return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
@@ -173,7 +198,7 @@ async def call(
                 if response.drained:  # all of it came with the first chunk
                     whole: bytes | None = first if len(first) <= limit else None
                 else:
-                    whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, scope)
+                    whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, within)
                 if whole is not None and ready.target.translated:
                     whole = completion_from_message(whole)
                 if whole is None:
@@ -192,7 +217,10 @@ async def call(
                 translation=translation,
                 parts=held if held is not None and len(held) > 1 and stream else None,
             )
-        # Only reached when a read overran its time and the scope ended the block.
+        except asyncio.CancelledError:  # where a scope's exit would take its own back
+            if not within.unbound():  # not the bound's cancellation: someone else's goes on
+                raise
+        # Only reached when a read overran its time and the bound cut it short.
         return Failed("timeout", response.status if response else None)
     except Exception as exc:
         try:
@@ -203,6 +231,7 @@ async def call(
             logger.exception("the router failed calling %s; not retried", candidate)
             return Failed("router_error", response.status if response else None, fatal=True)
     finally:
+        within.unbound()  # the bound ends with the call, however it ends (first: before any await)
         if response is not None and (not handed_off or not stream):
             closing = close_response(response)  # closed even when cancelled: never leak it
             if closing is not None:

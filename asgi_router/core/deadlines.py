@@ -32,8 +32,14 @@ outlives it) get timers of their own at that moment.
 (:meth:`Deadline.bound` ... :meth:`Deadline.unbound`): the stretch is timed by the scope's timer
 (or its lender's) like a riding scope's read, and the code that bounds it catches the
 ``CancelledError`` and asks :meth:`Deadline.unbound` whether it was the bound's, which takes it
-back as a scope's exit would. It costs neither an object nor a ``with``: the request body's read
-is bounded so inside the request's listening scope, once per request.
+back as a scope's exit would. It costs neither an object nor a ``with``: the request body's read,
+each attempt's reads and the relay's are bounded so inside the request's listening scope. A
+block finds that scope with :func:`bounding` (the lender, if it is the running task's); a block
+in a task of its own (a hedge's racer) or with no lender enters a :class:`Deadline` of its own
+and bounds its reads in that, since a bound cancels the scope's task. Read after read, a later
+:meth:`Deadline.bound` moves the bound, and :meth:`Deadline.lift` stops its count between reads
+(as :meth:`Deadline.disarm` does a scope's: a slow client is not upstream idleness); the same
+bytecodes per chunk as a scope's ``arm``/``disarm``.
 
 The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
 does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
@@ -52,11 +58,22 @@ import math
 from contextvars import ContextVar, Token
 from types import TracebackType
 
-__all__ = ["Deadline"]
+__all__ = ["Deadline", "bounding"]
 
 # The scope lending its timer to the scopes entered inside it (see the module docstring); a
 # value per task context, set and reset by the lending scope itself.
 _lender: ContextVar[Deadline | None] = ContextVar("asgi_router_deadline_lender", default=None)
+
+
+def bounding() -> Deadline | None:
+    """The scope a stretch of the running block can be bound in (:meth:`Deadline.bound`): the
+    lender (the request's listening scope), when its task is the running one; ``None`` when
+    there is none, or it lends to a task of its own (a hedge's racer: a bound on the lender
+    would cancel the request's task, not the racer's)."""
+    host = _lender.get()
+    if host is not None and host._task is asyncio.current_task():
+        return host
+    return None
 
 
 class Deadline:
@@ -147,14 +164,20 @@ class Deadline:
         the block's task is cancelled. No scope of its own: the stretch is timed by this scope's
         timer (or its lender's) and its cancellation taken back by :meth:`unbound`, which the
         code that bounds the stretch calls in ``except asyncio.CancelledError`` and after it.
-        One stretch at a time."""
+        One stretch at a time; a later :meth:`bound` moves it (a read after a read)."""
         loop = self._loop
-        assert loop is not None and self._task is not None, "bound() inside the block"
+        assert loop is not None, "bound() inside the block"  # a bound after it cuts nothing (_cut)
         expires = self._bound = loop.time() + seconds
         owner = self._host or self
         if expires < owner._when:  # as arm(): the timer only ever moves earlier
             mark = owner._expires
             owner._schedule(expires if expires <= mark else mark)
+
+    def lift(self) -> None:
+        """The bounded read is done: its time stops counting until the next :meth:`bound` (as
+        :meth:`disarm` after :meth:`arm`; per chunk of a stream, so nothing more). Whether the
+        bound cut the stretch is still :meth:`unbound`'s to say, where the stretch ends."""
+        self._bound = math.inf
 
     def unbound(self) -> bool:
         """End the stretch :meth:`bound` began; ``True`` when the bound cut it short and the

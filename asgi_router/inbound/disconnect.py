@@ -17,9 +17,10 @@ rarely does within 10 ms.
 The middleware enters the scope when the request arrives, ``held``: the body is still to be
 read through ``receive()``, so nothing listens before :meth:`ListeningScope.listen` (called
 once upstreams are involved), and a mark passed by then starts the listener at once. Entered
-that early, its timer is the request's only one: it bounds the body read
-(:meth:`~asgi_router.core.deadlines.Deadline.bound`), and the attempts' and the relay's
-deadlines ride on it (:meth:`~asgi_router.core.deadlines.Deadline.lend`).
+that early, its timer is the request's only one: it bounds the body read, the attempts' reads
+and the relay's (:meth:`~asgi_router.core.deadlines.Deadline.bound`, in the request's own task),
+and the deadlines of a hedge's racers, in tasks of their own, ride on it
+(:meth:`~asgi_router.core.deadlines.Deadline.lend`).
 
 The scope is the request's :class:`~asgi_router.core.deadlines.Deadline` too: the client
 leaving cancels it, which cancels whatever the request is waiting on (an attempt, the hedging
@@ -92,7 +93,7 @@ class ListeningScope(Deadline):
 
     def __enter__(self) -> ListeningScope:
         super().__enter__()
-        self.lend()  # the request's one timer: the deadlines entered inside ride on it
+        self.lend()  # the request's one timer: the deadlines entered inside (racers') ride on it
         if self._held:
             # The mark is only noted: the first deadline armed inside, or listen(), sets the
             # timer, so a request refused before reading its body makes none.

@@ -16,9 +16,14 @@ the last chunk sent on its :class:`Progress` (the request's context), and only w
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
 upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits are kept by one :class:`~asgi_router.core.deadlines.Deadline` per
-relay, armed before each read and disarmed after it: time spent waiting on a slow *client* does
-not count as upstream idleness.
+``idle`` and ``total`` limits bound each read (:meth:`Deadline.bound
+<asgi_router.core.deadlines.Deadline.bound>` before it, ``lift()`` after it): time spent
+waiting on a slow *client* does not count as upstream idleness. The bound is set on the
+request's own scope (:func:`~asgi_router.core.deadlines.bounding`) and timed by its one timer:
+the relay enters no scope of its own, and a read that overruns is cut short and the bound's
+cancellation taken back (``unbound()``), as a scope's exit would. A relay outside a request's
+scope enters a :class:`~asgi_router.core.deadlines.Deadline` of its own and bounds its reads in
+that.
 
 A translated stream (a chat completion answered by an Anthropic provider) is the one exception
 to "unparsed": each chunk read is fed to the committed attempt's
@@ -41,6 +46,7 @@ read *after* the stream has ended.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -50,7 +56,7 @@ from starlette.types import Send
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.classify import UnrecognisedFailure, classify_exception
-from asgi_router.core.deadlines import Deadline
+from asgi_router.core.deadlines import Deadline, bounding
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
 from asgi_router.observability.events import logger
@@ -147,6 +153,7 @@ async def relay_stream(
     tail: LastChunks | Tail | None,
     progress: Progress,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
+    within: Deadline | None = None,
 ) -> RelayResult:
     """Send the response start, the first chunk, and every chunk after it as it arrives.
 
@@ -154,8 +161,15 @@ async def relay_stream(
     the client left, so the request's log line says how much it did receive, and an estimate
     counts what it was sent) and the last chunk sent, and is told once the response's last
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
-    in-band error in the route's protocol.
+    in-band error in the route's protocol. The reads are bounded in ``within``: the request's
+    scope, found when not given; with none, a scope of the relay's own.
     """
+    if within is None:
+        within = bounding()
+        if within is None:  # outside a request's scope: a scope of its own to bound the reads in
+            with Deadline() as own:
+                return await relay_stream(send, committed, headers, clock, tail, progress, error_event, own)
+            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
     response = committed.response
     translation = committed.translation
     chunks = response.chunks
@@ -177,11 +191,13 @@ async def relay_stream(
                     tail.add(part)
             progress.last_sent = last
             failure: Exception | None = None
-            # One deadline scope for the whole relay, armed per read (core/deadlines.py).
-            with Deadline() as scope:
+            # Whether a read overran its bound (idle or total), which cut it short.
+            expired = False
+            # Each read bounded in the request's scope (core/deadlines.py): no scope of its own.
+            try:
                 while True:
                     left = deadline - clock()
-                    scope.arm(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
+                    within.bound(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
                     try:
                         chunk = await chunks.__anext__()  # no anext() wrapper held while idle
                     except StopAsyncIteration:
@@ -189,7 +205,7 @@ async def relay_stream(
                     except Exception as exc:
                         failure = exc
                         break
-                    scope.disarm()  # a slow client is backpressure, not upstream idleness
+                    within.lift()  # a slow client is backpressure, not upstream idleness
                     if translation is not None:
                         chunk = translation.feed(chunk)
                         if translation.failure is not None:
@@ -204,9 +220,15 @@ async def relay_stream(
                             tail.add(chunk)
                     if failure is not None:
                         break
-            if failure is None and translation is not None and not translation.finished and not scope.expired:
+            except asyncio.CancelledError:  # where a scope's exit would take its own back
+                if not within.unbound():  # not the bound's: the client left, the server cancels
+                    raise
+                expired = True
+            finally:
+                within.unbound()  # however the loop ends, its last read is no longer bounded
+            if failure is None and translation is not None and not translation.finished and not expired:
                 failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-            if (failure is not None or scope.expired) and not ends_stream(last):  # after the end, nothing is lost
+            if (failure is not None or expired) and not ends_stream(last):  # after the end, nothing is lost
                 reason = "timeout" if failure is None else late_reason(failure, committed.candidate.key)
                 detail = (
                     str(failure)

@@ -25,13 +25,14 @@ has a candidate whose ``resume`` is not ``"none"`` and the request can be contin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from starlette.types import Send
 
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import Tail
-from asgi_router.core.deadlines import Deadline
+from asgi_router.core.deadlines import Deadline, bounding
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said
 from asgi_router.responses.relay import Progress, RelayResult, UpstreamSaid, ends_stream, event_boundary, late_reason
@@ -73,10 +74,18 @@ async def relay_resumable(
     error_event: Callable[[str, Reason, str], bytes],
     tail: Tail | None,
     progress: Progress,
+    within: Deadline | None = None,
 ) -> tuple[RelayResult, Committed]:
     """Relay ``committed`` whole event by whole event, continuing it after a break; the result
     and the call that ended the stream (``committed`` itself when it was never continued).
-    ``progress`` as :func:`~asgi_router.responses.relay.relay_stream`'s."""
+    ``progress`` and ``within`` (where each read is bounded) as
+    :func:`~asgi_router.responses.relay.relay_stream`'s."""
+    if within is None:
+        within = bounding()
+        if within is None:  # outside a request's scope: a scope of its own to bound the reads in
+            with Deadline() as own:
+                return await relay_resumable(send, committed, headers, clock, resumer, error_event, tail, progress, own)
+            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
     sent = _Sent()
     current = committed
     splice: Spliced | None = None
@@ -87,7 +96,7 @@ async def relay_resumable(
             del headers
             while True:
                 failure, expired, total, held = await _relay_one(
-                    send, current, clock, sent, held, splice, tail, progress
+                    send, current, clock, sent, held, splice, tail, progress, within
                 )
                 if ends_stream(sent.last):  # the client has the whole answer: nothing is lost
                     break
@@ -141,10 +150,11 @@ async def _relay_one(
     splice: Spliced | None,
     tail: Tail | None,
     progress: Progress,
+    within: Deadline,
 ) -> tuple[Exception | None, bool, bool, bytes]:
     """Relay one call's stream, its first bytes (``committed.body``) included, whole events only
-    (``held``: the unfinished event before it); ``(failure, idle or total expired, total ran
-    out, the unfinished event held at its end)``."""
+    (``held``: the unfinished event before it), each read bounded in ``within``; ``(failure, idle
+    or total expired, total ran out, the unfinished event held at its end)``."""
     chunks = committed.response.chunks
     translation = committed.translation
     idle, deadline = committed.provider.timeouts.idle, committed.deadline
@@ -153,8 +163,9 @@ async def _relay_one(
     events = sent.events
     # Kept in locals while relaying (as the byte-exact relay does), written back on the way out.
     count, before_last, last, size = sent.chunks, sent.before_last, sent.last, sent.bytes
+    expired = False  # whether a read overran its bound (idle or total), which cut it short
     try:
-        with Deadline() as scope:
+        try:  # each read bounded in the request's scope (core/deadlines.py): no scope of its own
             while True:
                 if data:
                     # The hold-back: up to the last blank line goes out, the rest waits for its end.
@@ -178,7 +189,7 @@ async def _relay_one(
                 if failure is not None:
                     break
                 left = deadline - clock()
-                scope.arm(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
+                within.bound(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
                 try:
                     data = await chunks.__anext__()
                 except StopAsyncIteration:
@@ -186,16 +197,21 @@ async def _relay_one(
                 except Exception as exc:
                     failure = exc
                     break
-                scope.disarm()
+                within.lift()  # a slow client is backpressure, not upstream idleness
                 if translation is not None:
                     data = translation.feed(data)
                     if translation.failure is not None:
                         failure = UpstreamSaid(*translation.failure)
+        except asyncio.CancelledError:  # where a scope's exit would take its own back
+            if not within.unbound():  # not the bound's: the client left, the server cancels
+                raise
+            expired = True
     finally:
         sent.chunks, sent.before_last, sent.last, sent.bytes = count, before_last, last, size
-    if failure is None and translation is not None and not translation.finished and not scope.expired:
+        within.unbound()  # however the loop ends, its last read is no longer bounded
+    if failure is None and translation is not None and not translation.finished and not expired:
         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-    return failure, scope.expired, scope.expired and clock() >= deadline, held
+    return failure, expired, expired and clock() >= deadline, held
 
 
 def _detail(failure: Exception | None, reason: Reason, total: bool) -> str:

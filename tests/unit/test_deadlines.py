@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from asgi_router.core.deadlines import Deadline
+from asgi_router.core.deadlines import Deadline, bounding
 
 pytestmark = pytest.mark.anyio
 
@@ -372,3 +372,49 @@ async def test_a_bound_cut_while_another_cancellation_is_pending_lets_that_one_t
             await asyncio.sleep(0)  # and is delivered
         task.uncancel()
     assert not scope.expired
+
+
+async def test_a_bound_moved_by_a_later_bound_is_timed_from_the_later_one() -> None:
+    started = time.monotonic()
+    with Deadline() as scope:
+        scope.bound(0.02)
+        await asyncio.sleep(0)
+        assert await _bounded_sleep(scope, 0.08, 5)  # the stretch re-bound: cut by its own limit
+    assert 0.08 <= time.monotonic() - started < 2  # not by the first bound's
+    assert not scope.expired
+
+
+async def test_a_lifted_bound_no_longer_counts_until_the_next_bound() -> None:
+    with Deadline() as scope:
+        scope.bound(0.02)
+        await asyncio.sleep(0)
+        scope.lift()  # the read came in: what follows (a send to a slow client) is not timed
+        await asyncio.sleep(0.06)
+        assert not scope.unbound()
+        assert await _bounded_sleep(scope, 0.02, 5)  # the next bound counts again
+    assert not scope.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+# --- where a stretch can be bound: the lender, in its own task only ---------------------------
+
+
+async def test_bounding_is_the_lender_in_its_task_and_none_without_one() -> None:
+    assert bounding() is None
+    with _Lender() as lender:
+        assert bounding() is lender
+        with Deadline():  # a scope that does not lend: the lender is still the one
+            assert bounding() is lender
+    assert bounding() is None
+    with Deadline():  # no lender at all
+        assert bounding() is None
+
+
+async def test_bounding_is_none_in_a_task_started_inside_the_lender() -> None:
+    # A hedge's racer: it inherits the lender, but a bound on it would cancel the request's task.
+    async def racer() -> Deadline | None:
+        return bounding()
+
+    with _Lender() as lender:
+        assert await asyncio.get_running_loop().create_task(racer()) is None
+        assert bounding() is lender
