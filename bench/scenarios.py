@@ -50,13 +50,13 @@ class Setup:
 
     wrk: str
     servers: dict[str, Server]
-    scripts: dict[tuple[str, str], Path] = field(default_factory=dict)
+    scripts: dict[tuple[str, str, bool], Path] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
 
     def script(self, scenario: str, model: str, session: bool = False) -> Path:
         """The wrk script that POSTs ``scenario``'s body naming ``model`` (``session``: with a
         session header, what a capped session's requests carry)."""
-        key = (scenario, model + (" session" if session else ""))
+        key = (scenario, model, session)
         if key not in self.scripts:
             payload: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
             if scenario == "sse":
