@@ -5,7 +5,9 @@ wrk is missing the run stops and says how to install it; ``--install-wrk`` insta
 apt-get, which is also done unasked when running as root under ``CI``. A full run takes about
 four minutes on 2 cores; ``--quick`` is a smoke run of a few seconds per part.
 ``python -m bench phases`` instead prints where one request's instructions and allocations go,
-phase by phase (``bench/phases.py``; valgrind's callgrind counts them). ``python -m bench streams``
+phase by phase (``bench/phases.py``; valgrind's callgrind counts them); ``python -m bench opcodes``
+the Python work per request of the floor and the router served by uvicorn, by package and
+function (``bench/opcodes.py``). ``python -m bench streams``
 runs only the "Open slow streams" part (RSS per open idle stream; ``--streams N``, ``--targets``,
 ``--rounds``: each round a fresh process per target; ``--baseline DIR``: another checkout
 measured beside it) and prints its table.
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import fleet, phases, report, scenarios, wrk
+from . import fleet, opcodes, phases, report, scenarios, wrk
 from .micro import micro, router_in_process
 from .procs import ROOT
 
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["phases"]:
         return phases.main(argv[1:])
+    if argv[:1] == ["opcodes"]:
+        return opcodes.main(argv[1:])
     if argv[:1] == ["streams"]:
         return _streams_only(argv[1:])
     args = _arguments(argv)

@@ -16,6 +16,7 @@ from bench.__main__ import main as bench_main
 from bench.floor import Floor
 from bench.host import build, settings_for
 from bench.micro import micro, router_in_process
+from bench.opcodes import by_function, by_package
 from bench.phases import REGIONS
 from bench.streams import hold_streams
 from bench.upstream import COMPLETION, app, sse_events
@@ -195,3 +196,35 @@ def test_streams_command_measures_only_the_open_streams(capsys: pytest.CaptureFi
     assert "| round | target | streams open | KiB per stream | seconds to open all |" in printed
     assert "| 1 | floor | 3/3 |" in printed
     assert "| 1 | router | 3/3 |" in printed
+
+
+@pytest.mark.load  # three server processes (upstream, floor, router), each given seconds to start
+def test_opcodes_command_counts_the_router_only_in_the_router_and_the_client_library_in_both(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench_main(["opcodes", "--requests", "20", "--kinds", "json", "--top", "5"]) == 0
+    printed = capsys.readouterr().out
+    rows = {
+        cells[0]: cells[1:]
+        for line in printed.splitlines()
+        if line.startswith("| ") and not line.startswith("| `")
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    assert rows["package"] == ["floor", "router"]
+    floor_router, router_router = (int(value.replace(",", "")) for value in rows["asgi_router"])
+    assert floor_router == 0 < router_router
+    assert all(int(value.replace(",", "")) > 0 for value in rows["aiohttp"] + rows["uvicorn"])
+    assert int(rows["bench"][0].replace(",", "")) > 0  # the floor's own code, counted in its server
+    assert printed.count("| `") == 5
+
+
+def test_opcode_counts_are_grouped_by_the_package_a_file_belongs_to() -> None:
+    counts = {
+        ("/venv/site-packages/aiohttp/client.py", "_request"): (300, 3),
+        ("/checkout/asgi_router/attempts/call.py", "call"): (100, 2),
+        ("/usr/lib/python3.11/asyncio/tasks.py", "create_task"): (50, 1),
+    }
+    assert by_package(counts, 10) == {
+        "aiohttp": 30.0, "uvicorn": 0.0, "starlette": 0.0, "asgi_router": 10.0, "bench": 0.0, "other": 5.0,
+    }  # fmt: skip
+    assert by_function(counts, 10)["asgi_router/attempts/call.py:call"] == (10.0, 0.2)
