@@ -58,6 +58,9 @@ MASKED = {
     f"redis://127.0.0.1:6379/0?db=1#{PW}": "redis://127.0.0.1:6379/0?db=1#***",
     f"redis://:{PW[:8]}#{PW[8:]}@127.0.0.1:6379/0": "redis://:***@127.0.0.1:6379/0",
     f"redis://u:{PW[:8]}/{PW[8:]}@h:1/0": "redis://u:***@h:1/0",
+    # A token before an unencoded '@' and a ':' after it: no part of it is a plain user name.
+    f"redis://{PW}@:@h:1/0": "redis://***@h:1/0",
+    f"redis://{PW}@u:x@h:1/0": "redis://***@h:1/0",
     f"redis+sentinel://u:{PW}@a:26379,b:26379/primary/0": "redis+sentinel://u:***@a:26379,b:26379/primary/0",
     f"redis+sentinel://a:26379/primary/0?sentinel_password={PW}": "redis+sentinel://a:26379/primary/0?sentinel_password=***",
     "redis://host:6379/0": "redis://host:6379/0",

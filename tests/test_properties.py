@@ -653,6 +653,8 @@ def test_an_anthropic_stream_of_any_events_cut_anywhere_translates_without_an_er
 @example(url=f"redis://u:{SECRET_MARK[:9]}/{SECRET_MARK[9:]}@h:6379/0")
 @example(url=f"redis://u:{SECRET_MARK[:9]}?{SECRET_MARK[9:]}@h:6379/0")
 @example(url=f"redis+sentinel://u:{SECRET_MARK}@h:x/primary")
+@example(url=f"redis://{SECRET_MARK}@:@1")  # found by this test: a token, '@', then ':' before the last '@'
+@example(url=f"u:{SECRET_MARK}@://h")  # found by this test: no scheme, so the user part stood before '://'
 @example(url=f"unix:///run/redis.sock?password={SECRET_MARK}#{SECRET_MARK}")
 @given(
     url=st.builds(

@@ -13,6 +13,7 @@ first connection.
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Final
 from urllib.parse import parse_qsl, urlsplit
 
@@ -35,6 +36,18 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+#: What a scheme may look like to be quoted back (RFC 3986's shape, and short: every known one
+#: is). Anything else before ``://`` is most likely a user part written without a scheme, which
+#: may hold a password (``user:secret@host://...``), so a refusal never quotes it.
+_SHOWN_SCHEME: Final = re.compile(r"[a-z][a-z0-9+.-]{0,19}")
+
+
+def _shown_scheme(scheme: str) -> str:
+    if not scheme:
+        return "(none)"
+    return scheme if _SHOWN_SCHEME.fullmatch(scheme) else "(not a URL scheme)"
+
+
 def check_state_url(value: SecretStr | None) -> SecretStr | None:
     """Refuse an unknown scheme, or a Redis store without the redis package, naming no secret."""
     if value is None:
@@ -44,9 +57,8 @@ def check_state_url(value: SecretStr | None) -> SecretStr | None:
     if scheme == MEMORY:
         return None
     if scheme not in REDIS_SCHEMES:
-        shown = scheme or "(none)"
         raise ValueError(
-            f"state_url: scheme {shown!r} is not one the router knows; use memory:// (this process), "
+            f"state_url: scheme {_shown_scheme(scheme)!r} is not one the router knows; use memory:// (this process), "
             "redis://, rediss://, unix:// or redis+sentinel://"
         )
     if scheme != "unix" and not urlsplit(url).netloc.rpartition("@")[2]:

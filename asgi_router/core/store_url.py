@@ -11,9 +11,9 @@ shows the URL (the shared state's log lines, ``asgi-router check``, the settings
 
 The masking is deliberately generous: everything between ``://`` and the *last* ``@`` is
 credentials (a password may hold an unencoded ``@``, ``/``, ``?`` or ``#``); only a user name
-that plainly is one (before the first ``:``, with no separator in it) is kept. Everything after
-an unencoded ``#`` is masked, since redis-py would silently drop it and it is most likely the
-rest of a password. Masking too much costs a less readable log line; masking too little leaks.
+that plainly is one (before the first ``:``, with no separator and no ``@`` in it) is kept.
+Everything after an unencoded ``#`` is masked, since redis-py would silently drop it and it is
+most likely the rest of a password. Masking too much costs a less readable log line; masking too little leaks.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ MASK: Final = "***"
 #: Query keys whose values are credentials (redis-py passes unknown query keys on as options).
 _CREDENTIAL_KEY: Final = re.compile(r"pass|auth|token|secret|key|credential", re.IGNORECASE)
 _QUERY_PAIR: Final = re.compile(r"([?&;])([^=&;#?]*)=([^&;#]*)")
-#: Characters that cannot be in a user name of a well-formed URL's user part.
-_NOT_IN_USER: Final = frozenset("/?#[]")
+#: Characters that cannot be in a user name of a well-formed URL's user part. An unencoded ``@``
+#: there means an earlier ``@`` already ended what a parser takes as the user part, so the text
+#: before the ``:`` is no plain user name (``redis://TOKEN@:@host`` keeps nothing of ``TOKEN``).
+_NOT_IN_USER: Final = frozenset("/?#[]@")
 #: Where redis-py's parser would cut a password written without percent-encoding.
 _CUTS: Final = re.compile(r"[#/?@]")
 

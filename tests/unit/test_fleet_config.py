@@ -191,3 +191,20 @@ def test_budgets_are_the_members_with_rpm_or_tpm_at_the_largest_any_group_gives(
 def test_the_log_scrubber_knows_the_redis_password() -> None:
     settings = _settings(state_url=f"redis://user:{PASSWORD}@127.0.0.1:6379/0")
     assert PASSWORD in secrets_of(settings)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://h:6379", "scheme 'http'"),
+        ("h:6379", "scheme '(none)'"),
+        # No scheme: what stands before '://' is a user part and its password, never quoted.
+        ("u:sk-secret-in-the-user-part@://h", "scheme '(not a URL scheme)'"),
+        ("sk-a-secret-far-longer-than-any-scheme://h", "scheme '(not a URL scheme)'"),
+    ],
+)
+def test_an_unknown_state_url_scheme_is_named_only_when_it_is_shaped_like_one(url: str, said: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        _settings(state_url=url)
+    assert said in str(refused.value)
+    assert "secret" not in str(refused.value)
