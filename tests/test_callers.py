@@ -115,6 +115,9 @@ def test_a_refusal_is_a_rate_limit_error_the_openai_sdk_does_not_retry(upstream:
     assert 1 <= int(response.headers["retry-after"]) <= 60
     assert raised.value.code == "caller_limit_reached"
     assert "rpm of team-a" in raised.value.message
+    # The router records a request once its answer is sent, so the 429's record may trail the
+    # client by a moment; the SDK sends nothing more once it has raised.
+    anyio.run(eventually, lambda: len(router.recent.snapshot()) >= 2)
     statuses = [record.status for record in router.recent.snapshot()]
     assert statuses == [200, 429]  # the SDK did not retry (max_retries=3 would have sent 3 more)
     assert router.recent.snapshot()[1].events == []  # no upstream was involved
