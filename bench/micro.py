@@ -42,7 +42,7 @@ from .asgi_calls import receive_once
 from .host import settings_for
 from .upstream import COMPLETION, messages_events, sse_events
 
-__all__ = ["bench_router", "micro", "router_in_process", "router_loop"]
+__all__ = ["bench_router", "chat_body", "micro", "router_in_process", "router_loop"]
 
 _REFUSED = aiohttp.ClientConnectorError(
     aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 9, False, True, None, None, None),
@@ -54,7 +54,9 @@ def _best_us(statement: Callable[[], object], number: int, repeat: int = 5) -> f
     return min(timeit.repeat(statement, number=number, repeat=repeat)) / number * 1e6
 
 
-def _body(stream: bool, pad: int = 0, group: str = "bench") -> bytes:
+def chat_body(stream: bool, pad: int = 0, group: str = "bench") -> bytes:
+    """The bench's chat request body for ``group/<group>``, compact as SDKs send it (``stream``
+    only when true; ``pad`` characters in one more user message)."""
     payload: dict[str, Any] = {"model": f"group/{group}", "messages": [{"role": "user", "content": "Say hello."}]}
     if stream:
         payload["stream"] = True
@@ -85,7 +87,7 @@ def micro(scale: float = 1.0) -> dict[str, float]:
 
         return run
 
-    big = json.loads(_body(False, 100_000))
+    big = json.loads(chat_body(False, 100_000))
     resolve = best(lambda: resolver.resolve_string("group/bench"), 20000)
     status = best(lambda: classify_status(200), 50000)
     return {
@@ -95,8 +97,8 @@ def micro(scale: float = 1.0) -> dict[str, float]:
         "resolution_plus_classification_us": best(
             lambda: (resolver.resolve_string("group/bench"), classify_status(200)), 20000
         ),
-        "front_half_small_us": best(front_half(_body(False)), 5000),
-        "front_half_100kb_us": best(front_half(_body(False, 100_000)), 200),
+        "front_half_small_us": best(front_half(chat_body(False)), 5000),
+        "front_half_100kb_us": best(front_half(chat_body(False, 100_000)), 200),
         "serialise_100kb_fallback_us": best(lambda: WireBody(big).for_model("ok"), 200),
     }
 
@@ -198,7 +200,7 @@ def bench_router(
         sticky=sticky,
     )
     router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
-    body = _body(stream, group=group)
+    body = chat_body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if callers or sticky if session is None else session:
         headers.append((b"x-session-id", b"bench-session"))

@@ -47,35 +47,29 @@ PACKAGES = ("aiohttp", "uvicorn", "starlette", "asgi_router", "bench")
 Counts = dict[tuple[str, str], tuple[int, int]]
 
 
-def _package(filename: str) -> str:
+def _located(filename: str) -> tuple[str, str]:
+    """The package a file belongs to (the innermost of :data:`PACKAGES` on its path, so that a
+    checkout or a venv inside a directory named like one still counts right, or "other") and its
+    name from that package on (``asgi_router/attempts/call.py``)."""
     parts = Path(filename).parts
-    for package in PACKAGES:
-        if package in parts:
-            return package
-    return "other"
-
-
-def _short(filename: str) -> str:
-    """A file's name from its package on (``asgi_router/attempts/call.py``)."""
-    parts = Path(filename).parts
-    for index, part in enumerate(parts):
-        if part in PACKAGES:
-            return "/".join(parts[index:])
-    return filename
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in PACKAGES:
+            return parts[index], "/".join(parts[index:])
+    return "other", filename
 
 
 def by_package(counts: Counts, requests: int) -> dict[str, float]:
     """Opcodes per request for each of :data:`PACKAGES` and "other"."""
     totals: dict[str, float] = dict.fromkeys((*PACKAGES, "other"), 0.0)
     for (filename, _), (ops, _) in counts.items():
-        totals[_package(filename)] += ops / requests
+        totals[_located(filename)[0]] += ops / requests
     return totals
 
 
 def by_function(counts: Counts, requests: int) -> dict[str, tuple[float, float]]:
     """Opcodes and entries per request for each function, keyed ``file:name``."""
     return {
-        f"{_short(filename)}:{name}": (ops / requests, calls / requests)
+        f"{_located(filename)[1]}:{name}": (ops / requests, calls / requests)
         for (filename, name), (ops, calls) in counts.items()
     }
 
@@ -93,11 +87,12 @@ class _Counter:
         self.ops.clear()
         self.calls.clear()
         self.on = True
+        _started(self.out).touch()  # the parent sends the counted requests only once this exists
 
     def stop(self, *_: object) -> None:
         self.on = False
-        keys = set(self.ops) | set(self.calls)
-        rows = [[file, name, self.ops[(file, name)], self.calls[(file, name)]] for file, name in keys]
+        # Every function counted was entered while counting: its opcodes are traced from entry.
+        rows = [[file, name, self.ops[(file, name)], calls] for (file, name), calls in self.calls.items()]
         partial = self.out.with_suffix(".part")
         partial.write_text(json.dumps(rows))
         partial.rename(self.out)  # the parent waits for the whole file
@@ -136,11 +131,9 @@ async def _drive(origin: str, requests: int, stream: bool) -> None:
     """``requests`` chat requests to ``group/bench``, 16 at once, each read to its end."""
     import aiohttp
 
-    # The load part's body, byte for byte (``scenarios.Setup.script``): compact, ``stream`` only when true.
-    payload: dict[str, Any] = {"model": "group/bench", "messages": [{"role": "user", "content": "Say hello."}]}
-    if stream:
-        payload["stream"] = True
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    from .micro import chat_body  # here, not at the top: the counted server need not import the router
+
+    body = chat_body(stream)  # the load part's body, byte for byte
     headers = {"content-type": "application/json"}
     left = requests
     async with aiohttp.ClientSession() as session:
@@ -157,26 +150,35 @@ async def _drive(origin: str, requests: int, stream: bool) -> None:
         await asyncio.gather(*(worker() for _ in range(16)))
 
 
-def measure(target: str, upstream: str, requests: int, stream: bool, warmup: int = 200) -> Counts:
-    """Counts for ``requests`` requests to ``target`` served in front of ``upstream``."""
+def _started(out: Path) -> Path:
+    """The file the server creates once it counts (its signal handler has run)."""
+    return out.with_suffix(".started")
+
+
+def _wait_for(path: Path, what: str, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} within {within:.0f} s")
+        time.sleep(0.01)
+
+
+def measure(name: str, target: str, upstream: str, requests: int, stream: bool, warmup: int = 200) -> Counts:
+    """Counts for ``requests`` requests to ``target`` (server ``name``) in front of ``upstream``."""
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "counts.json"
         env = {"BENCH_UPSTREAM": upstream, "BENCH_REFUSED": refused_origin()}
         command = ["-m", "bench.opcodes", "--serve", target, "{port}", str(out)]
-        with Server(target.split(":")[0].split(".")[-1], target, env, command=command, cwd=ROOT) as server:
+        with Server(name, target, env, command=command, cwd=ROOT) as server:
             asyncio.run(_drive(server.origin, warmup, stream))
             assert server.process is not None
             server.process.send_signal(signal.SIGUSR1)
-            time.sleep(0.2)  # the handler runs between bytecodes of the server's main thread
+            _wait_for(_started(out), f"counting in {name}")
             asyncio.run(_drive(server.origin, requests, stream))
             server.process.send_signal(signal.SIGUSR2)
-            deadline = time.monotonic() + 60
-            while not out.exists():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{target} wrote no counts")
-                time.sleep(0.05)
+            _wait_for(out, f"counts from {name}")
             rows = json.loads(out.read_text())
-    return {(file, name): (ops, calls) for file, name, ops, calls in rows}
+    return {(file, function): (ops, calls) for file, function, ops, calls in rows}
 
 
 def _tables(kind: str, counts: dict[str, Counts], requests: int, top: int) -> str:
@@ -212,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with Server("upstream", "bench.upstream:app") as upstream:
         for kind in (kind for kind in args.kinds.split(",") if kind):
-            counts = {name: measure(target, upstream.origin, args.requests, kind == "sse") for name, target in SERVERS}
+            counts = {
+                name: measure(name, target, upstream.origin, args.requests, kind == "sse") for name, target in SERVERS
+            }
             print(_tables(kind, counts, args.requests, args.top) + "\n")
     return 0
 

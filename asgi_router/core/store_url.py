@@ -13,7 +13,8 @@ The masking is deliberately generous: everything between ``://`` and the *last* 
 credentials (a password may hold an unencoded ``@``, ``/``, ``?`` or ``#``); only a user name
 that plainly is one (before the first ``:``, with no separator and no ``@`` in it) is kept.
 Everything after an unencoded ``#`` is masked, since redis-py would silently drop it and it is
-most likely the rest of a password. Masking too much costs a less readable log line; masking too little leaks.
+most likely the rest of a password. Masking too much costs a less readable log line; masking too
+little leaks.
 """
 
 from __future__ import annotations
