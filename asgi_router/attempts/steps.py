@@ -26,6 +26,7 @@ Both the loop and this class read the router's parts from one public
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -236,6 +237,10 @@ class RequestAttempts:
         (:meth:`aborted`) before the cancellation goes on."""
         context = self._context
         self.attempts += 1
+        trace = self._trace
+        # Its span starts with the attempt's clock: the span ends at this start plus the latency
+        # measured from ``started``, so it never outlasts the attempt into the next one's span.
+        began = time.time_ns() if trace is not None else 0
         ready.started = context.clock()
         self.flight.in_flight = (ready.key, ready.started)
         context.book.started(ready.key, self.facts)
@@ -248,8 +253,8 @@ class RequestAttempts:
         )
         # A relayed stream commits on its first real event; a translated one already does.
         anthropic_events = self.flight.anthropic if self._stream and not target.translated else None
-        if self._trace is not None:  # the attempt's span, and its traceparent in the headers
-            self._trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers)
+        if trace is not None:  # the attempt's span, and its traceparent in the headers
+            trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers, began)
         calling = call(
             context,
             ready,

@@ -27,7 +27,10 @@ below the attempt that called them.
 Attempt spans are started when the attempt is sent (the ``traceparent`` must name them) and
 ended when the request ends, from its :class:`~asgi_router.observability.events.AttemptEvent`:
 the end time is the start plus the event's latency, so the spans show when each attempt really
-ended, and the attempt code keeps a single hook.
+ended, and the attempt code keeps a single hook. The start given is the wall clock read just
+before the attempt's latency began to count (not when the span object is made, a few
+microseconds later): the end is then never later than the attempt really ended, and a failover's
+span never starts before the failed attempt's span has ended.
 """
 
 from __future__ import annotations
@@ -108,12 +111,14 @@ class RequestTrace:
         #: What the winner's answer says its model is (set by the router once it has committed).
         self.response_model: str | None = None
 
-    def attempt(self, candidate: str, provider: str, model_id: str, url: str, headers: dict[str, str]) -> None:
-        """Start ``candidate``'s attempt span and put its ``traceparent`` into ``headers``."""
+    def attempt(
+        self, candidate: str, provider: str, model_id: str, url: str, headers: dict[str, str], start: int
+    ) -> None:
+        """Start ``candidate``'s attempt span at ``start`` (``time.time_ns()`` read when the attempt's
+        latency began to count) and put its ``traceparent`` into ``headers``."""
         server = self._servers.get(url)
         if server is None:
             server = self._servers[url] = _server(url)
-        start = time.time_ns()
         span = self._tracer.start_span(
             f"{_OPERATION} {model_id}",
             context=self._context,
