@@ -23,13 +23,14 @@ twice, and the usage chunk summing both calls (the broken call's part estimated)
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Final
 
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["Said", "Splice", "continuation_request", "said_so_far"]
+__all__ = ["Said", "Splice", "Splicing", "continuation_request", "event_json", "said_so_far"]
 
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 #: Delta keys that carry something other than plain text (no API continues them).
@@ -107,37 +108,69 @@ def continuation_request(
     return continued, text[len(prefill) :]
 
 
-class Splice:
-    """Rewrites a continuation's chat-completion events into the stream the client already has."""
+class Splicing(ABC):
+    """What both protocols' splices share: the whitespace the prefill lost, not said twice; the
+    calls before this one's tokens, added to its usage; whether the continuation's first content
+    is still to come. A subclass turns each complete event's data into the client's bytes."""
 
-    __slots__ = ("_created", "_head", "_id", "_prior", "_skip")
+    __slots__ = ("_head", "_prior", "_skip")
 
-    def __init__(self, said: Said, skip: str, prior: tuple[int, int]) -> None:
-        self._id = said.id
-        self._created = said.created
+    def __init__(self, skip: str, prior: tuple[int, int]) -> None:
         #: Whitespace the prefill lost, to drop from the continuation's first text.
         self._skip = skip
         #: ``(prompt, completion)`` tokens of the calls before this one (estimated), added to its usage.
         self._prior = prior
-        #: Still before the continuation's first content: a role-only delta is dropped.
+        #: Still before the continuation's first content (its opening is dropped).
         self._head = True
 
     def feed(self, events: bytes) -> bytes:
         """The client's bytes for ``events`` (complete events only)."""
         out: list[bytes] = []
         for data in EventSplitter().feed(events):
-            if data == b"[DONE]":
-                out.append(b"data: [DONE]\n\n")
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue  # not a chunk: nothing a client could use
-            if not isinstance(chunk, dict):
-                continue
-            if self._rewrite(chunk):
-                out.append(b"data: " + _COMPACT.encode(chunk).encode() + b"\n\n")
+            spliced = self._event(data)
+            if spliced is not None:
+                out.append(spliced)
         return b"".join(out)
+
+    @abstractmethod
+    def _event(self, data: bytes) -> bytes | None:
+        """The client's bytes for one event's ``data``; ``None`` to drop it."""
+
+    def _unskipped(self, text: str) -> str:
+        """``text`` without the part of the lost whitespace it starts with (said already)."""
+        skip, same = self._skip, 0
+        while same < len(text) and same < len(skip) and text[same] == skip[same]:
+            same += 1
+        self._skip = skip[same:] if same == len(text) else ""
+        return text[same:]
+
+
+def event_json(data: bytes) -> dict[str, Any] | None:
+    """An event's data as a JSON object, or ``None`` when it is none (nothing a client could use)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+class Splice(Splicing):
+    """Rewrites a continuation's chat-completion events into the stream the client already has."""
+
+    __slots__ = ("_created", "_id")
+
+    def __init__(self, said: Said, skip: str, prior: tuple[int, int]) -> None:
+        super().__init__(skip, prior)
+        self._id = said.id
+        self._created = said.created
+
+    def _event(self, data: bytes) -> bytes | None:
+        if data == b"[DONE]":
+            return b"data: [DONE]\n\n"
+        chunk = event_json(data)
+        if chunk is None or not self._rewrite(chunk):
+            return None
+        return b"data: " + _COMPACT.encode(chunk).encode() + b"\n\n"
 
     def _rewrite(self, chunk: dict[str, Any]) -> bool:
         """Rewrite ``chunk`` in place; False to drop it."""
@@ -160,11 +193,7 @@ class Splice:
             return True
         content = delta.get("content")
         if isinstance(content, str) and content and self._skip:
-            skip, same = self._skip, 0
-            while same < len(content) and same < len(skip) and content[same] == skip[same]:
-                same += 1
-            self._skip = skip[same:] if same == len(content) else ""
-            delta["content"] = content = content[same:]
+            delta["content"] = content = self._unskipped(content)
         if content or choices[0].get("finish_reason") is not None or any(key in delta for key in _NOT_TEXT):
             self._head = False
             delta.pop("role", None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from asgi_router.protocols.continuation import Said
+from asgi_router.protocols.continuation import Said, Splicing, event_json
 from asgi_router.protocols.sse import EventSplitter
 
 __all__ = ["MessagesSplice", "said_in_messages"]
@@ -59,33 +59,23 @@ def said_in_messages(sent: bytes) -> Said | str:
     return Said(said, None, None, block)
 
 
-class MessagesSplice:
+class MessagesSplice(Splicing):
     """Rewrites a continuation's Messages API events into the message the client already has."""
 
-    __slots__ = ("_block", "_head", "_prior", "_skip")
+    __slots__ = ("_block",)
 
     def __init__(self, said: Said, skip: str, prior: tuple[int, int]) -> None:
+        super().__init__(skip, prior)
         self._block = said.block
-        self._skip = skip
-        self._prior = prior
-        #: The continuation's first text block has not opened yet: its opening is dropped.
-        self._head = True
 
-    def feed(self, events: bytes) -> bytes:
-        """The client's bytes for ``events`` (complete events only)."""
-        out: list[bytes] = []
-        for data in EventSplitter().feed(events):
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue
-            if not isinstance(event, dict):
-                continue
-            kind = event.get("type")
-            if kind in _DROPPED or not self._rewrite(kind, event):
-                continue
-            out.append(b"event: " + str(kind).encode() + b"\ndata: " + _COMPACT.encode(event).encode() + b"\n\n")
-        return b"".join(out)
+    def _event(self, data: bytes) -> bytes | None:
+        event = event_json(data)
+        if event is None:
+            return None
+        kind = event.get("type")
+        if kind in _DROPPED or not self._rewrite(kind, event):
+            return None
+        return b"event: " + str(kind).encode() + b"\ndata: " + _COMPACT.encode(event).encode() + b"\n\n"
 
     def _rewrite(self, kind: object, event: dict[str, Any]) -> bool:
         index = event.get("index")
@@ -99,11 +89,7 @@ class MessagesSplice:
             delta = event.get("delta")
             text = delta.get("text") if isinstance(delta, dict) else None
             if isinstance(delta, dict) and isinstance(text, str) and text:
-                skip, same = self._skip, 0
-                while same < len(text) and same < len(skip) and text[same] == skip[same]:
-                    same += 1
-                self._skip = skip[same:] if same == len(text) else ""
-                delta["text"] = text[same:]
+                delta["text"] = self._unskipped(text)
                 if not delta["text"]:
                     return False
         if kind == "message_delta":
