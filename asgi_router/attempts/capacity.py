@@ -6,7 +6,7 @@
 walk (:meth:`Capacity.stick`: the key's member first, when it has one) and after it
 (:meth:`Capacity.answered`: a winner that served becomes the key's member; the outcome ``hit``,
 ``miss`` or ``moved``, for every answer, served, passed through or the router's own error,
-goes on the request record, hence the ``x-router-sticky`` header and the metric). A
+goes on the request's state, hence the router's sticky header, the record and the metric). A
 group with neither costs a request one ``None`` check.
 
 The sticky member is only put *first*: whether it may be called is admission's to say, as for

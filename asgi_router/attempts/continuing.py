@@ -14,23 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Committed
-from asgi_router.attempts.steps import Flight, RequestAttempts
+from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import RequestRecord
 from asgi_router.protocols.continuation import continuation_request
 from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.provider import RouteTarget
-
-if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
-    from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["Continuation", "Continuations"]
 
@@ -57,13 +54,9 @@ class Continuations:
         plan: Plan,
         payload: dict[str, Any],
         text: str,
-        route: str,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        flight: Flight,
+        state: RequestState,
         facts: RequestFacts,
         attempts: int,
-        trace: RequestTrace | None = None,
     ) -> Continuation | None:
         """The first candidate of ``order`` that commits to continuing ``text``, or ``None``.
 
@@ -73,16 +66,15 @@ class Continuations:
         context = self.context
         sent_tokens = (len(text) + 3) // 4  # the router's usual estimate: about four characters a token
         deadline = context.clock() + context.policy.deadline
-        messages_route = is_anthropic(route_kind(route))
+        path = state.path
+        messages_path = is_anthropic(route_kind(path))
         for candidate, mode in order:
             provider = context.providers.get(candidate.provider)
-            target = provider.targets.get(route) if provider is not None else None
+            target = provider.targets.get(path) if provider is not None else None
             # The Messages API (translated to, or the route's own) refuses a prefill ending in whitespace.
-            anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_route
+            anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_path
             continued, skip = continuation_request(payload, text, mode, anthropic=anthropic, sent_tokens=sent_tokens)
-            steps = RequestAttempts(
-                context, plan, InboundRequest(continued, True), route, inbound, record, flight, facts, deadline, trace
-            )
+            steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline)
             steps.attempts = attempts
             ready = steps.prepare(candidate, retry=True)
             if ready is not None:

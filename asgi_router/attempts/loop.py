@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Generic, TypeVar
 
 from asgi_router.attempts.capacity import Capacity, Stuck, header_value
 from asgi_router.attempts.capacity_queue import CapacityQueue
@@ -36,22 +35,15 @@ from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.steps import Flight, RequestAttempts
+from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import RequestRecord
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
 
-if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
-    from asgi_router.observability.tracing import RequestTrace
-
 __all__ = ["AttemptLoop"]
-
-#: The request's context as the attempts see it (the middleware's ``RequestContext``), handed
-#: back to the plan phase when a request is planned again.
-FlightT = TypeVar("FlightT", bound=Flight)
 
 
 class AttemptLoop:
@@ -66,31 +58,29 @@ class AttemptLoop:
         self,
         plan: Plan,
         request: InboundRequest,
-        route: str,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        flight: FlightT,
+        state: RequestState,
         facts: RequestFacts = EMPTY_FACTS,
-        trace: RequestTrace | None = None,
-        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]] | None = None,
-    ) -> Committed | Refused | RouterError:
+        replan: Callable[[RequestState, InboundRequest], Awaitable[Plan | RouterError]] | None = None,
+    ) -> tuple[Plan, Committed | Refused | RouterError]:
         """Try ``plan`` until a candidate commits, refuses, or every candidate has failed
-        (each call a span of ``trace``, when the request is traced).
+        (each call a span of the request's trace, when it is traced).
 
-        ``replan`` is the pipeline's plan phase, asked again (with ``flight`` and ``request``)
+        ``replan`` is the pipeline's plan phase, asked again (with ``state`` and ``request``)
         for a request that waited for capacity; without it the old plan is walked again.
         """
         context = self.context
+        inbound = state.scope["headers"]
         deadline = context.clock() + context.policy.deadline
         capacity, stuck, queue = self.capacity, None, None
         group = plan.policy
+        planned_as = plan  # the plan the answer reads: the request's own, or the one made again
         if capacity is not None and group is not None:  # a group's plan: sticky? queued?
             if capacity.fleet is not None and group.sticky is not None:  # the one awaited look-up
-                plan, stuck = await capacity.stick_shared(plan, request.payload, inbound, record.principal)
+                plan, stuck = await capacity.stick_shared(plan, request.payload, inbound, state.principal)
             else:
-                plan, stuck = capacity.stick(plan, request.payload, inbound, record.principal)
+                plan, stuck = capacity.stick(plan, request.payload, inbound, state.principal)
             queue = capacity.queues.get(group.name) if group.queue is not None else None
-        attempts = RequestAttempts(context, plan, request, route, inbound, record, flight, facts, deadline, trace)
+        attempts = RequestAttempts(context, plan, request, state, facts, deadline)
         decided: Committed | Refused | RouterError | None = None
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
         if walked:
@@ -99,10 +89,12 @@ class AttemptLoop:
         if waits and queue is not None and capacity is not None:
             # An object, not a closure: the variables a nested function captures are cells made
             # on every call of this one, held while every request waits for its upstream.
-            planned = None if replan is None else _Replanned(replan, flight, request, capacity, inbound, record, stuck)
+            planned = None if replan is None else _Replanned(replan, state, request, capacity, stuck)
             decided, attempts = await self._wait(queue, attempts, walked, planned)
             if planned is not None:
                 stuck = planned.stuck
+                if planned.plan is not None:
+                    planned_as = planned.plan
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
@@ -112,8 +104,8 @@ class AttemptLoop:
         if decided is None:
             decided = attempts.exhausted()
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
-            record.sticky = (stuck.group, capacity.answered(stuck, decided))
-        return decided
+            state.sticky = (stuck.group, capacity.answered(stuck, decided))
+        return planned_as, decided
 
     async def _walk(
         self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
@@ -152,14 +144,14 @@ class AttemptLoop:
         old plan when there is none) and walk the new plan. What came of the last walk, and its
         pass (``first``, the request's own, when the queue was full)."""
         clock = self.context.clock
-        plan, record, inbound = first.plan, first.record, first.inbound
+        plan, state, inbound = first.plan, first.state, first.inbound
         settings = queue.settings
         group = plan.policy.name if plan.policy is not None else ""
-        priority = queue.priority(header_value(inbound, settings.priority_header.encode("latin-1")), record.principal)
+        priority = queue.priority(header_value(inbound, settings.priority_header.encode("latin-1")), state.principal)
         joined = clock()
         ticket = queue.join(priority)
         if ticket is None:
-            record.queued = (group, "full", 0.0)
+            state.queued = (group, "full", 0.0)
             queue.recent.append(("full", 0.0))
             decided = None if walked else await self._walk(first, plan, inbound)  # today's answer, and why
             return decided, first
@@ -198,7 +190,7 @@ class AttemptLoop:
         finally:
             queue.leave(ticket)
             waited = clock() - joined
-            record.queued = (group, outcome, waited)
+            state.queued = (group, outcome, waited)
             queue.recent.append((outcome, waited))
         return decided, attempts
 
@@ -228,46 +220,40 @@ class AttemptLoop:
                 self.context.gate.end_retry(candidate.provider)
 
 
-class _Replanned(Generic[FlightT]):
+class _Replanned:
     """A queued request's plan phase asked again at the head of its queue, its sticky member
     (if any) first; :attr:`stuck` is how the last plan stuck."""
 
-    __slots__ = ("_capacity", "_flight", "_inbound", "_record", "_replan", "_request", "stuck")
+    __slots__ = ("_capacity", "_replan", "_request", "_state", "plan", "stuck")
 
     def __init__(
         self,
-        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]],
-        flight: FlightT,
+        replan: Callable[[RequestState, InboundRequest], Awaitable[Plan | RouterError]],
+        state: RequestState,
         request: InboundRequest,
         capacity: Capacity,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
         stuck: Stuck | None,
     ) -> None:
         self._replan = replan
-        self._flight = flight
+        self._state = state
         self._request = request
         self._capacity = capacity
-        self._inbound = inbound
-        self._record = record
         self.stuck = stuck
+        #: The last plan made (``None``: none yet).
+        self.plan: Plan | None = None
 
     async def __call__(self) -> Plan | RouterError:
-        fresh = await self._replan(self._flight, self._request)
-        if isinstance(fresh, RouterError) or fresh.policy is None:
+        state = self._state
+        fresh = await self._replan(state, self._request)
+        if isinstance(fresh, RouterError):
             return fresh
-        fresh, self.stuck = await _stick(self._capacity, fresh, self._request, self._inbound, self._record)
+        self.plan = fresh
+        if fresh.policy is None:
+            return fresh
+        capacity = self._capacity
+        payload, inbound = self._request.payload, state.scope["headers"]
+        if capacity.fleet is not None and fresh.policy.sticky is not None:
+            fresh, self.stuck = await capacity.stick_shared(fresh, payload, inbound, state.principal)
+        else:
+            fresh, self.stuck = capacity.stick(fresh, payload, inbound, state.principal)
         return fresh
-
-
-async def _stick(
-    capacity: Capacity,
-    plan: Plan,
-    request: InboundRequest,
-    inbound: Sequence[tuple[bytes, bytes]],
-    record: RequestRecord,
-) -> tuple[Plan, Stuck | None]:
-    """``plan`` with the request's sticky member first, asking the fleet's store when it has one."""
-    if capacity.fleet is not None and plan.policy is not None and plan.policy.sticky is not None:
-        return await capacity.stick_shared(plan, request.payload, inbound, record.principal)
-    return capacity.stick(plan, request.payload, inbound, record.principal)

@@ -23,16 +23,16 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final
 
 from asgi_router.core.usage_bounds import MAX_PLAUSIBLE_TOKENS, plausible_tokens
+from asgi_router.request.spend import TokenCount
 
 __all__ = [
     "LAST_CHUNKS",
     "TAIL_BYTES",
     "LastChunks",
     "Tail",
-    "TokenCount",
     "count_tokens",
     "estimated",
     "find_usage",
@@ -59,20 +59,6 @@ _USUAL_USAGE: Final = re.compile(
 # being cheaper to match (what it matches, the pattern above matches alike).
 _COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d{1,15}),"completion_tokens":(\d{1,15})[,}]')
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
-
-
-class TokenCount(NamedTuple):
-    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``.
-
-    A tuple (one per served response, made in C), not a frozen dataclass."""
-
-    prompt: int
-    completion: int
-    measured: bool
-
-    @property
-    def total(self) -> int:
-        return self.prompt + self.completion
 
 
 class LastChunks(deque[bytes]):

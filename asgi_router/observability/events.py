@@ -141,10 +141,10 @@ class RequestRecord:
     caller: str | None = None
     #: What the caps made of the request: ``served``, ``downgraded`` or ``refused``.
     caller_outcome: Literal["served", "downgraded", "refused"] | None = None
-    #: The cap that downgraded or refused it (``x-router-limit``), e.g. ``usd_per_day``.
+    #: The cap that downgraded or refused it (the router's limit header), e.g. ``usd_per_day``.
     limit: str | None = None
     #: A sticky group's request that had a key: ``(group, outcome)``, outcome ``hit``, ``miss``
-    #: or ``moved`` (sent as ``x-router-sticky``).
+    #: or ``moved`` (sent in the router's sticky header).
     sticky: tuple[str, str] | None = None
     #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
     #: ``served``, ``timed_out``, ``full`` or ``left``.

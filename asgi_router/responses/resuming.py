@@ -8,8 +8,8 @@ the request can be continued (:func:`resumable_request`). The relay
 the call that broke once another call continues it: its gate lease finished with the break's
 reason (a break counts against its breaker, as an unresumed one does), its statistics
 released, and its attempt evented ``resumed`` with that reason. Each break it tried to continue
-is kept on the request record for ``asgi_router_resumes_total``: ``served`` when the answer was
-finished, ``failed`` when the client got the in-band error.
+is kept on the request's state (and so its record) for ``asgi_router_resumes_total``: ``served``
+when the answer was finished, ``failed`` when the client got the in-band error.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from asgi_router.attempts.continuing import Continuation, Continuations
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.reasons import Reason
-from asgi_router.observability.events import AttemptEvent
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.continuation_messages import MessagesSplice, said_in_messages
-from asgi_router.responses.request_context import RequestContext
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 
@@ -59,12 +58,11 @@ class StreamResumer:
         "_modes",
         "_payload",
         "_plan",
-        "context",
         "current",
         "evented",
         "prior",
-        "record",
         "resumes",
+        "state",
     )
 
     def __init__(
@@ -72,7 +70,7 @@ class StreamResumer:
         continuations: Continuations,
         book: Bookkeeper,
         clock: Callable[[], float],
-        exchange: RequestContext,
+        state: RequestState,
         plan: Plan,
         modes: Sequence[ResumeMode],
         max_resumes: int,
@@ -83,9 +81,8 @@ class StreamResumer:
         self._continuations = continuations
         self._book = book
         self._clock = clock
-        self.record = exchange.record
-        #: The request's context: bytes relayed, the attempt in flight, the lease, the winner.
-        self.context = exchange
+        #: The request's state: its events, bytes relayed, the attempt in flight, the winner.
+        self.state = state
         self._plan = plan
         self._modes = modes
         self._max = max_resumes
@@ -104,11 +101,11 @@ class StreamResumer:
 
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
-        return said_in_messages(sent) if self.context.anthropic else said_so_far(sent)
+        return said_in_messages(sent) if self.state.anthropic else said_so_far(sent)
 
     def splice(self, said: Said, skip: str) -> Spliced:
         """The rewriting of the continuation that just committed, in the route's protocol."""
-        if self.context.anthropic:
+        if self.state.anthropic:
             return MessagesSplice(said, skip, self.prior)
         return Splice(said, skip, self.prior)
 
@@ -123,20 +120,14 @@ class StreamResumer:
         made ``failed`` if nothing continues it (:attr:`evented` then names it).
         """
         self._broken.append(broken.candidate.key)
-        record, exchange = self.record, self.context
-        at = len(record.events)
-        record.events.append(
-            AttemptEvent(
-                record.request_id,
-                at,
-                broken.candidate.key,
-                "resumed",
-                reason,
-                broken.response.status,
-                self._clock() - broken.started,
-                broken.ttfb,
-                principal=record.principal,
-            )
+        state = self.state
+        at = state.event(
+            broken.candidate.key,
+            "resumed",
+            reason,
+            broken.response.status,
+            self._clock() - broken.started,
+            broken.ttfb,
         )
         plan = self._plan
         answer = self._continuations.context.decisions.resume(
@@ -149,16 +140,12 @@ class StreamResumer:
                 plan,
                 self._payload,
                 text,
-                exchange.path,
-                exchange.scope["headers"],
-                record,
-                exchange,
+                state,
                 self._facts,
                 broken.attempts,
-                exchange.trace,
             )
         if continued is None:
-            record.events[at] = replace(record.events[at], outcome="failed")
+            state.events[at] = replace(state.events[at], outcome="failed")
             self.evented = broken
             return None
         self.resumes += 1
@@ -170,9 +157,8 @@ class StreamResumer:
         self._book.finished(broken.candidate.key, self._facts, None)
         committed = continued.committed
         self.current = committed
-        exchange.lease = committed.lease
-        exchange.in_flight = (committed.candidate.key, committed.started)
-        exchange.winner = committed.candidate.key
+        state.in_flight = (committed.candidate.key, committed.started)
+        state.winner = committed.candidate.key
         return continued
 
     def served(self) -> None:
@@ -185,5 +171,5 @@ class StreamResumer:
 
     def _close(self, outcome: str) -> None:
         if self._broken:
-            self.record.resumes += tuple((key, outcome) for key in self._broken)
+            self.state.resumes += tuple((key, outcome) for key in self._broken)
             self._broken.clear()

@@ -54,7 +54,7 @@ class Plan:
 
     candidates: tuple[Candidate, ...]
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
-    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent as ``x-router-route``).
+    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent in the router's route header).
     route: str = DEFAULT_ROUTE
     #: The group's hedging, degraded-answer and budget policies (``None`` for a direct ref).
     policy: GroupPolicy | None = None
