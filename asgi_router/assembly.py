@@ -23,8 +23,8 @@ from starlette.types import ASGIApp
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
-from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.loop import AttemptLoop
+from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
@@ -146,6 +146,7 @@ def assemble(
         raise ConfigError("pass either transport= or http_client=, not both")
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
     gate = Gate(resolved, router_state, clock)
+    capacity = Capacity.for_settings(resolved, clock, router_state)
     loop = AttemptLoop(
         AttemptContext(
             transport=upstream,
@@ -158,7 +159,10 @@ def assemble(
             policy=RetryPolicy.from_settings(resolved),
             random=random,
         ),
-        Capacity.for_settings(resolved, clock, router_state),
+        PlanPhase(resolver, capacity),
+        capacity,
+        # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
+        ResumeTable(resolved),
     )
     recent = RecentRequests(resolved.events.recent)
     events = EventBus(default_sinks(sinks), resolved.events.queue_size)
@@ -187,8 +191,7 @@ def assemble(
         resolver=resolver,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
-        # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
-        answer=Answer(book, clock, ResumeTable(resolved), Continuations(loop.context)),
+        answer=Answer(book, clock),
         transport=upstream,
         clock=clock,
         recent=recent,

@@ -15,9 +15,10 @@ typed result; a phase that refuses ends the request with the router's error:
    ``Decisions.caller`` answers serve, downgrade to another ref, or refuse), before a byte of
    the body is read, so a refused client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
-3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
-   (rules, strategy; a ``rotate`` group's fleet counter settled); asked again by the attempt
-   phase (:meth:`ModelRouter._replan`) for a request that waited in its group's queue;
+3. **plan** (:class:`~asgi_router.attempts.plan_phase.PlanPhase`): the request facts, the
+   ``model`` resolved to a plan (rules, strategy; a ``rotate`` group's fleet counter settled), a
+   sticky group's member first; asked again, the same object, by the attempt phase's wait for
+   capacity for a request that waited in its group's queue;
 4. **attempt** (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until
    one commits (hedged for groups that hedge);
 5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
@@ -80,7 +81,6 @@ from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.client_gone import close_for_gone_client, owes_gone_response
 from asgi_router.responses.error_reply import send_error, send_failure
 from asgi_router.routing.facts import RequestFacts
-from asgi_router.routing.plan import Plan, ResolveError
 from asgi_router.transports.transport import Transport
 
 if TYPE_CHECKING:
@@ -164,9 +164,10 @@ class ModelRouter:
         self._routes = parts.routes
         self._count_tokens = parts.count_tokens
         self._guard = parts.guard
-        self._resolver = parts.resolver
         self._recorder = parts.recorder
         self._loop = parts.loop
+        #: Phase *plan*: rules, strategy and sticky member (``attempts/plan_phase.py``).
+        self._plan = parts.loop.plan_phase
         self._answer = parts.answer
         self._clock = parts.clock
         self._metrics = parts.metrics
@@ -228,7 +229,7 @@ class ModelRouter:
                     return
                 # From here upstreams are involved: a client that leaves cancels the work.
                 listening.listen()
-                plan, result = await self._loop.run(plan, request, state, facts, self._replan)
+                plan, result = await self._loop.run(plan, request, state, facts)
                 await self._answer(state, plan, request, facts, result)
         except Exception:
             await send_failure(state)
@@ -283,29 +284,6 @@ class ModelRouter:
         if not isinstance(request, RouterError):
             state.stream = request.stream
         return request
-
-    async def _plan(self, state: RequestState, request: InboundRequest, facts: RequestFacts) -> Plan | RouterError:
-        """Phase *plan*: the ``model`` (or the ref a caller cap downgraded it to) resolved to a
-        plan by the rules ``facts`` are read for (a ``rotate`` group's fleet-wide counter is one
-        awaited step)."""
-        downgrade = state.downgrade_to
-        plan = self._resolver.resolve_string(request.payload["model"] if downgrade is None else downgrade, facts)
-        if isinstance(plan, ResolveError):
-            if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
-                state.ref = request.payload["model"]
-            return RouterError(plan.status, plan.code, plan.message)
-        state.ref = request.payload["model"]  # validated by the parser: safe to log
-        state.rule = plan.route
-        if plan.rotation is not None:
-            plan = await plan.settle()
-        state.plan = plan.labels
-        return plan
-
-    async def _replan(self, state: RequestState, request: InboundRequest) -> Plan | RouterError:
-        """Phase *plan* again, from the attempt phase: a request that waited in its group's
-        queue for capacity is planned anew (its ``model`` resolved again, the strategy's order
-        afresh, from the same facts)."""
-        return await self._plan(state, request, RequestFacts(request.payload, state.scope["headers"]))
 
     def _record(self, state: RequestState, started: float, ticket: CallerTicket | None) -> None:
         """Phase *record*: the record written once, then kept, counted and published; a failure

@@ -18,23 +18,31 @@ races instead of retrying in place (``hedging.py``: the race is its second chanc
 and the all-open rule apply to it too.
 
 A group with a ``queue`` whose walk found no capacity waits in it (``capacity_queue.py``); at the
-head, each re-check is a new plan from the pipeline's plan phase (the ``replan`` it is given), its
-sticky member first again, walked as a fresh pass: a plan made before the wait would keep an order
-the strategy no longer gives.
+head, each re-check is a new plan from the pipeline's plan phase (``plan_phase.py``, the object the
+loop is built with: the attempts never call back into the middleware), its sticky member first
+again, walked as a fresh pass: a plan made before the wait would keep an order the strategy no
+longer gives. The sticky member is chosen by the plan phase; the loop says how the request stuck
+once it is decided.
+
+The loop owns every upstream call of a request, before and after commit: a committed stream that
+can be continued leaves it with what continues it (``continuing.py``), to which the answer
+phase's relay reports a break; the continuation attempts are made there, not by the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
-from asgi_router.attempts.capacity import Capacity, Stuck, header_value
+from asgi_router.attempts.capacity import Capacity, header_value
 from asgi_router.attempts.capacity_queue import CapacityQueue
 from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.router_errors import RouterError
@@ -42,6 +50,7 @@ from asgi_router.inbound.body import InboundRequest
 from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
+from asgi_router.routing.resumable import ResumeTable
 
 __all__ = ["AttemptLoop"]
 
@@ -49,8 +58,19 @@ __all__ = ["AttemptLoop"]
 class AttemptLoop:
     """Runs plans through a router's :class:`AttemptContext`; one per router, no per-request state."""
 
-    def __init__(self, context: AttemptContext, capacity: Capacity | None = None) -> None:
+    def __init__(
+        self,
+        context: AttemptContext,
+        plan_phase: PlanPhase,
+        capacity: Capacity | None = None,
+        resumes: ResumeTable | None = None,
+    ) -> None:
         self.context = context
+        #: Continuation attempts of a committed stream that broke (on the candidates ``resumes``
+        #: allows): the loop hands each resumable stream it commits what continues it.
+        self.continuations = Continuations(context, resumes)
+        #: The pipeline's plan phase, asked again for a request that waited for capacity.
+        self.plan_phase = plan_phase
         #: Sticky sessions and queues of the groups that configure them (``None``: no group does).
         self.capacity = capacity
 
@@ -60,41 +80,25 @@ class AttemptLoop:
         request: InboundRequest,
         state: RequestState,
         facts: RequestFacts = EMPTY_FACTS,
-        replan: Callable[[RequestState, InboundRequest], Awaitable[Plan | RouterError]] | None = None,
     ) -> tuple[Plan, Committed | Refused | RouterError]:
-        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed
-        (each call a span of the request's trace, when it is traced).
-
-        ``replan`` is the pipeline's plan phase, asked again (with ``state`` and ``request``)
-        for a request that waited for capacity; without it the old plan is walked again.
+        """Try ``plan`` (the plan phase's, its sticky member first) until a candidate commits,
+        refuses, or every candidate has failed (each call a span of the request's trace, when it
+        is traced); the plan last walked (made again after a wait for capacity), and its outcome.
         """
         context = self.context
         inbound = state.scope["headers"]
         deadline = context.clock() + context.policy.deadline
-        capacity, stuck, queue = self.capacity, None, None
-        group = plan.policy
-        planned_as = plan  # the plan the answer reads: the request's own, or the one made again
-        if capacity is not None and group is not None:  # a group's plan: sticky? queued?
-            if capacity.fleet is not None and group.sticky is not None:  # the one awaited look-up
-                plan, stuck = await capacity.stick_shared(plan, request.payload, inbound, state.principal)
-            else:
-                plan, stuck = capacity.stick(plan, request.payload, inbound, state.principal)
-            queue = capacity.queues.get(group.name) if group.queue is not None else None
+        capacity, queue, group = self.capacity, None, plan.policy
+        if capacity is not None and group is not None and group.queue is not None:
+            queue = capacity.queues.get(group.name)
         attempts = RequestAttempts(context, plan, request, state, facts, deadline)
         decided: Committed | Refused | RouterError | None = None
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
         if walked:
             decided = await self._walk(attempts, plan, inbound)
         waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
-        if waits and queue is not None and capacity is not None:
-            # An object, not a closure: the variables a nested function captures are cells made
-            # on every call of this one, held while every request waits for its upstream.
-            planned = None if replan is None else _Replanned(replan, state, request, capacity, stuck)
-            decided, attempts = await self._wait(queue, attempts, walked, planned)
-            if planned is not None:
-                stuck = planned.stuck
-                if planned.plan is not None:
-                    planned_as = planned.plan
+        if waits and queue is not None:
+            decided, attempts = await self._wait(queue, attempts, walked, request)
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
@@ -103,9 +107,12 @@ class AttemptLoop:
                 decided = await self._candidate(attempts, oldest, 0, force=True)
         if decided is None:
             decided = attempts.exhausted()
+        stuck = state.stuck
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
             state.sticky = (stuck.group, capacity.answered(stuck, decided))
-        return planned_as, decided
+        if request.stream and isinstance(decided, Committed):  # a break is reported back here
+            decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts)
+        return attempts.plan, decided
 
     async def _walk(
         self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
@@ -138,10 +145,10 @@ class AttemptLoop:
         queue: CapacityQueue,
         first: RequestAttempts,
         walked: bool,
-        planned: Callable[[], Awaitable[Plan | RouterError]] | None,
+        request: InboundRequest,
     ) -> tuple[Committed | Refused | RouterError | None, RequestAttempts]:
-        """Wait in ``queue`` for capacity; at the head, plan the request again (``planned``; the
-        old plan when there is none) and walk the new plan. What came of the last walk, and its
+        """Wait in ``queue`` for capacity; at the head, plan ``request`` again (the plan phase,
+        its sticky member first again) and walk the new plan. What came of the last walk, and its
         pass (``first``, the request's own, when the queue was full)."""
         clock = self.context.clock
         plan, state, inbound = first.plan, first.state, first.inbound
@@ -173,12 +180,11 @@ class AttemptLoop:
                     continue
                 if not await queue.my_turn(ticket, remaining):
                     continue
-                if planned is not None:
-                    fresh = await planned()
-                    if isinstance(fresh, RouterError):  # its ref no longer resolves: that is its answer
-                        decided, outcome = fresh, "served"
-                        break
-                    plan = fresh
+                fresh = await self.plan_phase(state, request, first.facts)
+                if isinstance(fresh, RouterError):  # its ref no longer resolves: that is its answer
+                    decided, outcome = fresh, "served"
+                    break
+                plan = fresh
                 attempts = first.again(plan, quiet=walked)
                 attempts.admitted = partial(queue.leave, ticket)
                 decided = await self._walk(attempts, plan, inbound)
@@ -218,42 +224,3 @@ class AttemptLoop:
         finally:
             if token:
                 self.context.gate.end_retry(candidate.provider)
-
-
-class _Replanned:
-    """A queued request's plan phase asked again at the head of its queue, its sticky member
-    (if any) first; :attr:`stuck` is how the last plan stuck."""
-
-    __slots__ = ("_capacity", "_replan", "_request", "_state", "plan", "stuck")
-
-    def __init__(
-        self,
-        replan: Callable[[RequestState, InboundRequest], Awaitable[Plan | RouterError]],
-        state: RequestState,
-        request: InboundRequest,
-        capacity: Capacity,
-        stuck: Stuck | None,
-    ) -> None:
-        self._replan = replan
-        self._state = state
-        self._request = request
-        self._capacity = capacity
-        self.stuck = stuck
-        #: The last plan made (``None``: none yet).
-        self.plan: Plan | None = None
-
-    async def __call__(self) -> Plan | RouterError:
-        state = self._state
-        fresh = await self._replan(state, self._request)
-        if isinstance(fresh, RouterError):
-            return fresh
-        self.plan = fresh
-        if fresh.policy is None:
-            return fresh
-        capacity = self._capacity
-        payload, inbound = self._request.payload, state.scope["headers"]
-        if capacity.fleet is not None and fresh.policy.sticky is not None:
-            fresh, self.stuck = await capacity.stick_shared(fresh, payload, inbound, state.principal)
-        else:
-            fresh, self.stuck = capacity.stick(fresh, payload, inbound, state.principal)
-        return fresh

@@ -30,7 +30,19 @@ from asgi_router.request.spend import Spend
 if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
     from asgi_router.observability.tracing import RequestTrace
 
-__all__ = ["RequestState"]
+__all__ = ["RequestState", "Stuck"]
+
+
+class Stuck:
+    """A sticky group's request that has a key: its group, its key, and the member the key had
+    when its plan was made (``None``: none, or one no longer in the plan)."""
+
+    __slots__ = ("group", "key", "member")
+
+    def __init__(self, group: str, key: str, member: str | None) -> None:
+        self.group = group
+        self.key = key
+        self.member = member
 
 
 class RequestState:
@@ -69,6 +81,7 @@ class RequestState:
         "status",
         "sticky",
         "stream",
+        "stuck",
         "trace",
         "winner",
     )
@@ -111,7 +124,9 @@ class RequestState:
         self.limit: str | None = None
         #: The ref a caller cap downgraded the request to (``None``: served as asked).
         self.downgrade_to: str | None = None
-        #: A sticky group's keyed request: ``(group, hit | miss | moved)``.
+        #: A sticky group's keyed request: its key and the member it had, once planned; then how
+        #: it stuck, ``(group, hit | miss | moved)``, once answered.
+        self.stuck: Stuck | None = None
         self.sticky: tuple[str, str] | None = None
         #: A request that joined its group's queue: ``(group, outcome, seconds waited)``.
         self.queued: tuple[str, str, float] | None = None

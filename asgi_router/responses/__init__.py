@@ -6,7 +6,8 @@ hands a committed upstream's bytes to the client unchanged (and ends a stream th
 in-band error); ``headers.py`` filters what an upstream's headers may say to the client;
 ``degraded.py`` builds a group's canned reply; ``error_reply.py`` sends the router's own errors.
 When a plan has a candidate that can continue a broken stream, ``resume_relay.py`` relays whole
-events instead and continues the stream after a break, with ``resuming.py`` asking for and
-accounting the continuations; ``client_gone.py`` ends a request whose client left before the
+events instead and reports a break to what the attempt loop handed it, appending what the
+continuation sends (``resuming.py`` keeps the relay's side: what was said, the splice); the
+answer phase runs no attempts. ``client_gone.py`` ends a request whose client left before the
 first byte with a 499 the server can drop.
 """

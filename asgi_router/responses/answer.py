@@ -9,6 +9,8 @@ winner, bytes, spend) goes on the request's
 :class:`~asgi_router.request.request_state.RequestState`, from which the record is built once
 the request is over. It holds the committed attempt's gate lease until the relay ends, and
 finishes it as ``client_disconnected`` if the relay never does (it was cancelled, or crashed).
+It runs no attempts: a committed stream the attempts can continue after a break arrives with
+what continues it (``attempts/continuing.py``), which the relay reports each break to.
 
 Token counting keeps as little as it needs, and no Python call per chunk: an upstream states a
 stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
@@ -26,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
-from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import LAST_CHUNKS, LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
@@ -43,10 +44,9 @@ from asgi_router.responses.error_reply import send_error
 from asgi_router.responses.headers import response_headers_for_client
 from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
 from asgi_router.responses.resume_relay import relay_resumable
-from asgi_router.responses.resuming import StreamResumer, resumable_request
+from asgi_router.responses.resuming import StreamResumer
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
-from asgi_router.routing.resumable import ResumeTable
 
 __all__ = ["Answer"]
 
@@ -54,20 +54,11 @@ __all__ = ["Answer"]
 class Answer:
     """Sends a request's answer and accounts for it: one per router, called once per request."""
 
-    __slots__ = ("_book", "_clock", "_continuations", "_resumes")
+    __slots__ = ("_book", "_clock")
 
-    def __init__(
-        self,
-        book: Bookkeeper,
-        clock: Callable[[], float],
-        resumes: ResumeTable | None = None,
-        continuations: Continuations | None = None,
-    ) -> None:
+    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
         self._book = book
         self._clock = clock
-        #: Which candidates may continue a broken stream (``None`` or disabled: none may).
-        self._resumes = resumes if resumes is not None and resumes.enabled and continuations is not None else None
-        self._continuations = continuations
 
     async def __call__(
         self,
@@ -117,7 +108,8 @@ class Answer:
                 spend = state.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
                 self._note_served(state, result, "served", spend)
                 return
-            resumer = self._resumer(state, plan, request, facts, result)
+            if result.continues is not None:  # the attempts continue it after a break
+                resumer = StreamResumer(result.continues, state, facts, result)
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream). A continuation keeps the payload
             # (the facts read the same one, so keeping them costs nothing, and their estimate is
@@ -164,30 +156,6 @@ class Answer:
                     result.candidate.key, facts, *_streamed_usage(result, tail, None, state.chunks_relayed)
                 )
 
-    def _resumer(
-        self, state: RequestState, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
-    ) -> StreamResumer | None:
-        """The request's continuations, when its plan has a resumable candidate and it can be
-        continued at all (one choice, no logprobs); else ``None``."""
-        if self._resumes is None:
-            return None
-        modes = self._resumes.modes(plan)
-        if modes is None or not resumable_request(request.payload):
-            return None
-        assert self._continuations is not None
-        return StreamResumer(
-            self._continuations,
-            self._book,
-            self._clock,
-            state,
-            plan,
-            modes,
-            self._resumes.max_resumes(plan),
-            request.payload,
-            facts,
-            result,
-        )
-
     async def _send_degraded(
         self, state: RequestState, degraded: DegradedSettings, stream: bool, attempts: int
     ) -> None:
@@ -203,7 +171,7 @@ class Answer:
     ) -> None:
         if committed.lease is not None:
             committed.lease.finish(reason)  # a late failure counts against the candidate
-        if not event:  # evented at its break already (``resuming.py``)
+        if not event:  # evented at its break already (``attempts/continuing.py``)
             return
         outcome: Outcome = (
             "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
