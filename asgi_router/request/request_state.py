@@ -214,30 +214,32 @@ class RequestState:
         self.in_flight = None
         spend = self.spend
         tokens = spend.tokens if spend is not None else None
+        # Every field in its order, positionally: a record per request, and keyword arguments
+        # made building it several times dearer (docs/performance.md).
         return RequestRecord(
             self.request_id,
             self.ref,
-            stream=self.stream,
-            status=self.status,
-            winner=self.winner,
-            bytes_relayed=self.bytes_relayed,
-            latency=latency,
-            events=self.events,
-            route=self.rule if self.rule is not None else "default",
-            plan=self.plan,
-            degraded=self.degraded,
-            prompt_tokens=tokens.prompt if tokens is not None else None,
-            completion_tokens=tokens.completion if tokens is not None else None,
-            cost_usd=spend.cost_usd if spend is not None else None,
-            principal=self.principal,
-            started_at=self.started_at,
-            tokens_measured=tokens.measured if tokens is not None else False,
-            hedge=self.hedge,
-            facts=self.facts,
-            resumes=self.resumes,
-            caller=self.caller,
-            caller_outcome=self.caller_outcome,
-            limit=self.limit,
-            sticky=self.sticky,
-            queued=self.queued,
+            self.stream,
+            self.status,
+            self.winner,
+            self.bytes_relayed,
+            latency,
+            self.events,
+            self.rule if self.rule is not None else "default",  # route
+            self.plan,
+            self.degraded,
+            tokens.prompt if tokens is not None else None,  # prompt_tokens
+            tokens.completion if tokens is not None else None,  # completion_tokens
+            spend.cost_usd if spend is not None else None,  # cost_usd
+            self.principal,
+            self.started_at,
+            tokens.measured if tokens is not None else False,  # tokens_measured
+            self.hedge,
+            self.facts,
+            self.resumes,
+            self.caller,
+            self.caller_outcome,
+            self.limit,
+            self.sticky,
+            self.queued,
         )

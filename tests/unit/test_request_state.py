@@ -9,6 +9,7 @@ change that writes a record again, or sets one of the router's headers elsewhere
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import asgi_router
@@ -184,3 +185,57 @@ def test_a_request_whose_client_left_is_recorded_499_with_its_attempt_in_flight_
         "client_disconnected",
         6.0,
     )
+
+
+def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
+    state = _state()
+    for name, value in {
+        "ref": "group/chat",
+        "stream": True,
+        "status": 200,
+        "winner": "p/m",
+        "bytes_relayed": 7,
+        "rule": "long",
+        "plan": ("p/m", "q/m"),
+        "degraded": True,
+        "principal": "alice",
+        "started_at": 5.0,
+        "hedge": "won",
+        "facts": {"tokens": 3},
+        "resumes": (("p/m", "served"),),
+        "caller": "alice",
+        "caller_outcome": "downgraded",
+        "limit": "rpm",
+        "sticky": ("chat", "hit"),
+        "queued": ("chat", "served", 0.5),
+    }.items():
+        setattr(state, name, value)
+    state.spend = Spend(TokenCount(10, 5, False), 0.25)
+    record = dataclasses.asdict(state.close(now=1.0, latency=0.75))
+    assert record == {
+        "request_id": "req-1",
+        "ref": "group/chat",
+        "stream": True,
+        "status": 200,
+        "winner": "p/m",
+        "bytes_relayed": 7,
+        "latency": 0.75,
+        "events": [],
+        "route": "long",
+        "plan": ("p/m", "q/m"),
+        "degraded": True,
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "cost_usd": 0.25,
+        "principal": "alice",
+        "started_at": 5.0,
+        "tokens_measured": False,
+        "hedge": "won",
+        "facts": {"tokens": 3},
+        "resumes": (("p/m", "served"),),
+        "caller": "alice",
+        "caller_outcome": "downgraded",
+        "limit": "rpm",
+        "sticky": ("chat", "hit"),
+        "queued": ("chat", "served", 0.5),
+    }
