@@ -4,7 +4,9 @@
 tried now (and why not), and after each call what next (commit, pass through, retry after a
 wait, fail over, stop); its docstring is the whole policy as a table. Its answers about a whole
 request (a caller's caps: serve, downgrade or refuse; whether a broken stream is continued) are
-made in ``request_answers.py``. ``plan_phase.py`` is the pipeline's plan phase (the ``model``
+made in ``request_answers.py``; each request asks them through its own retry state
+(``retry_state.py``: what the request has done so far, kept before and after commit).
+``plan_phase.py`` is the pipeline's plan phase (the ``model``
 resolved to a plan, a sticky group's member first), asked again by the wait for capacity.
 ``loop.py`` drives the plain walk over a plan and ``hedging.py`` races a second candidate
 against a slow first one; ``steps.py`` does and records each step of one attempt; ``call.py`` is

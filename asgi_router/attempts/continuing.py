@@ -26,6 +26,7 @@ from typing import Any
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Committed, Continuation
+from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
@@ -60,7 +61,7 @@ class Continuations:
         self._resumes = resumes if resumes is not None and resumes.enabled else None
 
     def for_stream(
-        self, plan: Plan, request: InboundRequest, state: RequestState, facts: RequestFacts
+        self, plan: Plan, request: InboundRequest, state: RequestState, facts: RequestFacts, retry: RetryState
     ) -> StreamContinuer | None:
         """What continues ``request``'s committed stream after a break, when its plan has a
         resumable candidate and the request can be continued at all (one choice, no logprobs)."""
@@ -70,7 +71,7 @@ class Continuations:
         modes = resumes.modes(plan)
         if modes is None or not resumable_request(request.payload):
             return None
-        return StreamContinuer(self, plan, modes, resumes.max_resumes(plan), request.payload, state, facts)
+        return StreamContinuer(self, plan, modes, resumes.max_resumes(plan), request.payload, state, facts, retry)
 
     async def ask(
         self,
@@ -81,6 +82,7 @@ class Continuations:
         state: RequestState,
         facts: RequestFacts,
         attempts: int,
+        retry: RetryState,
     ) -> Continuation | None:
         """The first candidate of ``order`` that commits to continuing ``text``, or ``None``.
 
@@ -98,7 +100,7 @@ class Continuations:
             # The Messages API (translated to, or the route's own) refuses a prefill ending in whitespace.
             anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_path
             continued, skip = continuation_request(payload, text, mode, anthropic=anthropic, sent_tokens=sent_tokens)
-            steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline)
+            steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline, retry)
             steps.attempts = attempts
             ready = steps.prepare(candidate, retry=True)
             if ready is not None:
@@ -119,7 +121,7 @@ class StreamContinuer:
     against its breaker as an unresumed one does; its statistics released; its attempt evented
     ``resumed``, made ``failed`` when nothing continues it)."""
 
-    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_state")
+    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_retry", "_state")
 
     def __init__(
         self,
@@ -130,8 +132,11 @@ class StreamContinuer:
         payload: dict[str, Any],
         state: RequestState,
         facts: RequestFacts,
+        retry: RetryState,
     ) -> None:
         self._continuations = continuations
+        #: The request's retry state: whether and where a broken stream goes on is its verdict.
+        self._retry = retry
         self._plan = plan
         self._modes = modes
         self._max = max_resumes
@@ -139,10 +144,10 @@ class StreamContinuer:
         self._state = state
         self._facts = facts
 
-    def allows(self, resumes: int) -> bool:
-        return resumes < self._max
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        return self._retry.may_continue(reason, total, self._max)
 
-    async def __call__(self, broken: Committed, reason: Reason, text: str, resumes: int) -> Continuation | None:
+    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``.
 
         The broken call's event is written at the break, before the continuations' own (events
@@ -158,15 +163,17 @@ class StreamContinuer:
             broken.ttfb,
         )
         plan = self._plan
-        answer = context.decisions.resume(plan.candidates, self._modes, broken.candidate, reason, resumes, self._max)
+        retry = self._retry
+        answer = retry.after_break(plan.candidates, self._modes, broken.candidate, reason, total, self._max)
         continued = None
         if answer is not None:
             continued = await self._continuations.ask(
-                answer.order, plan, self._payload, text, state, self._facts, broken.attempts
+                answer.order, plan, self._payload, text, state, self._facts, broken.attempts, retry
             )
         if continued is None:
             state.events[at] = replace(state.events[at], outcome="failed")
             return None
+        retry.resumed()
         # The broken call is over: its lease and statistics end with the break's reason.
         if broken.lease is not None:
             broken.lease.finish(reason)

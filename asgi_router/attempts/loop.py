@@ -32,7 +32,6 @@ phase's relay reports a break; the continuation attempts are made there, not by 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from functools import partial
 
 from asgi_router.attempts.capacity import Capacity, header_value
@@ -43,6 +42,7 @@ from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.plan_phase import PlanPhase
+from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.router_errors import RouterError
@@ -91,11 +91,12 @@ class AttemptLoop:
         capacity, queue, group = self.capacity, None, plan.policy
         if capacity is not None and group is not None and group.queue is not None:
             queue = capacity.queues.get(group.name)
-        attempts = RequestAttempts(context, plan, request, state, facts, deadline)
+        retry = RetryState(context.decisions, plan, inbound)  # the request's, before and after commit
+        attempts = RequestAttempts(context, plan, request, state, facts, deadline, retry)
         decided: Committed | Refused | RouterError | None = None
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
         if walked:
-            decided = await self._walk(attempts, plan, inbound)
+            decided = await self._walk(attempts, plan)
         waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
         if waits and queue is not None:
             decided, attempts = await self._wait(queue, attempts, walked, request)
@@ -104,19 +105,17 @@ class AttemptLoop:
             if oldest is not None:
                 # Every candidate was skipped for an open (or recovering) breaker: failing untried would make the
                 # breakers the outage. Try the one that opened longest ago, as its probe.
-                decided = await self._candidate(attempts, oldest, 0, force=True)
+                decided = await self._candidate(attempts, oldest, False, force=True)
         if decided is None:
             decided = attempts.exhausted()
         stuck = state.stuck
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
             state.sticky = (stuck.group, capacity.answered(stuck, decided))
         if request.stream and isinstance(decided, Committed):  # a break is reported back here
-            decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts)
+            decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts, retry)
         return attempts.plan, decided
 
-    async def _walk(
-        self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
-    ) -> Committed | Refused | RouterError | None:
+    async def _walk(self, attempts: RequestAttempts, plan: Plan) -> Committed | Refused | RouterError | None:
         """One pass over ``plan``'s candidates; ``None``: none committed or refused."""
         context = self.context
         policy = plan.policy
@@ -124,7 +123,7 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, context.book.stats, context.clock)
-        elif (retries := context.decisions.retries_in_place(plan, inbound)) == 0:
+        elif not attempts.retry.retries:
             # Each candidate is one prepare, call, settle (every multi-member group by default).
             for candidate in attempts.candidates():
                 ready = attempts.prepare(candidate)
@@ -135,7 +134,7 @@ class AttemptLoop:
                     break
         else:
             for candidate in attempts.candidates():
-                decided = await self._candidate(attempts, candidate, retries)
+                decided = await self._candidate(attempts, candidate, True)
                 if decided is not None or attempts.stopped:
                     break
         return decided
@@ -160,7 +159,7 @@ class AttemptLoop:
         if ticket is None:
             state.queued = (group, "full", 0.0)
             queue.recent.append(("full", 0.0))
-            decided = None if walked else await self._walk(first, plan, inbound)  # today's answer, and why
+            decided = None if walked else await self._walk(first, plan)  # today's answer, and why
             return decided, first
         until = min(joined + settings.max_wait, first.deadline)
         outcome = "left"  # unless the loop below ends otherwise: the client left (cancelled)
@@ -187,7 +186,7 @@ class AttemptLoop:
                 plan = fresh
                 attempts = first.again(plan, quiet=walked)
                 attempts.admitted = partial(queue.leave, ticket)
-                decided = await self._walk(attempts, plan, inbound)
+                decided = await self._walk(attempts, plan)
                 if decided is not None or not attempts.capacity_only():
                     outcome = "served"
                     break
@@ -201,26 +200,22 @@ class AttemptLoop:
         return decided, attempts
 
     async def _candidate(
-        self, attempts: RequestAttempts, candidate: Candidate, retries: int, *, force: bool = False
+        self, attempts: RequestAttempts, candidate: Candidate, in_place: bool, *, force: bool = False
     ) -> Committed | Refused | RouterError | None:
-        """Attempt ``candidate`` and retry it in place up to ``retries`` times; ``None``: move on."""
+        """Attempt ``candidate`` and, ``in_place``, retry it as often as the request's retry
+        state answers so; ``None``: move on."""
+        retry = attempts.retry
+        retry.retrying(candidate)
         ready = attempts.prepare(candidate, force=force)
-        retry = 0
-        token = False  # a retry token of the provider's budget, held until the retry has ended
         try:
             while ready is not None:
                 result = await attempts.attempt(ready)
-                if token:
-                    token = False
-                    self.context.gate.end_retry(candidate.provider)
-                answer = attempts.settle(ready, result, retry, retries)
+                retry.retry_over()  # a retry's budget token, held until it has ended
+                answer = attempts.settle(ready, result, in_place)
                 if not isinstance(answer, Retry):
                     return attempts.outcome(answer, result)
-                token = True  # the decision point took it with its answer
-                retry += 1
                 await asyncio.sleep(answer.wait)  # cancelled at once if the client disconnects
                 ready = attempts.prepare(candidate, retry=True)
             return None
         finally:
-            if token:
-                self.context.gate.end_retry(candidate.provider)
+            retry.retry_over()

@@ -63,10 +63,11 @@ class Continues(Protocol):
     """What continues one request's committed stream after a break: the attempt loop's
     (``continuing.py``), handed to the answer phase on the :class:`Committed` it relays."""
 
-    def allows(self, resumes: int) -> bool:
-        """Whether another continuation may be asked for, ``resumes`` having been made."""
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        """Whether a break for ``reason`` may be continued at all (``total``: the attempt's
+        ``total`` ran out): the request's retry state's verdict."""
 
-    async def __call__(self, broken: Committed, reason: Reason, text: str, resumes: int) -> Continuation | None:
+    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason`` (accounted and
         evented), or ``None``: the client gets the in-band error."""
 

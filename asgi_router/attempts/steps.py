@@ -34,6 +34,7 @@ from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
+from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
@@ -83,6 +84,7 @@ class RequestAttempts:
         "facts",
         "failover_on",
         "plan",
+        "retry",
         "state",
         "stopped",
     )
@@ -95,6 +97,7 @@ class RequestAttempts:
         state: RequestState,
         facts: RequestFacts,
         deadline: float,
+        retry: RetryState,
         *,
         quiet: bool = False,
     ) -> None:
@@ -128,6 +131,8 @@ class RequestAttempts:
         self.facts = facts
         #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
         self.deadline = deadline
+        #: The request's retry state: every admission and every "what next" is asked of it.
+        self.retry = retry
         # Both lists are made on first use: most requests never fail or skip a candidate.
         self._summaries: list[AttemptSummary] | None = None
         #: Attempts started so far, retries included (skips are not attempts).
@@ -146,6 +151,7 @@ class RequestAttempts:
     def again(self, plan: Plan, *, quiet: bool) -> RequestAttempts:
         """A fresh pass over ``plan`` (the request planned again) for the same request, within the
         same deadline (a queued request's walk at the head); ``quiet``: its skips are not evented."""
+        self.retry.replanned(plan)
         return RequestAttempts(
             self._context,
             plan,
@@ -153,6 +159,7 @@ class RequestAttempts:
             self.state,
             self.facts,
             self.deadline,
+            self.retry,
             quiet=quiet,
         )
 
@@ -178,7 +185,7 @@ class RequestAttempts:
                 wire = self._wire
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
-        admitted = context.decisions.admit(
+        admitted = self.retry.admit(
             candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force, self._stream
         )
         key = candidate.key
@@ -271,12 +278,12 @@ class RequestAttempts:
         ready.lease.finish(ready.cancel_reason)
         self._context.book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
 
-    def settle(self, ready: Ready, result: Attempted, retry: int = 0, retries: int = 0) -> Next:
-        """Finish, event and account for ``result``, then ask the decision point what next.
+    def settle(self, ready: Ready, result: Attempted, in_place: bool = False) -> Next:
+        """Finish, event and account for ``result``, then ask the request's retry state what next.
 
-        ``retry`` is how many retries of this candidate were made and ``retries`` how many are
-        allowed (the plain loop's; ``0``: no retry in place). A refused retry is evented here
-        as the decision point says; :meth:`outcome` turns the answer into the pass's outcome.
+        ``in_place``: the candidate may be retried in place (the plain loop's, as often as the
+        retry state allows). A refused retry is evented here as the answer says;
+        :meth:`outcome` turns the answer into the pass's outcome.
         """
         context = self._context
         book = context.book
@@ -302,12 +309,8 @@ class RequestAttempts:
             elapsed = context.clock() - ready.started
             ready.lease.finish(result.reason)
             book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
-            if result.reason == "rate_limited":  # its wait marks the member over budget until then
-                book.rate_limited(provider, ready.key, result.retry_after)
             self._note(ready.key, "failed", result, elapsed)
-        answer = context.decisions.after(
-            result, self.failover_on, self.deadline, ready.candidate.provider, retry, retries
-        )
+        answer = self.retry.after(result, self.failover_on, self.deadline, ready.candidate, in_place)
         if isinstance(answer, FailOver) and answer.skip is not None:
             self.skip(ready.key, answer.skip)
         return answer

@@ -107,9 +107,9 @@ async def relay_resumable(
                         break
                     failure = UpstreamSaid("", "the upstream's stream ended inside an event")
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
-                said = resumer.said(b"".join(sent.events)) if reason in ("stream_interrupted", "timeout") else None
+                said = resumer.said(b"".join(sent.events)) if resumer.may_continue(reason, total) else None
                 continued = None
-                if isinstance(said, Said) and not total and resumer.can_resume():
+                if isinstance(said, Said):
                     continued = await resumer.resume(current, reason, said.text)
                 if continued is None:
                     resumer.failed()

@@ -63,14 +63,17 @@ class StreamResumer:
             return MessagesSplice(said, skip, self.prior)
         return Splice(said, skip, self.prior)
 
-    def can_resume(self) -> bool:
-        return self._continues.allows(self.resumes)
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        """Whether a break for ``reason`` may be continued (``total``: the attempt's ``total`` ran
+        out): the attempts' verdict, from the request's retry state. The relay reads what was
+        said only then."""
+        return self._continues.may_continue(reason, total)
 
     async def resume(self, broken: Committed, reason: Reason, text: str) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``
         (:attr:`evented` then names ``broken``, its event written ``failed`` at the break)."""
         self._broken.append(broken.candidate.key)
-        continued = await self._continues(broken, reason, text, self.resumes)
+        continued = await self._continues(broken, reason, text)
         if continued is None:
             self.evented = broken
             return None
