@@ -43,8 +43,8 @@ __all__ = ["Bookkeeper"]
 
 #: What a response whose tokens are not counted used, as far as the router knows (shared).
 _NOTHING_COUNTED: Final = Spend(None, None)
-#: A named tuple made from its fields in one C call: what a named tuple's own ``__new__`` does,
-#: without the Python frame of that ``__new__`` (every counted response makes two).
+#: A named tuple made from its fields, as its own ``__new__`` would: every counted response makes
+#: two, on the request's path (docs/performance.md).
 _made: Final = tuple.__new__
 
 

@@ -41,7 +41,7 @@ class PlanPhase:
                 state.ref = request.payload["model"]
             return RouterError(plan.status, plan.code, plan.message)
         state.ref = request.payload["model"]  # validated by the parser: safe to log
-        state.rule = plan.route
+        state.rule = plan.rule
         if plan.rotation is not None:
             plan = await plan.settle()
         state.plan = plan.labels

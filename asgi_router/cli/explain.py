@@ -104,8 +104,8 @@ def _rules(settings: RouterSettings, group: str, facts: RequestFacts) -> list[st
 def plan_group(settings: RouterSettings, plan: Plan) -> str | None:
     """The group whose members ``plan`` is made of (``None``: a direct model), the rule's target
     when a rule chose it (a direct target keeps the rules group's policies, not its members)."""
-    if plan.route != DEFAULT_ROUTE:
-        target = parse_model_ref(next(rule.route for rule in settings.rules if rule.name == plan.route))
+    if plan.rule != DEFAULT_ROUTE:
+        target = parse_model_ref(next(rule.route for rule in settings.rules if rule.name == plan.rule))
         return target.name if not isinstance(target, InvalidRef) and target.kind is RefKind.GROUP else None
     return plan.policy.name if plan.policy is not None else None
 
@@ -114,7 +114,7 @@ def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str
     catalog = Catalog(settings.catalog)
     group = plan_group(settings, plan)
     strategy = settings.groups[group].strategy if group is not None else None
-    head = f"plan (route {plan.route!r}"
+    head = f"plan (route {plan.rule!r}"
     head += f", group/{group}, {strategy}: {STRATEGY_NOTES[strategy]})" if strategy else ", a direct model)"
     lines = [head + ":"]
     for index, candidate in enumerate(plan.candidates, 1):

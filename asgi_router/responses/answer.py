@@ -12,7 +12,7 @@ finishes it as ``client_disconnected`` if the relay never does (it was cancelled
 It runs no attempts: a committed stream the attempts can continue after a break arrives with
 what continues it (``attempts/continuing.py``), which the relay reports each break to.
 
-Token counting keeps as little as it needs, and no Python call per chunk: an upstream states a
+Token counting keeps as little as it needs, and does nothing per chunk: an upstream states a
 stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
 Anthropic's prompt, its first (``message_start``). Budgets, prices and caller caps count every
 response (estimated when it reports no usage: the prompt's estimate is kept, and the relay's count

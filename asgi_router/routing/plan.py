@@ -55,7 +55,7 @@ class Plan:
     candidates: tuple[Candidate, ...]
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
     #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent in the router's route header).
-    route: str = DEFAULT_ROUTE
+    rule: str = DEFAULT_ROUTE
     #: The group's hedging, degraded-answer and budget policies (``None`` for a direct ref).
     policy: GroupPolicy | None = None
     #: Same-candidate retries allowed per candidate (on top of its first attempt).
@@ -247,7 +247,7 @@ class Resolver:
         policy = plan.policy or self.policies[group]
         if policy.degraded is None and self.policies[group].degraded is not None:
             policy = replace(policy, degraded=self.policies[group].degraded)
-        return replace(plan, route=rule.name, policy=policy)
+        return replace(plan, rule=rule.name, policy=policy)
 
     def resolve(self, ref: ModelRef, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """The plan for ``ref``; a group's strategy advances at most once per call."""
