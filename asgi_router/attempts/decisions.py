@@ -60,6 +60,20 @@ the same, but the retry budget refuses                      FailOver, the candid
 any other failure                                           FailOver: the next candidate
 ==========================================================  ==================================
 
+**Retries in place** (:meth:`Decisions.retries_in_place`, :func:`retries_for`; how often the
+"retries left" above allows, per candidate of a plan):
+
+==========================================================  ==================================
+the plan and the client                                     retries in place per candidate
+==========================================================  ==================================
+a client that sends ``x-stainless-retry-count``             0: it retries on its own
+a group that sets ``retries``                               that many
+a direct ref, or a group of one member                      the router's ``retries`` (2)
+a group of several members                                  0: it fails over instead
+a hedged group                                              not asked: the race is its second
+                                                            chance
+==========================================================  ==================================
+
 When the walk ends with nothing attempted and every candidate skipped ``over_budget`` or
 ``saturated`` (no capacity, and nothing else, stood in the way), a group with a ``queue``
 waits for capacity (:meth:`Decisions.waits`; ``capacity_queue.py``) and, once its turn comes
@@ -186,6 +200,7 @@ __all__ = [
     "PassThrough",
     "Retry",
     "Stop",
+    "retries_for",
 ]
 
 #: Admission's "yes": the gate's lease on the candidate (its breaker admissions and its
@@ -241,6 +256,17 @@ _SATURATED: Final = Skip("saturated")
 # The skips a group's queue waits out: a member at its budget or its provider's stated limit,
 # or its provider at its concurrency cap.
 _CAPACITY: Final[frozenset[Reason]] = frozenset({"over_budget", "saturated"})
+
+
+def retries_for(plan: Plan, default: int) -> int:
+    """Retries in place per candidate of ``plan`` for a client that does not retry on its own
+    (the module's retries table): its group's own ``retries`` when it sets one; else ``default``
+    (the router's ``retries``) for a plan of one configured candidate, a direct ref or a group
+    of one member, and none for a longer group, which fails over instead."""
+    if plan.retries is not None:
+        return plan.retries
+    policy = plan.policy
+    return default if policy is None or policy.size == 1 else 0
 
 
 class Decisions:
@@ -376,13 +402,14 @@ class Decisions:
     # -- after a call --------------------------------------------------------------------------
 
     def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
-        """How often each candidate of ``plan`` may be retried in place for this request.
+        """How often each candidate of ``plan`` may be retried in place for this request (the
+        module's retries table).
 
         ``0`` for a client that retries on its own (the official SDKs send
         ``x-stainless-retry-count``): its tries times ours would multiply the load on a failing
         upstream. A hedged plan races instead (its driver does not ask).
         """
-        retries = plan.retries
+        retries = retries_for(plan, self._policy.retries)
         if retries == 0 or client_retries(inbound):
             return 0
         return retries

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from asgi_router.attempts.decisions import retries_for
 from asgi_router.cli.check import STRATEGY_NOTES, describe_reasons
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.rules_settings import DEFAULT_ROUTE
@@ -128,7 +129,8 @@ def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str
         lines.append(line + (f"  [{'; '.join(notes)}]" if notes else ""))
     if strategy is not None and strategy not in _FIXED:
         lines.append(f"  (the order of a {strategy} group depends on live statistics; shown with none recorded)")
-    lines.append(f"  fails over on: {describe_reasons(plan.failover_on)}; retries in place: {plan.retries}")
+    retries = retries_for(plan, settings.retries)
+    lines.append(f"  fails over on: {describe_reasons(plan.failover_on)}; retries in place: {retries}")
     if plan.hedged and plan.policy is not None:
         lines.append(f"  hedges: a second candidate races one silent for {plan.policy.hedge_after:g} s")
     return lines

@@ -28,6 +28,7 @@ from asgi_router.attempts.decisions import (
     FailOver,
     Next,
     Retry,
+    retries_for,
 )
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Refused
 from asgi_router.attempts.request_answers import Continue, Downgrade, Refuse
@@ -532,3 +533,21 @@ def test_after_a_break_the_retry_state_answers_as_the_resume_table_says(
     candidates, modes = (CANDIDATE, OTHER_RESUMABLE), ("prefill", "prefix")
     assert retry.may_continue(reason, total, 2) is (expected is not None)
     assert retry.after_break(candidates, modes, CANDIDATE, reason, total, 2) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        (Plan((CANDIDATE,)), 2),  # a direct ref: the router's retries
+        (Plan((CANDIDATE,), policy=GroupPolicy("g", size=1)), 2),  # a group of one member
+        (Plan((CANDIDATE, OTHER), policy=GroupPolicy("g", size=2)), 0),  # a longer group fails over
+        (Plan((CANDIDATE,), policy=GroupPolicy("g", size=2)), 0),  # even when its plan has one left
+        (Plan((CANDIDATE, OTHER), policy=GroupPolicy("g", size=2), retries=1), 1),  # the group's own
+        (Plan((CANDIDATE,), retries=0), 0),
+    ],
+)
+def test_retries_in_place_are_the_groups_own_else_the_routers_for_one_candidate_else_none(
+    plan: Plan, expected: int
+) -> None:
+    assert retries_for(plan, 2) == expected
+    assert _parts().decisions.retries_in_place(plan, []) == expected
