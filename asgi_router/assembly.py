@@ -77,6 +77,9 @@ class RouterParts:
     #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
     count_tokens: frozenset[str]
     resolver: Resolver
+    #: The plan phase: rules, strategy, a sticky group's member first (asked again by the wait
+    #: for capacity).
+    plan_phase: PlanPhase
     #: Records the facts the rules read, for a sink that asks for them (``None``: none does).
     recorder: FactRecorder | None
     loop: AttemptLoop
@@ -147,6 +150,7 @@ def assemble(
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
     gate = Gate(resolved, router_state, clock)
     capacity = Capacity.for_settings(resolved, clock, router_state)
+    plan_phase = PlanPhase(resolver, capacity)
     loop = AttemptLoop(
         AttemptContext(
             transport=upstream,
@@ -159,7 +163,7 @@ def assemble(
             policy=RetryPolicy.from_settings(resolved),
             random=random,
         ),
-        PlanPhase(resolver, capacity),
+        plan_phase,
         capacity,
         # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
         ResumeTable(resolved),
@@ -189,6 +193,7 @@ def assemble(
         routes=routes,
         count_tokens=count_tokens_routes(routes),
         resolver=resolver,
+        plan_phase=plan_phase,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
         answer=Answer(book, clock),

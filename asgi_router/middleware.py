@@ -17,10 +17,12 @@ typed result; a phase that refuses ends the request with the router's error:
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:class:`~asgi_router.attempts.plan_phase.PlanPhase`): the request facts, the
    ``model`` resolved to a plan (rules, strategy; a ``rotate`` group's fleet counter settled), a
-   sticky group's member first; asked again, the same object, by the attempt phase's wait for
-   capacity for a request that waited in its group's queue;
-4. **attempt** (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until
-   one commits (hedged for groups that hedge);
+   sticky group's member first;
+4. **wait for capacity** (:class:`~asgi_router.attempts.capacity_wait.CapacityWait`), for a
+   queued group's request that found no capacity: its turn, then the plan phase again (the same
+   object: no call back into this middleware); and **attempt**
+   (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until one commits
+   (hedged for groups that hedge), every verdict from the request's retry state;
 5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
    group's canned reply when every candidate failed (``responses/degraded.py``), then tokens and
    cost counted;
@@ -167,7 +169,7 @@ class ModelRouter:
         self._recorder = parts.recorder
         self._loop = parts.loop
         #: Phase *plan*: rules, strategy and sticky member (``attempts/plan_phase.py``).
-        self._plan = parts.loop.plan_phase
+        self._plan = parts.plan_phase
         self._answer = parts.answer
         self._clock = parts.clock
         self._metrics = parts.metrics

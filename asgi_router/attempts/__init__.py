@@ -16,6 +16,7 @@ parts they share; ``outcomes.py`` is what an attempt can end in; ``bookkeeping.p
 wait; ``wire_body.py`` builds each candidate's request body; ``continuing.py`` asks candidates
 to continue a stream that broke after commit, in the order the decision point gives;
 ``rate_limits.py`` reads providers' rate-limit headers; ``capacity.py`` (sticky sessions) and
-``capacity_queue.py`` (waiting for capacity) are the groups' capacity-aware routing. What a
+``capacity_queue.py`` (a group's queue) are the groups' capacity-aware routing, and
+``capacity_wait.py`` the wait for capacity of a queued request. What a
 status or failure *means* is classified in ``asgi_router.core.classify``.
 """

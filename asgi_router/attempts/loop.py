@@ -8,8 +8,9 @@ safe.
 
 Driving, in :meth:`AttemptLoop.run`: a plan whose candidates may be retried in place (the
 decision point says how often: never for a client that retries on its own) runs each candidate
-through :meth:`AttemptLoop._candidate`, which holds the retry-budget token of a retry until it
-has ended and sleeps the answered wait; other plans run each candidate once. When the walk ends
+through :meth:`AttemptLoop._candidate`, which sleeps the answered wait (the request's retry
+state, ``retry_state.py``, holds the retry-budget token until the retry has ended); other plans
+run each candidate once. When the walk ends
 with nothing decided, the decision point may name a candidate to try anyway (every candidate
 skipped for an open or recovering breaker: the one that opened, or began its ramp, longest ago,
 as its probe). Candidates marked slow are tried after the others, as the decision point orders
@@ -17,12 +18,11 @@ them. A hedged group
 races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
 and the all-open rule apply to it too.
 
-A group with a ``queue`` whose walk found no capacity waits in it (``capacity_queue.py``); at the
-head, each re-check is a new plan from the pipeline's plan phase (``plan_phase.py``, the object the
-loop is built with: the attempts never call back into the middleware), its sticky member first
-again, walked as a fresh pass: a plan made before the wait would keep an order the strategy no
-longer gives. The sticky member is chosen by the plan phase; the loop says how the request stuck
-once it is decided.
+A group with a ``queue`` whose walk found no capacity (or that has requests waiting already)
+hands the request to the wait for capacity (``capacity_wait.py``), which plans it again at the
+head of the queue through the pipeline's plan phase (``plan_phase.py``: the attempts never call
+back into the middleware) and walks each new plan with this loop's pass. The sticky member is
+chosen by the plan phase; the loop says how the request stuck once it is decided.
 
 The loop owns every upstream call of a request, before and after commit: a committed stream that
 can be continued leaves it with what continues it (``continuing.py``), to which the answer
@@ -32,10 +32,9 @@ phase's relay reports a break; the continuation attempts are made there, not by 
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
-from asgi_router.attempts.capacity import Capacity, header_value
-from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.capacity import Capacity
+from asgi_router.attempts.capacity_wait import CapacityWait
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.decisions import Retry
@@ -69,8 +68,9 @@ class AttemptLoop:
         #: Continuation attempts of a committed stream that broke (on the candidates ``resumes``
         #: allows): the loop hands each resumable stream it commits what continues it.
         self.continuations = Continuations(context, resumes)
-        #: The pipeline's plan phase, asked again for a request that waited for capacity.
-        self.plan_phase = plan_phase
+        #: The wait for capacity of a queued group's request, which plans it again through the
+        #: pipeline's plan phase.
+        self.capacity_wait = CapacityWait(plan_phase, context.clock)
         #: Sticky sessions and queues of the groups that configure them (``None``: no group does).
         self.capacity = capacity
 
@@ -99,7 +99,7 @@ class AttemptLoop:
             decided = await self._walk(attempts, plan)
         waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
         if waits and queue is not None:
-            decided, attempts = await self._wait(queue, attempts, walked, request)
+            decided, attempts = await self.capacity_wait(queue, attempts, walked, request, self._walk)
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
@@ -138,66 +138,6 @@ class AttemptLoop:
                 if decided is not None or attempts.stopped:
                     break
         return decided
-
-    async def _wait(
-        self,
-        queue: CapacityQueue,
-        first: RequestAttempts,
-        walked: bool,
-        request: InboundRequest,
-    ) -> tuple[Committed | Refused | RouterError | None, RequestAttempts]:
-        """Wait in ``queue`` for capacity; at the head, plan ``request`` again (the plan phase,
-        its sticky member first again) and walk the new plan. What came of the last walk, and its
-        pass (``first``, the request's own, when the queue was full)."""
-        clock = self.context.clock
-        plan, state, inbound = first.plan, first.state, first.inbound
-        settings = queue.settings
-        group = plan.policy.name if plan.policy is not None else ""
-        priority = queue.priority(header_value(inbound, settings.priority_header.encode("latin-1")), state.principal)
-        joined = clock()
-        ticket = queue.join(priority)
-        if ticket is None:
-            state.queued = (group, "full", 0.0)
-            queue.recent.append(("full", 0.0))
-            decided = None if walked else await self._walk(first, plan)  # today's answer, and why
-            return decided, first
-        until = min(joined + settings.max_wait, first.deadline)
-        outcome = "left"  # unless the loop below ends otherwise: the client left (cancelled)
-        attempts, decided = first, None
-        # A request that has just found no capacity pauses before it is planned again; one that
-        # joined behind others waits for its turn first.
-        pause = first.recheck() if walked else 0.0
-        try:
-            while True:
-                remaining = until - clock()
-                if remaining <= 0:
-                    outcome = "timed_out"
-                    break
-                if pause:
-                    await asyncio.sleep(min(pause, remaining))
-                    pause = 0.0
-                    continue
-                if not await queue.my_turn(ticket, remaining):
-                    continue
-                fresh = await self.plan_phase(state, request, first.facts)
-                if isinstance(fresh, RouterError):  # its ref no longer resolves: that is its answer
-                    decided, outcome = fresh, "served"
-                    break
-                plan = fresh
-                attempts = first.again(plan, quiet=walked)
-                attempts.admitted = partial(queue.leave, ticket)
-                decided = await self._walk(attempts, plan)
-                if decided is not None or not attempts.capacity_only():
-                    outcome = "served"
-                    break
-                walked = True  # the skips of the walks after the first are not evented again
-                pause = attempts.recheck()
-        finally:
-            queue.leave(ticket)
-            waited = clock() - joined
-            state.queued = (group, outcome, waited)
-            queue.recent.append((outcome, waited))
-        return decided, attempts
 
     async def _candidate(
         self, attempts: RequestAttempts, candidate: Candidate, in_place: bool, *, force: bool = False
