@@ -23,8 +23,8 @@ from starlette.types import ASGIApp
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
-from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.loop import AttemptLoop
+from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
@@ -77,6 +77,9 @@ class RouterParts:
     #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
     count_tokens: frozenset[str]
     resolver: Resolver
+    #: The plan phase: rules, strategy, a sticky group's member first (asked again by the wait
+    #: for capacity).
+    plan_phase: PlanPhase
     #: Records the facts the rules read, for a sink that asks for them (``None``: none does).
     recorder: FactRecorder | None
     loop: AttemptLoop
@@ -146,6 +149,8 @@ def assemble(
         raise ConfigError("pass either transport= or http_client=, not both")
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
     gate = Gate(resolved, router_state, clock)
+    capacity = Capacity.for_settings(resolved, clock, router_state)
+    plan_phase = PlanPhase(resolver, capacity)
     loop = AttemptLoop(
         AttemptContext(
             transport=upstream,
@@ -158,7 +163,10 @@ def assemble(
             policy=RetryPolicy.from_settings(resolved),
             random=random,
         ),
-        Capacity.for_settings(resolved, clock, router_state),
+        plan_phase,
+        capacity,
+        # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
+        ResumeTable(resolved),
     )
     recent = RecentRequests(resolved.events.recent)
     events = EventBus(default_sinks(sinks), resolved.events.queue_size)
@@ -185,10 +193,10 @@ def assemble(
         routes=routes,
         count_tokens=count_tokens_routes(routes),
         resolver=resolver,
+        plan_phase=plan_phase,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
-        # A stream that breaks is continued there, on candidates whose ``resume`` allows it.
-        answer=Answer(book, clock, ResumeTable(resolved), Continuations(loop.context)),
+        answer=Answer(book, clock),
         transport=upstream,
         clock=clock,
         recent=recent,

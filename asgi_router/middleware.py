@@ -15,22 +15,26 @@ typed result; a phase that refuses ends the request with the router's error:
    ``Decisions.caller`` answers serve, downgrade to another ref, or refuse), before a byte of
    the body is read, so a refused client cannot make the router buffer anything;
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
-3. **plan** (:meth:`ModelRouter._plan`): the request facts, the ``model`` resolved to a plan
-   (rules, strategy; a ``rotate`` group's fleet counter settled); asked again by the attempt
-   phase (:meth:`ModelRouter._replan`) for a request that waited in its group's queue;
-4. **attempt** (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until
-   one commits (hedged for groups that hedge);
+3. **plan** (:class:`~asgi_router.attempts.plan_phase.PlanPhase`): the request facts, the
+   ``model`` resolved to a plan (rules, strategy; a ``rotate`` group's fleet counter settled), a
+   sticky group's member first;
+4. **wait for capacity** (:class:`~asgi_router.attempts.capacity_wait.CapacityWait`), for a
+   queued group's request that found no capacity: its turn, then the plan phase again (the same
+   object: no call back into this middleware); and **attempt**
+   (:meth:`~asgi_router.attempts.loop.AttemptLoop.run`): the candidates tried until one commits
+   (hedged for groups that hedge), every verdict from the request's retry state;
 5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
    group's canned reply when every candidate failed (``responses/degraded.py``), then tokens and
    cost counted;
-6. **record** (:meth:`ModelRouter._record`): the record written once, then counted in the
-   metrics, its spans ended, and published to the ring of recent requests and the event sinks
-   (the log line among them) without waiting for them.
+6. **record** (:meth:`ModelRouter._record`): the record built once, from the request's state,
+   then counted in the metrics, its spans ended, and published to the ring of recent requests
+   and the event sinks (the log line among them) without waiting for them.
 
 Every phase shares one per-request object, a
-:class:`~asgi_router.responses.request_context.RequestContext`: no per-request state lives on
-the middleware, and control state (the attempt in flight, the committed stream's lease, whether
-the client left) lives there rather than on the published record.
+:class:`~asgi_router.request.request_state.RequestState`: no per-request state lives on the
+middleware, and what the request is and what happened to it so far (the attempts' events, the
+attempt in flight, whether the client left) lives there; the published record is built from it
+when the request is over.
 
 The request runs in a :class:`~asgi_router.inbound.disconnect.ListeningScope`, whose one loop
 timer times every limit of the request (the body read's, the attempts', the relay's). From
@@ -56,7 +60,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import httpx2
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asgi_router.assembly import assemble
 from asgi_router.attempts.request_answers import Downgrade
@@ -72,12 +76,13 @@ from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
 from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import Sink
+from asgi_router.request.request_state import RequestState
+from asgi_router.resilience.caller_limits import CallerTicket
 from asgi_router.resilience.router_state import RouterState
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.client_gone import close_for_gone_client, owes_gone_response
-from asgi_router.responses.request_context import RequestContext
+from asgi_router.responses.error_reply import send_error, send_failure
 from asgi_router.routing.facts import RequestFacts
-from asgi_router.routing.plan import Plan, ResolveError
 from asgi_router.transports.transport import Transport
 
 if TYPE_CHECKING:
@@ -161,9 +166,10 @@ class ModelRouter:
         self._routes = parts.routes
         self._count_tokens = parts.count_tokens
         self._guard = parts.guard
-        self._resolver = parts.resolver
         self._recorder = parts.recorder
         self._loop = parts.loop
+        #: Phase *plan*: rules, strategy and sticky member (``attempts/plan_phase.py``).
+        self._plan = parts.plan_phase
         self._answer = parts.answer
         self._clock = parts.clock
         self._metrics = parts.metrics
@@ -195,70 +201,63 @@ class ModelRouter:
                 await self.app(scope, receive, send)
             return
         started = self._clock()
-        context = RequestContext(scope, receive, send, request_id_for(scope), path, self._routes[path])
-        context.record.started_at = time.time()
+        state = RequestState(scope, receive, send, request_id_for(scope), path, self._routes[path], time.time())
         if self._tracing is not None:
-            context.trace = self._tracing.begin(scope["headers"])
+            state.trace = self._tracing.begin(scope["headers"])
+        ticket: CallerTicket | None = None
         try:
             # The request's one loop timer: the body read, the attempts and the relay bound their
             # reads on it, and a hedge's racers ride on it (core/deadlines.py). It listens for a
             # client that leaves only once upstreams are involved, and only if the request is
             # still going WATCH_AFTER after it arrived (disconnect.py).
-            with ListeningScope(context, held=True) as listening:
-                refused = await self._admit(context)
-                if refused is not None:
-                    await context.send_error(refused)
+            with ListeningScope(state, held=True) as listening:
+                admitted = await self._admit(state)
+                if isinstance(admitted, RouterError):
+                    await send_error(state, admitted)
                     return
-                request = await self._read(context, listening)
+                ticket = admitted
+                request = await self._read(state, listening)
                 if request is None:  # the client left mid-body: there is no one to answer
                     return
                 if isinstance(request, RouterError):
-                    await context.send_error(request)
+                    await send_error(state, request)
                     return
-                plan = await self._plan(context, request)
+                facts = RequestFacts(request.payload, scope["headers"])
+                if self._recorder is not None:
+                    state.facts = self._recorder(facts)
+                plan = await self._plan(state, request, facts)
                 if isinstance(plan, RouterError):
-                    await context.send_error(plan)
+                    await send_error(state, plan)
                     return
                 # From here upstreams are involved: a client that leaves cancels the work.
                 listening.listen()
-                result = await self._loop.run(
-                    plan,
-                    request,
-                    path,
-                    scope["headers"],
-                    context.record,
-                    context,
-                    context.facts,
-                    context.trace,
-                    self._replan,
-                )
-                if context.plan is not None:  # planned again after waiting for capacity
-                    plan = context.plan
-                await self._answer(context, plan, request, context.facts, result)
+                plan, result = await self._loop.run(plan, request, state, facts)
+                await self._answer(state, plan, request, facts, result)
         except Exception:
-            await context.failed()
+            await send_failure(state)
         finally:
-            if owes_gone_response(context):  # else nothing to close: no await
-                await close_for_gone_client(context)
-            self._record(context, started)
+            if owes_gone_response(state):  # else nothing to close: no await
+                await close_for_gone_client(state)
+            self._record(state, started, ticket)
 
-    async def _admit(self, context: RequestContext) -> RouterError | None:
-        """Phase *admit*: inbound auth's verdict and the header screen; ``None`` to go on.
+    async def _admit(self, state: RequestState) -> CallerTicket | RouterError | None:
+        """Phase *admit*: inbound auth's verdict, the header screen and the caller's caps; the
+        caller's ticket (``None``: callers are not capped) to go on, or the refusal.
 
         The guard gives its verdict at once where it can (``api_keys``, no auth) and an
         awaitable only for a host's async ``authorize=``: only that is awaited.
         """
-        verdict = self._guard.verdict(context.scope)
+        verdict = self._guard.verdict(state.scope)
         if not isinstance(verdict, (Admitted, RouterError)):
             verdict = await verdict
         if isinstance(verdict, RouterError):
             return verdict
-        context.record.principal = verdict.principal  # the attempt events carry it
-        refused = screen_headers(context.scope)
+        state.principal = verdict.principal  # the attempt events carry it
+        refused = screen_headers(state.scope)
         if refused is not None or self._callers is None:
             return refused
         callers = self._callers
-        ticket = context.caller = callers.admit(verdict.principal, context.scope)  # served unless judged
+        ticket = callers.admit(verdict.principal, state.scope)  # served unless judged
         refusal: RouterError | None = None
         if ticket.judged:  # a cap past its limit: the decision point answers (downgrade or refuse)
             answer = self._decisions.caller(ticket.judged)
@@ -266,101 +265,51 @@ class ModelRouter:
                 callers.serve(ticket)
             elif isinstance(answer, Downgrade):
                 callers.serve(ticket, answer.cap, answer.ref)
-                context.send = _marked(context.send, ticket.limit)
             else:
                 refusal = callers.refuse(ticket, answer.cap, answer.table)
-        record = context.record
-        record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
-        return refusal
+        state.caller, state.caller_outcome, state.limit = ticket.caller, ticket.outcome, ticket.limit
+        state.downgrade_to = ticket.downgrade_to
+        return refusal if refusal is not None else ticket
 
-    async def _read(self, context: RequestContext, within: Deadline) -> InboundRequest | RouterError | None:
+    async def _read(self, state: RequestState, within: Deadline) -> InboundRequest | RouterError | None:
         """Phase *read*: the body, bounded in size and time (timed by ``within``'s timer, the
         request's one), parsed; ``None`` when the client left before it was complete."""
         settings = self.settings
         try:
-            body = await read_body(
-                context.scope, context.receive, settings.max_body_bytes, settings.body_timeout, within
-            )
+            body = await read_body(state.scope, state.receive, settings.max_body_bytes, settings.body_timeout, within)
         except ClientGone:
-            context.status = 499
+            state.status = 499
             return None
         if isinstance(body, RouterError):
             return body
         request = parse_request(body)
         if not isinstance(request, RouterError):
-            context.record.stream = request.stream
+            state.stream = request.stream
         return request
 
-    async def _plan(self, context: RequestContext, request: InboundRequest, again: bool = False) -> Plan | RouterError:
-        """Phase *plan*: the request facts the rules read, and the ``model`` resolved to a plan
-        (a ``rotate`` group's fleet-wide counter is one awaited step); ``again``: the request
-        is planned anew, with the facts it has."""
-        record = context.record
-        if again:
-            facts = context.facts
-        else:
-            facts = context.facts = RequestFacts(request.payload, context.scope["headers"])
-            if self._recorder is not None:
-                record.facts = self._recorder(facts)
-        downgrade = context.caller.downgrade_to if context.caller is not None else None
-        plan = self._resolver.resolve_string(request.payload["model"] if downgrade is None else downgrade, facts)
-        if isinstance(plan, ResolveError):
-            if plan.code == "model_not_found":  # it parsed, so its characters are safe to log
-                record.ref = request.payload["model"]
-            return RouterError(plan.status, plan.code, plan.message)
-        record.ref = request.payload["model"]  # validated by the parser: safe to log
-        record.route = context.route = plan.route
-        if plan.rotation is not None:
-            plan = await plan.settle()
-        record.plan = plan.labels
-        return plan
-
-    async def _replan(self, context: RequestContext, request: InboundRequest) -> Plan | RouterError:
-        """Phase *plan* again, from the attempt phase: a request that waited in its group's
-        queue for capacity is planned anew (its ``model`` resolved again, the strategy's order
-        afresh); the answer phase then uses the new plan."""
-        plan = await self._plan(context, request, again=True)
-        if isinstance(plan, Plan):
-            context.plan = plan
-        return plan
-
-    def _record(self, context: RequestContext, started: float) -> None:
+    def _record(self, state: RequestState, started: float, ticket: CallerTicket | None) -> None:
         """Phase *record*: the record written once, then kept, counted and published; a failure
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
-        ticket = context.caller
-        if ticket is not None and (spend := context.spend) is not None and self._callers is not None:
+        if ticket is not None and (spend := state.spend) is not None and self._callers is not None:
             # Charged to the caller (and session): one call into the ledger; never the client's
             # problem. Only a served request has a spend (a refused one never reaches the answer).
             counted = spend.tokens
             try:
                 self._callers.charge(ticket, counted[0] + counted[1] if counted else 0, spend.cost_usd or 0.0)
             except Exception:
-                logger.exception("charging request %s to its caller failed", context.record.request_id)
+                logger.exception("charging request %s to its caller failed", state.request_id)
         now = self._clock()
-        record = context.close(now, now - started)
+        record = state.close(now, now - started)
         self.recent.add(record)
-        if self._metrics is not None or context.trace is not None:
+        if self._metrics is not None or state.trace is not None:
             try:
                 if self._metrics is not None:
-                    self._metrics.observe(record, context.path)
-                if context.trace is not None:
-                    context.trace.finish(record)
+                    self._metrics.observe(record, state.path)
+                if state.trace is not None:
+                    state.trace.finish(record)
             except Exception:
                 logger.exception("recording request %s for metrics or traces failed", record.request_id)
         if not self._lifespan.seen:  # said once, at the first request
             self._lifespan.warn_if_missing()
         self.events.publish(record)
-
-
-def _marked(send: Send, limit: str | None) -> Send:
-    """``send`` with ``x-router-limit`` added to the response's start: a downgraded request's
-    answer says which cap downgraded it, whatever sends it (the relay, an error, a canned reply)."""
-    header = (b"x-router-limit", (limit or "").encode())
-
-    async def marked(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), header]}
-        await send(message)
-
-    return marked

@@ -24,34 +24,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 from asgi_router.attempts.rate_limits import RateLimits
-from asgi_router.attempts.usage import TokenCount, estimated, find_usage
+from asgi_router.attempts.usage import estimated, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import NOT_PENALISED
 from asgi_router.core.reasons import Reason
+from asgi_router.request.spend import Spend, TokenCount
 from asgi_router.resilience.stats import RoutingStats
 from asgi_router.routing.catalog import Catalog
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.policy import GroupPolicy
 
-__all__ = ["Bookkeeper", "Spend"]
-
-
-class Spend(NamedTuple):
-    """What a served response used (for the request record and the served event); a tuple, made
-    once per served response."""
-
-    tokens: TokenCount | None
-    cost_usd: float | None
+__all__ = ["Bookkeeper"]
 
 
 #: What a response whose tokens are not counted used, as far as the router knows (shared).
 _NOTHING_COUNTED: Final = Spend(None, None)
-#: A named tuple made from its fields in one C call: what a named tuple's own ``__new__`` does,
-#: without the Python frame of that ``__new__`` (every counted response makes two).
+#: A named tuple made from its fields, as its own ``__new__`` would: every counted response makes
+#: two, on the request's path (docs/performance.md).
 _made: Final = tuple.__new__
 
 

@@ -6,7 +6,7 @@
 walk (:meth:`Capacity.stick`: the key's member first, when it has one) and after it
 (:meth:`Capacity.answered`: a winner that served becomes the key's member; the outcome ``hit``,
 ``miss`` or ``moved``, for every answer, served, passed through or the router's own error,
-goes on the request record, hence the ``x-router-sticky`` header and the metric). A
+goes on the request's state, hence the router's sticky header, the record and the metric). A
 group with neither costs a request one ``None`` check.
 
 The sticky member is only put *first*: whether it may be called is admission's to say, as for
@@ -24,6 +24,7 @@ from asgi_router.attempts.capacity_queue import CapacityQueue
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.request.request_state import Stuck
 from asgi_router.resilience.affinity import Affinities
 from asgi_router.routing.plan import Plan
 from asgi_router.routing.sticky_keys import sticky_key
@@ -31,7 +32,7 @@ from asgi_router.routing.sticky_keys import sticky_key
 if TYPE_CHECKING:  # only a fleet's router has one (redis is optional)
     from asgi_router.fleet.shared_affinity import FleetAffinities
 
-__all__ = ["Capacity", "Stuck", "header_value"]
+__all__ = ["Capacity", "header_value"]
 
 
 def header_value(inbound: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
@@ -40,17 +41,6 @@ def header_value(inbound: Sequence[tuple[bytes, bytes]], name: bytes) -> str | N
         if key == name:
             return value.decode("latin-1")
     return None
-
-
-class Stuck:
-    """A sticky request's key and the member it had when the walk began."""
-
-    __slots__ = ("group", "key", "member")
-
-    def __init__(self, group: str, key: str, member: str | None) -> None:
-        self.group = group
-        self.key = key
-        self.member = member
 
 
 class Capacity:

@@ -8,48 +8,70 @@ request is the original one with the text so far as a trailing assistant message
 each may take another ``resume`` spelling. The first candidate that commits continues the
 stream; which candidates are asked, in which order, is the decision point's
 :class:`~asgi_router.attempts.request_answers.Continue` answer (``decisions.py``).
+
+The attempt loop owns every upstream call of a request, before and after commit: when a stream
+it commits can be continued (its plan has a resumable candidate, the request one choice without
+logprobs), it hands the answer phase a :class:`StreamContinuer` on the
+:class:`~asgi_router.attempts.outcomes.Committed` itself. The relay reports each break to it and
+appends what the continuation sends; the continuer decides (through the decision point) whether
+and where the stream goes on, makes the attempts and accounts for the call that broke. The answer
+phase never imports this module (an import-linter contract keeps it so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from asgi_router.attempts.context import AttemptContext
-from asgi_router.attempts.outcomes import Committed
-from asgi_router.attempts.steps import Flight, RequestAttempts
+from asgi_router.attempts.outcomes import Committed, Continuation
+from asgi_router.attempts.retry_state import RetryState
+from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
+from asgi_router.core.reasons import Reason
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import RequestRecord
 from asgi_router.protocols.continuation import continuation_request
 from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
+from asgi_router.routing.resumable import ResumeTable
 from asgi_router.transports.provider import RouteTarget
 
-if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
-    from asgi_router.observability.tracing import RequestTrace
-
-__all__ = ["Continuation", "Continuations"]
+__all__ = ["Continuations", "StreamContinuer", "resumable_request"]
 
 
-@dataclass(slots=True)
-class Continuation:
-    """A continuation that committed, and the whitespace its prefill lost (said again by it)."""
-
-    committed: Committed
-    skip: str
+def resumable_request(payload: dict[str, Any]) -> bool:
+    """Whether a chat request's stream could be continued at all: one choice, no ``logprobs``
+    (what an answer holds beyond that is read at the break)."""
+    n = payload.get("n")
+    return (n is None or n == 1) and not payload.get("logprobs") and not payload.get("top_logprobs")
 
 
 class Continuations:
     """Runs continuation attempts through a router's :class:`AttemptContext`; one per router."""
 
-    __slots__ = ("context",)
+    __slots__ = ("_resumes", "context")
 
-    def __init__(self, context: AttemptContext) -> None:
+    def __init__(self, context: AttemptContext, resumes: ResumeTable | None = None) -> None:
         self.context = context
+        #: Which candidates may continue a broken stream (``None`` or disabled: none may).
+        self._resumes = resumes if resumes is not None and resumes.enabled else None
+
+    def for_stream(
+        self, plan: Plan, request: InboundRequest, state: RequestState, facts: RequestFacts, retry: RetryState
+    ) -> StreamContinuer | None:
+        """What continues ``request``'s committed stream after a break, when its plan has a
+        resumable candidate and the request can be continued at all (one choice, no logprobs)."""
+        resumes = self._resumes
+        if resumes is None:
+            return None
+        modes = resumes.modes(plan)
+        if modes is None or not resumable_request(request.payload):
+            return None
+        return StreamContinuer(self, plan, modes, resumes.max_resumes(plan), request.payload, state, facts, retry)
 
     async def ask(
         self,
@@ -57,13 +79,10 @@ class Continuations:
         plan: Plan,
         payload: dict[str, Any],
         text: str,
-        route: str,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        flight: Flight,
+        state: RequestState,
         facts: RequestFacts,
         attempts: int,
-        trace: RequestTrace | None = None,
+        retry: RetryState,
     ) -> Continuation | None:
         """The first candidate of ``order`` that commits to continuing ``text``, or ``None``.
 
@@ -73,16 +92,15 @@ class Continuations:
         context = self.context
         sent_tokens = (len(text) + 3) // 4  # the router's usual estimate: about four characters a token
         deadline = context.clock() + context.policy.deadline
-        messages_route = is_anthropic(route_kind(route))
+        path = state.path
+        messages_path = is_anthropic(route_kind(path))
         for candidate, mode in order:
             provider = context.providers.get(candidate.provider)
-            target = provider.targets.get(route) if provider is not None else None
+            target = provider.targets.get(path) if provider is not None else None
             # The Messages API (translated to, or the route's own) refuses a prefill ending in whitespace.
-            anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_route
+            anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_path
             continued, skip = continuation_request(payload, text, mode, anthropic=anthropic, sent_tokens=sent_tokens)
-            steps = RequestAttempts(
-                context, plan, InboundRequest(continued, True), route, inbound, record, flight, facts, deadline, trace
-            )
+            steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline, retry)
             steps.attempts = attempts
             ready = steps.prepare(candidate, retry=True)
             if ready is not None:
@@ -94,3 +112,73 @@ class Continuations:
             if steps.stopped:
                 break
         return None
+
+
+class StreamContinuer:
+    """Continues one request's committed stream after each break the relay reports: which
+    candidates are asked is the decision point's answer, and the call that broke is accounted
+    once another continues it (its lease finished with the break's reason, so a break counts
+    against its breaker as an unresumed one does; its statistics released; its attempt evented
+    ``resumed``, made ``failed`` when nothing continues it)."""
+
+    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_retry", "_state")
+
+    def __init__(
+        self,
+        continuations: Continuations,
+        plan: Plan,
+        modes: Sequence[ResumeMode],
+        max_resumes: int,
+        payload: dict[str, Any],
+        state: RequestState,
+        facts: RequestFacts,
+        retry: RetryState,
+    ) -> None:
+        self._continuations = continuations
+        #: The request's retry state: whether and where a broken stream goes on is its verdict.
+        self._retry = retry
+        self._plan = plan
+        self._modes = modes
+        self._max = max_resumes
+        self._payload = payload
+        self._state = state
+        self._facts = facts
+
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        return self._retry.may_continue(reason, total, self._max)
+
+    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
+        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``.
+
+        The broken call's event is written at the break, before the continuations' own (events
+        are in the order attempts ended, and spans are matched to them in that order).
+        """
+        state, context = self._state, self._continuations.context
+        at = state.event(
+            broken.candidate.key,
+            "resumed",
+            reason,
+            broken.response.status,
+            context.clock() - broken.started,
+            broken.ttfb,
+        )
+        plan = self._plan
+        retry = self._retry
+        answer = retry.after_break(plan.candidates, self._modes, broken.candidate, reason, total, self._max)
+        continued = None
+        if answer is not None:
+            continued = await self._continuations.ask(
+                answer.order, plan, self._payload, text, state, self._facts, broken.attempts, retry
+            )
+        if continued is None:
+            state.events[at] = replace(state.events[at], outcome="failed")
+            return None
+        retry.resumed()
+        # The broken call is over: its lease and statistics end with the break's reason.
+        if broken.lease is not None:
+            broken.lease.finish(reason)
+        context.book.finished(broken.candidate.key, self._facts, None)
+        committed = continued.committed
+        state.in_flight = (committed.candidate.key, committed.started)
+        state.winner = committed.candidate.key
+        return continued

@@ -1,8 +1,9 @@
 """The one decision point of the attempt policy: admit a candidate or not, and what next after a call.
 
-Like Envoy's ``RetryState``, one object (:class:`Decisions`, one per router) answers both
-questions a request asks of its policy; the modules around it only do I/O (``call.py``),
-record (``steps.py``) or drive (``loop.py``, ``hedging.py``). What a status or an exception
+One object (:class:`Decisions`, one per router) holds the policy; each request asks it through
+its own retry state (``retry_state.py``, Envoy's ``RetryStateImpl``: what the request has done
+so far, and every verdict it gets); the modules around it only do I/O (``call.py``), record
+(``steps.py``) or drive (``loop.py``, ``hedging.py``, ``continuing.py``). What a status or an exception
 *means* (its :data:`~asgi_router.core.reasons.Reason`) and the fixed reason sets are tables in
 :mod:`asgi_router.core.classify`; the per-group and router-wide sets are settings
 (``failover_on``, ``retry_on``, ``breaker.failure_reasons``). This module decides with them.
@@ -45,6 +46,9 @@ default ``client_error``); ``call.py`` asks                 status and body go t
 :meth:`Decisions.passes_through` before reading its body
 the router's own failure (``router_error``)                 Stop, fatal: 500 ``router_error``
 a failure whose reason is not in ``failover_on``            Stop: the plan's error so far
+a 429 (``rate_limited``), whatever comes next              the member is marked over budget
+                                                            until its ``Retry-After`` (then the
+                                                            rows below answer)
 a failure in ``retry_on``, with retries left (``retries``;  Retry after the wait
 0 for a client that sends ``x-stainless-retry-count`` and
 for a hedged group), a wait (the upstream's hint, else
@@ -54,6 +58,20 @@ token from the provider's ``retry_budget``
 the same, but the retry budget refuses                      FailOver, the candidate recorded
                                                             as skipped ``budget_exhausted``
 any other failure                                           FailOver: the next candidate
+==========================================================  ==================================
+
+**Retries in place** (:meth:`Decisions.retries_in_place`, :func:`retries_for`; how often the
+"retries left" above allows, per candidate of a plan):
+
+==========================================================  ==================================
+the plan and the client                                     retries in place per candidate
+==========================================================  ==================================
+a client that sends ``x-stainless-retry-count``             0: it retries on its own
+a group that sets ``retries``                               that many
+a direct ref, or a group of one member                      the router's ``retries`` (2)
+a group of several members                                  0: it fails over instead
+a hedged group                                              not asked: the race is its second
+                                                            chance
 ==========================================================  ==================================
 
 When the walk ends with nothing attempted and every candidate skipped ``over_budget`` or
@@ -77,9 +95,10 @@ of streamed calls above ``slow_factor`` times the target, with few errors) are d
 the ones that are not, order kept among each. Slow *and* failing is not an order: the breaker
 opens with cause ``slow`` and the candidate is skipped ``circuit_open`` above.
 
-**After a committed stream broke** (:meth:`Decisions.resume`, asked by the relay when a plan
-has a candidate whose ``resume`` is not ``"none"`` and the text so far can be continued): the
-resume table, in ``request_answers.py`` beside its rule, says whether the stream is continued
+**After a committed stream broke** (:meth:`Decisions.resume`, asked through the request's retry
+state when the relay reports a break of a stream whose plan has a candidate whose ``resume`` is
+not ``"none"`` and the text so far can be continued): the resume table, in
+``request_answers.py`` beside its rule, says whether the stream is continued
 (:class:`~asgi_router.attempts.request_answers.Continue`) and on whom; each candidate it names
 is one attempt, admitted as any other.
 
@@ -181,6 +200,7 @@ __all__ = [
     "PassThrough",
     "Retry",
     "Stop",
+    "retries_for",
 ]
 
 #: Admission's "yes": the gate's lease on the candidate (its breaker admissions and its
@@ -236,6 +256,17 @@ _SATURATED: Final = Skip("saturated")
 # The skips a group's queue waits out: a member at its budget or its provider's stated limit,
 # or its provider at its concurrency cap.
 _CAPACITY: Final[frozenset[Reason]] = frozenset({"over_budget", "saturated"})
+
+
+def retries_for(plan: Plan, default: int) -> int:
+    """Retries in place per candidate of ``plan`` for a client that does not retry on its own
+    (the module's retries table): its group's own ``retries`` when it sets one; else ``default``
+    (the router's ``retries``) for a plan of one configured candidate, a direct ref or a group
+    of one member, and none for a longer group, which fails over instead."""
+    if plan.retries is not None:
+        return plan.retries
+    policy = plan.policy
+    return default if policy is None or policy.size == 1 else 0
 
 
 class Decisions:
@@ -371,13 +402,14 @@ class Decisions:
     # -- after a call --------------------------------------------------------------------------
 
     def retries_in_place(self, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> int:
-        """How often each candidate of ``plan`` may be retried in place for this request.
+        """How often each candidate of ``plan`` may be retried in place for this request (the
+        module's retries table).
 
         ``0`` for a client that retries on its own (the official SDKs send
         ``x-stainless-retry-count``): its tries times ours would multiply the load on a failing
         upstream. A hedged plan races instead (its driver does not ask).
         """
-        retries = plan.retries
+        retries = retries_for(plan, self._policy.retries)
         if retries == 0 or client_retries(inbound):
             return 0
         return retries
@@ -400,12 +432,14 @@ class Decisions:
         provider: str,
         retry: int = 0,
         retries: int = 0,
+        key: str | None = None,
     ) -> Next:
         """What next after a call that ended in ``result`` (the module's second table).
 
         ``retry`` is how many retries of this candidate were made, ``retries`` how many are
         allowed; a :class:`Retry` answer holds a token of ``provider``'s retry budget, which the
-        driver gives back when the retry has ended.
+        driver gives back when the retry has ended (:meth:`end_retry`). A 429 of the member
+        ``key`` marks it over budget until its ``Retry-After``.
         """
         if isinstance(result, Committed):
             return COMMIT
@@ -414,6 +448,8 @@ class Decisions:
         if result.fatal:
             return FATAL
         reason = result.reason
+        if reason == "rate_limited" and key is not None:  # its wait marks the member over budget until then
+            self._book.rate_limited(provider, key, result.retry_after)
         if reason not in failover_on:
             # A group that does not fail over on this reason (say, timeouts) stops here; with
             # no response to pass through, the client gets the plan's error so far.
@@ -434,3 +470,7 @@ class Decisions:
         if not self._gate.begin_retry(provider):
             return _RETRY_REFUSED
         return Retry(wait)
+
+    def end_retry(self, provider: str) -> None:
+        """A retry that held a token of ``provider``'s retry budget has ended: give it back."""
+        self._gate.end_retry(provider)

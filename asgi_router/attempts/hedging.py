@@ -18,7 +18,7 @@ Rules, all chosen for predictable cost:
   each request earns ``hedge_budget`` of one (default 0.1), so at most about that share of the
   group's traffic is ever doubled, however slow its upstreams get;
 * both attempts are evented: the loser as ``aborted`` with reason ``hedge_lost``; the request's
-  record says what became of the hedge (``RequestRecord.hedge``: ``won``, ``lost``, ``failed``,
+  record says what became of the hedge (``hedge`` on the record: ``won``, ``lost``, ``failed``,
   or ``denied`` when one was due but the budget had no credit);
 * every racer holds a gate lease (``gate.py``) from admission; a loser's is finished with
   ``hedge_lost`` (or ``client_disconnected``), which counts neither for nor against its
@@ -64,7 +64,7 @@ async def race(
     launched: dict[Ready, float] = {}
     decided: Committed | Refused | RouterError | None = None
     hedged = False
-    record = attempts.record
+    state = attempts.state
     hedge: Ready | None = None  # the attempt started as the hedge, once one is
 
     def start_next() -> Ready | None:
@@ -91,7 +91,7 @@ async def race(
                     if hedge is None:
                         stats.earn_hedge_credit(policy.name, 1.0)  # nothing left to race
                 else:
-                    record.hedge = "denied"
+                    state.hedge = "denied"
                 continue
             for task in _in_launch_order(done, running):
                 ready = running.pop(task)
@@ -101,7 +101,7 @@ async def race(
                     continue
                 decided = attempts.outcome(attempts.settle(ready, result), result)
                 if ready is hedge:
-                    record.hedge = "won" if decided is not None else "failed"
+                    state.hedge = "won" if decided is not None else "failed"
             if decided is not None:
                 break
             if not running:
@@ -112,11 +112,11 @@ async def race(
         # a winner chosen meanwhile will never be sent.
         await _stop(attempts, running, "client_disconnected")
         await attempts.abandon(decided)
-        attempts.flight.in_flight = None
+        attempts.state.in_flight = None
         raise
     finally:
-        if hedge is not None and record.hedge is None:
-            record.hedge = "lost"  # stopped while another attempt decided (or the client left)
+        if hedge is not None and state.hedge is None:
+            state.hedge = "lost"  # stopped while another attempt decided (or the client left)
     return decided
 
 

@@ -8,8 +8,9 @@ safe.
 
 Driving, in :meth:`AttemptLoop.run`: a plan whose candidates may be retried in place (the
 decision point says how often: never for a client that retries on its own) runs each candidate
-through :meth:`AttemptLoop._candidate`, which holds the retry-budget token of a retry until it
-has ended and sleeps the answered wait; other plans run each candidate once. When the walk ends
+through :meth:`AttemptLoop._candidate`, which sleeps the answered wait (the request's retry
+state, ``retry_state.py``, holds the retry-budget token until the retry has ended); other plans
+run each candidate once. When the walk ends
 with nothing decided, the decision point may name a candidate to try anyway (every candidate
 skipped for an open or recovering breaker: the one that opened, or began its ramp, longest ago,
 as its probe). Candidates marked slow are tried after the others, as the decision point orders
@@ -17,48 +18,59 @@ them. A hedged group
 races instead of retrying in place (``hedging.py``: the race is its second chance); the budgets
 and the all-open rule apply to it too.
 
-A group with a ``queue`` whose walk found no capacity waits in it (``capacity_queue.py``); at the
-head, each re-check is a new plan from the pipeline's plan phase (the ``replan`` it is given), its
-sticky member first again, walked as a fresh pass: a plan made before the wait would keep an order
-the strategy no longer gives.
+A group with a ``queue`` whose walk found no capacity (or that has requests waiting already)
+hands the request to the wait for capacity (``capacity_wait.py``), which plans it again at the
+head of the queue through the pipeline's plan phase (``plan_phase.py``: the attempts never call
+back into the middleware) and walks each new plan with this loop's pass. The sticky member is
+chosen by the plan phase; the loop says how the request stuck once it is decided.
+
+The loop owns every upstream call of a request, before and after commit: a committed stream that
+can be continued leaves it with what continues it (``continuing.py``), to which the answer
+phase's relay reports a break; the continuation attempts are made there, not by the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, Generic, TypeVar
 
-from asgi_router.attempts.capacity import Capacity, Stuck, header_value
-from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.capacity import Capacity
+from asgi_router.attempts.capacity_wait import CapacityWait
 from asgi_router.attempts.context import AttemptContext
+from asgi_router.attempts.continuing import Continuations
 from asgi_router.attempts.decisions import Retry
 from asgi_router.attempts.hedging import race
 from asgi_router.attempts.outcomes import Committed, Refused
-from asgi_router.attempts.steps import Flight, RequestAttempts
+from asgi_router.attempts.plan_phase import PlanPhase
+from asgi_router.attempts.retry_state import RetryState
+from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import RequestRecord
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
-
-if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
-    from asgi_router.observability.tracing import RequestTrace
+from asgi_router.routing.resumable import ResumeTable
 
 __all__ = ["AttemptLoop"]
-
-#: The request's context as the attempts see it (the middleware's ``RequestContext``), handed
-#: back to the plan phase when a request is planned again.
-FlightT = TypeVar("FlightT", bound=Flight)
 
 
 class AttemptLoop:
     """Runs plans through a router's :class:`AttemptContext`; one per router, no per-request state."""
 
-    def __init__(self, context: AttemptContext, capacity: Capacity | None = None) -> None:
+    def __init__(
+        self,
+        context: AttemptContext,
+        plan_phase: PlanPhase,
+        capacity: Capacity | None = None,
+        resumes: ResumeTable | None = None,
+    ) -> None:
         self.context = context
+        #: Continuation attempts of a committed stream that broke (on the candidates ``resumes``
+        #: allows): the loop hands each resumable stream it commits what continues it.
+        self.continuations = Continuations(context, resumes)
+        #: The wait for capacity of a queued group's request, which plans it again through the
+        #: pipeline's plan phase.
+        self.capacity_wait = CapacityWait(plan_phase, context.clock)
         #: Sticky sessions and queues of the groups that configure them (``None``: no group does).
         self.capacity = capacity
 
@@ -66,58 +78,44 @@ class AttemptLoop:
         self,
         plan: Plan,
         request: InboundRequest,
-        route: str,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        flight: FlightT,
+        state: RequestState,
         facts: RequestFacts = EMPTY_FACTS,
-        trace: RequestTrace | None = None,
-        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]] | None = None,
-    ) -> Committed | Refused | RouterError:
-        """Try ``plan`` until a candidate commits, refuses, or every candidate has failed
-        (each call a span of ``trace``, when the request is traced).
-
-        ``replan`` is the pipeline's plan phase, asked again (with ``flight`` and ``request``)
-        for a request that waited for capacity; without it the old plan is walked again.
+    ) -> tuple[Plan, Committed | Refused | RouterError]:
+        """Try ``plan`` (the plan phase's, its sticky member first) until a candidate commits,
+        refuses, or every candidate has failed (each call a span of the request's trace, when it
+        is traced); the plan last walked (made again after a wait for capacity), and its outcome.
         """
         context = self.context
+        inbound = state.scope["headers"]
         deadline = context.clock() + context.policy.deadline
-        capacity, stuck, queue = self.capacity, None, None
-        group = plan.policy
-        if capacity is not None and group is not None:  # a group's plan: sticky? queued?
-            if capacity.fleet is not None and group.sticky is not None:  # the one awaited look-up
-                plan, stuck = await capacity.stick_shared(plan, request.payload, inbound, record.principal)
-            else:
-                plan, stuck = capacity.stick(plan, request.payload, inbound, record.principal)
-            queue = capacity.queues.get(group.name) if group.queue is not None else None
-        attempts = RequestAttempts(context, plan, request, route, inbound, record, flight, facts, deadline, trace)
+        capacity, queue, group = self.capacity, None, plan.policy
+        if capacity is not None and group is not None and group.queue is not None:
+            queue = capacity.queues.get(group.name)
+        retry = RetryState(context.decisions, plan, inbound)  # the request's, before and after commit
+        attempts = RequestAttempts(context, plan, request, state, facts, deadline, retry)
         decided: Committed | Refused | RouterError | None = None
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
         if walked:
-            decided = await self._walk(attempts, plan, inbound)
+            decided = await self._walk(attempts, plan)
         waits = queue is not None and (not walked or (decided is None and attempts.capacity_only()))
-        if waits and queue is not None and capacity is not None:
-            # An object, not a closure: the variables a nested function captures are cells made
-            # on every call of this one, held while every request waits for its upstream.
-            planned = None if replan is None else _Replanned(replan, flight, request, capacity, inbound, record, stuck)
-            decided, attempts = await self._wait(queue, attempts, walked, planned)
-            if planned is not None:
-                stuck = planned.stuck
+        if waits and queue is not None:
+            decided, attempts = await self.capacity_wait(queue, attempts, walked, request, self._walk)
         if decided is None:
             oldest = attempts.oldest_open()
             if oldest is not None:
                 # Every candidate was skipped for an open (or recovering) breaker: failing untried would make the
                 # breakers the outage. Try the one that opened longest ago, as its probe.
-                decided = await self._candidate(attempts, oldest, 0, force=True)
+                decided = await self._candidate(attempts, oldest, False, force=True)
         if decided is None:
             decided = attempts.exhausted()
+        stuck = state.stuck
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
-            record.sticky = (stuck.group, capacity.answered(stuck, decided))
-        return decided
+            state.sticky = (stuck.group, capacity.answered(stuck, decided))
+        if request.stream and isinstance(decided, Committed):  # a break is reported back here
+            decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts, retry)
+        return attempts.plan, decided
 
-    async def _walk(
-        self, attempts: RequestAttempts, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]
-    ) -> Committed | Refused | RouterError | None:
+    async def _walk(self, attempts: RequestAttempts, plan: Plan) -> Committed | Refused | RouterError | None:
         """One pass over ``plan``'s candidates; ``None``: none committed or refused."""
         context = self.context
         policy = plan.policy
@@ -125,7 +123,7 @@ class AttemptLoop:
         if plan.hedged:
             assert policy is not None
             decided = await race(attempts, policy, context.book.stats, context.clock)
-        elif (retries := context.decisions.retries_in_place(plan, inbound)) == 0:
+        elif not attempts.retry.retries:
             # Each candidate is one prepare, call, settle (every multi-member group by default).
             for candidate in attempts.candidates():
                 ready = attempts.prepare(candidate)
@@ -136,138 +134,28 @@ class AttemptLoop:
                     break
         else:
             for candidate in attempts.candidates():
-                decided = await self._candidate(attempts, candidate, retries)
+                decided = await self._candidate(attempts, candidate, True)
                 if decided is not None or attempts.stopped:
                     break
         return decided
 
-    async def _wait(
-        self,
-        queue: CapacityQueue,
-        first: RequestAttempts,
-        walked: bool,
-        planned: Callable[[], Awaitable[Plan | RouterError]] | None,
-    ) -> tuple[Committed | Refused | RouterError | None, RequestAttempts]:
-        """Wait in ``queue`` for capacity; at the head, plan the request again (``planned``; the
-        old plan when there is none) and walk the new plan. What came of the last walk, and its
-        pass (``first``, the request's own, when the queue was full)."""
-        clock = self.context.clock
-        plan, record, inbound = first.plan, first.record, first.inbound
-        settings = queue.settings
-        group = plan.policy.name if plan.policy is not None else ""
-        priority = queue.priority(header_value(inbound, settings.priority_header.encode("latin-1")), record.principal)
-        joined = clock()
-        ticket = queue.join(priority)
-        if ticket is None:
-            record.queued = (group, "full", 0.0)
-            queue.recent.append(("full", 0.0))
-            decided = None if walked else await self._walk(first, plan, inbound)  # today's answer, and why
-            return decided, first
-        until = min(joined + settings.max_wait, first.deadline)
-        outcome = "left"  # unless the loop below ends otherwise: the client left (cancelled)
-        attempts, decided = first, None
-        # A request that has just found no capacity pauses before it is planned again; one that
-        # joined behind others waits for its turn first.
-        pause = first.recheck() if walked else 0.0
-        try:
-            while True:
-                remaining = until - clock()
-                if remaining <= 0:
-                    outcome = "timed_out"
-                    break
-                if pause:
-                    await asyncio.sleep(min(pause, remaining))
-                    pause = 0.0
-                    continue
-                if not await queue.my_turn(ticket, remaining):
-                    continue
-                if planned is not None:
-                    fresh = await planned()
-                    if isinstance(fresh, RouterError):  # its ref no longer resolves: that is its answer
-                        decided, outcome = fresh, "served"
-                        break
-                    plan = fresh
-                attempts = first.again(plan, quiet=walked)
-                attempts.admitted = partial(queue.leave, ticket)
-                decided = await self._walk(attempts, plan, inbound)
-                if decided is not None or not attempts.capacity_only():
-                    outcome = "served"
-                    break
-                walked = True  # the skips of the walks after the first are not evented again
-                pause = attempts.recheck()
-        finally:
-            queue.leave(ticket)
-            waited = clock() - joined
-            record.queued = (group, outcome, waited)
-            queue.recent.append((outcome, waited))
-        return decided, attempts
-
     async def _candidate(
-        self, attempts: RequestAttempts, candidate: Candidate, retries: int, *, force: bool = False
+        self, attempts: RequestAttempts, candidate: Candidate, in_place: bool, *, force: bool = False
     ) -> Committed | Refused | RouterError | None:
-        """Attempt ``candidate`` and retry it in place up to ``retries`` times; ``None``: move on."""
+        """Attempt ``candidate`` and, ``in_place``, retry it as often as the request's retry
+        state answers so; ``None``: move on."""
+        retry = attempts.retry
+        retry.retrying(candidate)
         ready = attempts.prepare(candidate, force=force)
-        retry = 0
-        token = False  # a retry token of the provider's budget, held until the retry has ended
         try:
             while ready is not None:
                 result = await attempts.attempt(ready)
-                if token:
-                    token = False
-                    self.context.gate.end_retry(candidate.provider)
-                answer = attempts.settle(ready, result, retry, retries)
+                retry.retry_over()  # a retry's budget token, held until it has ended
+                answer = attempts.settle(ready, result, in_place)
                 if not isinstance(answer, Retry):
                     return attempts.outcome(answer, result)
-                token = True  # the decision point took it with its answer
-                retry += 1
                 await asyncio.sleep(answer.wait)  # cancelled at once if the client disconnects
                 ready = attempts.prepare(candidate, retry=True)
             return None
         finally:
-            if token:
-                self.context.gate.end_retry(candidate.provider)
-
-
-class _Replanned(Generic[FlightT]):
-    """A queued request's plan phase asked again at the head of its queue, its sticky member
-    (if any) first; :attr:`stuck` is how the last plan stuck."""
-
-    __slots__ = ("_capacity", "_flight", "_inbound", "_record", "_replan", "_request", "stuck")
-
-    def __init__(
-        self,
-        replan: Callable[[FlightT, InboundRequest], Awaitable[Plan | RouterError]],
-        flight: FlightT,
-        request: InboundRequest,
-        capacity: Capacity,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        stuck: Stuck | None,
-    ) -> None:
-        self._replan = replan
-        self._flight = flight
-        self._request = request
-        self._capacity = capacity
-        self._inbound = inbound
-        self._record = record
-        self.stuck = stuck
-
-    async def __call__(self) -> Plan | RouterError:
-        fresh = await self._replan(self._flight, self._request)
-        if isinstance(fresh, RouterError) or fresh.policy is None:
-            return fresh
-        fresh, self.stuck = await _stick(self._capacity, fresh, self._request, self._inbound, self._record)
-        return fresh
-
-
-async def _stick(
-    capacity: Capacity,
-    plan: Plan,
-    request: InboundRequest,
-    inbound: Sequence[tuple[bytes, bytes]],
-    record: RequestRecord,
-) -> tuple[Plan, Stuck | None]:
-    """``plan`` with the request's sticky member first, asking the fleet's store when it has one."""
-    if capacity.fleet is not None and plan.policy is not None and plan.policy.sticky is not None:
-        return await capacity.stick_shared(plan, request.payload, inbound, record.principal)
-    return capacity.stick(plan, request.payload, inbound, record.principal)
+            retry.retry_over()

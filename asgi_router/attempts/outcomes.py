@@ -3,13 +3,17 @@
 Plain records, shared by the attempt loop (``loop.py``), the hedging race (``hedging.py``),
 the relay and the middleware: :class:`Committed` (a winner, nothing sent yet), :class:`Refused`
 (a fatal answer to pass through), :class:`Failed` (move on, maybe retry), and :class:`Ready`
-(a candidate past admission, holding its gate lease).
+(a candidate past admission, holding its gate lease). A committed stream that may be continued
+after a break carries what continues it (:class:`Continues`, made by the attempt loop in
+``continuing.py``): the answer phase's relay reports a break to it, and the attempts decide
+whether and where the stream goes on; the relay only appends what the continuation sends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
@@ -18,7 +22,7 @@ from asgi_router.resilience.gate import Lease
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
 from asgi_router.transports.transport import UpstreamResponse
 
-__all__ = ["Attempted", "Committed", "Failed", "Ready", "Refused"]
+__all__ = ["Attempted", "Committed", "Continuation", "Continues", "Failed", "Ready", "Refused"]
 
 
 @dataclass(slots=True)
@@ -43,6 +47,29 @@ class Committed:
     #: The chunks ``body`` was read in before commit, when more than one (role-only deltas and
     #: keep-alives held for the first real event): the relay sends each as it came.
     parts: tuple[bytes, ...] | None = None
+    #: A stream whose plan can continue it after a break: what continues it (``None``: nothing).
+    continues: Continues | None = None
+
+
+@dataclass(slots=True)
+class Continuation:
+    """A continuation that committed, and the whitespace its prefill lost (said again by it)."""
+
+    committed: Committed
+    skip: str
+
+
+class Continues(Protocol):
+    """What continues one request's committed stream after a break: the attempt loop's
+    (``continuing.py``), handed to the answer phase on the :class:`Committed` it relays."""
+
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        """Whether a break for ``reason`` may be continued at all (``total``: the attempt's
+        ``total`` ran out): the request's retry state's verdict."""
+
+    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
+        """The call that continues ``text`` after ``broken`` broke for ``reason`` (accounted and
+        evented), or ``None``: the client gets the in-band error."""
 
 
 @dataclass(slots=True)

@@ -14,16 +14,17 @@ questions (admit it, what next after its call):
 Both are pure functions of what they are given. The caller's caps table is in ``decisions.py``'s
 docstring with the others; the resume table is here, beside its rule.
 
-**The resume table**: after a committed stream broke (``Decisions.resume``, asked by the relay
-when a plan has a candidate whose ``resume`` is not ``"none"`` and the text so far can be
-continued):
+**The resume table**: after a committed stream broke (``Decisions.resume``, asked through the
+request's retry state, ``retry_state.py``, when the relay reports a break of a stream whose plan
+has a candidate whose ``resume`` is not ``"none"`` and whose text so far can be continued):
 
 ==========================================================  ==================================
 the break                                                   answer
 ==========================================================  ==================================
-not ``stream_interrupted`` nor ``timeout`` (``idle``; a     None: the in-band error
-stall past ``total`` is not continued), or ``max_resumes``
-continuations made already
+not ``stream_interrupted`` nor ``timeout`` (``idle``), or  None: the in-band error
+``max_resumes`` continuations made already
+the attempt's ``total`` ran out (a continuation never       None: the in-band error
+runs past ``total``)
 a cut (``stream_interrupted``)                              Continue: the same candidate
                                                             first, then the plan's other
                                                             resumable ones in plan order
@@ -52,7 +53,7 @@ from asgi_router.core.reasons import Reason
 from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.caller_tally import PAST, REFUSED, Cap, Table
 
-__all__ = ["Continue", "Downgrade", "Refuse", "caller_answer", "continuation", "resume_order"]
+__all__ = ["Continue", "Downgrade", "Refuse", "caller_answer", "continuable", "continuation", "resume_order"]
 
 
 # -- the caller's caps ----------------------------------------------------------------------------
@@ -106,6 +107,12 @@ class Continue:
 _RESUMED: Final[frozenset[Reason]] = frozenset({"stream_interrupted", "timeout"})
 
 
+def continuable(reason: Reason, resumes: int, max_resumes: int) -> bool:
+    """Whether a break for ``reason`` may be continued at all, ``resumes`` of ``max_resumes``
+    continuations having been made: a cut or a stall, and continuations left."""
+    return reason in _RESUMED and resumes < max_resumes
+
+
 def resume_order(
     candidates: Sequence[Candidate], modes: Sequence[ResumeMode], broken: Candidate, reason: Reason
 ) -> list[tuple[Candidate, ResumeMode]]:
@@ -139,7 +146,7 @@ def continuation(
     """Whether and on whom a stream that broke for ``reason`` after commit is continued;
     ``modes`` are the plan's candidates' ``resume`` in plan order, ``resumes`` the continuations
     made so far."""
-    if reason not in _RESUMED or resumes >= max_resumes:
+    if not continuable(reason, resumes, max_resumes):
         return None
     order = resume_order(candidates, modes, broken, reason)
     return Continue(tuple(order)) if order else None

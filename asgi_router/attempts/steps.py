@@ -28,39 +28,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
+from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary, RouterError, exhausted_error
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
+from asgi_router.observability.events import Outcome
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.provider import RouteTarget
 from asgi_router.transports.transport import close_response
 
 if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
-    from asgi_router.observability.tracing import RequestTrace
+    pass
 
-__all__ = ["Flight", "RequestAttempts"]
-
-
-class Flight(Protocol):
-    """Where a request keeps the attempt in flight and since when (the middleware's request
-    context): if the client leaves meanwhile, that attempt is evented as ``aborted``."""
-
-    in_flight: tuple[str, float] | None
-    #: Whether the route speaks Anthropic's protocol (a relayed stream's events are its events).
-    anthropic: bool
+__all__ = ["RequestAttempts"]
 
 
 class RequestAttempts:
@@ -76,10 +69,10 @@ class RequestAttempts:
         "_context",
         "_inbound",
         "_open_skips",
+        "_path",
         "_payload",
         "_quiet",
         "_request",
-        "_route",
         "_stream",
         "_summaries",
         "_trace",
@@ -90,9 +83,9 @@ class RequestAttempts:
         "deadline",
         "facts",
         "failover_on",
-        "flight",
         "plan",
-        "record",
+        "retry",
+        "state",
         "stopped",
     )
 
@@ -101,13 +94,10 @@ class RequestAttempts:
         context: AttemptContext,
         plan: Plan,
         request: InboundRequest,
-        route: str,
-        inbound: Sequence[tuple[bytes, bytes]],
-        record: RequestRecord,
-        flight: Flight,
+        state: RequestState,
         facts: RequestFacts,
         deadline: float,
-        trace: RequestTrace | None = None,
+        retry: RetryState,
         *,
         quiet: bool = False,
     ) -> None:
@@ -119,7 +109,7 @@ class RequestAttempts:
         #: once its call is over: the next in line may find room meanwhile).
         self.admitted: Callable[[], None] | None = None
         #: The request's trace, when a tracer provider is set: each call is a span of it.
-        self._trace = trace
+        self._trace = state.trace
         self.plan = plan
         #: The reasons that move on to the next candidate (the group's, or the default).
         self.failover_on = plan.failover_on
@@ -132,14 +122,17 @@ class RequestAttempts:
         self._payload = request.payload
         self._translated: dict[int, WireBody | Untranslatable] | None = None
         self._stream = request.stream
-        self._route = route
+        #: The URL path asked for: each provider's target for it.
+        self._path = state.path
         #: The client's headers: each provider's upstream headers allow some of them through.
-        self._inbound = inbound
-        self.record = record
-        self.flight = flight
+        self._inbound: Sequence[tuple[bytes, bytes]] = state.scope["headers"]
+        #: The request's state: its events, and the attempt in flight.
+        self.state = state
         self.facts = facts
         #: Monotonic time by which a candidate must have committed (``RouterSettings.deadline``).
         self.deadline = deadline
+        #: The request's retry state: every admission and every "what next" is asked of it.
+        self.retry = retry
         # Both lists are made on first use: most requests never fail or skip a candidate.
         self._summaries: list[AttemptSummary] | None = None
         #: Attempts started so far, retries included (skips are not attempts).
@@ -158,17 +151,15 @@ class RequestAttempts:
     def again(self, plan: Plan, *, quiet: bool) -> RequestAttempts:
         """A fresh pass over ``plan`` (the request planned again) for the same request, within the
         same deadline (a queued request's walk at the head); ``quiet``: its skips are not evented."""
+        self.retry.replanned(plan)
         return RequestAttempts(
             self._context,
             plan,
             self._request,
-            self._route,
-            self._inbound,
-            self.record,
-            self.flight,
+            self.state,
             self.facts,
             self.deadline,
-            self._trace,
+            self.retry,
             quiet=quiet,
         )
 
@@ -189,12 +180,12 @@ class RequestAttempts:
         target: RouteTarget | str | None = None
         wire: SplicedBody | WireBody | str | None = None
         if provider is not None and provider.configured:
-            target = provider.targets.get(self._route)
+            target = provider.targets.get(self._path)
             if isinstance(target, RouteTarget) and not target.translated:  # the usual case: the body as sent
                 wire = self._wire
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
-        admitted = context.decisions.admit(
+        admitted = self.retry.admit(
             candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force, self._stream
         )
         key = candidate.key
@@ -242,17 +233,17 @@ class RequestAttempts:
         # measured from ``started``, so it never outlasts the attempt into the next one's span.
         began = time.time_ns() if trace is not None else 0
         ready.started = context.clock()
-        self.flight.in_flight = (ready.key, ready.started)
+        self.state.in_flight = (ready.key, ready.started)
         context.book.started(ready.key, self.facts)
         target = ready.target
-        headers = target.head.build(self._inbound, self.record.request_id)
+        headers = target.head.build(self._inbound, self.state.request_id)
         translation = (
             StreamTranslation(include_usage(self._payload), context.max_event_bytes)
             if target.translated and self._stream
             else None
         )
         # A relayed stream commits on its first real event; a translated one already does.
-        anthropic_events = self.flight.anthropic if self._stream and not target.translated else None
+        anthropic_events = self.state.anthropic if self._stream and not target.translated else None
         if trace is not None:  # the attempt's span, and its traceparent in the headers
             trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers, began)
         calling = call(
@@ -276,9 +267,10 @@ class RequestAttempts:
 
     def _landed(self, ready: Ready) -> None:
         """``ready``'s call is over: it is no longer the request's attempt in flight."""
-        in_flight = self.flight.in_flight
+        state = self.state
+        in_flight = state.in_flight
         if in_flight is not None and in_flight[0] == ready.key:
-            self.flight.in_flight = None
+            state.in_flight = None
 
     def aborted(self, ready: Ready) -> None:
         """``ready``'s call was cancelled (the client left, or it lost a hedge race): account for it."""
@@ -286,12 +278,12 @@ class RequestAttempts:
         ready.lease.finish(ready.cancel_reason)
         self._context.book.failed(ready.key, self.facts, ready.cancel_reason, elapsed, 0.0)
 
-    def settle(self, ready: Ready, result: Attempted, retry: int = 0, retries: int = 0) -> Next:
-        """Finish, event and account for ``result``, then ask the decision point what next.
+    def settle(self, ready: Ready, result: Attempted, in_place: bool = False) -> Next:
+        """Finish, event and account for ``result``, then ask the request's retry state what next.
 
-        ``retry`` is how many retries of this candidate were made and ``retries`` how many are
-        allowed (the plain loop's; ``0``: no retry in place). A refused retry is evented here
-        as the decision point says; :meth:`outcome` turns the answer into the pass's outcome.
+        ``in_place``: the candidate may be retried in place (the plain loop's, as often as the
+        retry state allows). A refused retry is evented here as the answer says;
+        :meth:`outcome` turns the answer into the pass's outcome.
         """
         context = self._context
         book = context.book
@@ -312,28 +304,13 @@ class RequestAttempts:
             result.attempts = self.attempts
             book.answered(provider, ready.key, result.headers)
             book.failed(ready.key, self.facts, result.reason, elapsed, 0.0)
-            self.record.events.append(
-                AttemptEvent(
-                    self.record.request_id,
-                    len(self.record.events),
-                    ready.key,
-                    "failed",
-                    result.reason,
-                    result.status,
-                    elapsed,
-                    principal=self.record.principal,
-                )
-            )
+            self.state.event(ready.key, "failed", result.reason, result.status, elapsed)
         else:
             elapsed = context.clock() - ready.started
             ready.lease.finish(result.reason)
             book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
-            if result.reason == "rate_limited":  # its wait marks the member over budget until then
-                book.rate_limited(provider, ready.key, result.retry_after)
             self._note(ready.key, "failed", result, elapsed)
-        answer = context.decisions.after(
-            result, self.failover_on, self.deadline, ready.candidate.provider, retry, retries
-        )
+        answer = self.retry.after(result, self.failover_on, self.deadline, ready.candidate, in_place)
         if isinstance(answer, FailOver) and answer.skip is not None:
             self.skip(ready.key, answer.skip)
         return answer
@@ -433,17 +410,4 @@ class RequestAttempts:
             )
         if not evented:
             return
-        self.record.events.append(
-            AttemptEvent(
-                self.record.request_id,
-                len(self.record.events),
-                name,
-                outcome,
-                failure.reason,
-                failure.status,
-                latency,
-                failure.ttfb,
-                principal=self.record.principal,
-                cause=cause,
-            )
-        )
+        self.state.event(name, outcome, failure.reason, failure.status, latency, failure.ttfb, cause=cause)

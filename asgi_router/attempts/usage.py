@@ -7,7 +7,7 @@ Anthropic's Messages API always does, as ``input_tokens`` and ``output_tokens``)
 
 The relay must not parse what it forwards, so a streamed response only feeds :class:`LastChunks`:
 references to the last :data:`LAST_CHUNKS` chunks sent (no copy), kept by a bounded deque's own
-``append`` (no Python call per chunk). Once the stream has ended, :func:`find_usage` looks for the
+``append`` (nothing of the router's own per chunk). Once the stream has ended, :func:`find_usage` looks for the
 last ``"usage"`` object in the chunks held for commit (Anthropic states the prompt in its first
 event, ``message_start``) followed by those last chunks (OpenAI's usage chunk, Anthropic's
 ``message_delta``, each possibly in pieces); a count that cannot be one (see
@@ -23,16 +23,16 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final
 
 from asgi_router.core.usage_bounds import MAX_PLAUSIBLE_TOKENS, plausible_tokens
+from asgi_router.request.spend import TokenCount
 
 __all__ = [
     "LAST_CHUNKS",
     "TAIL_BYTES",
     "LastChunks",
     "Tail",
-    "TokenCount",
     "count_tokens",
     "estimated",
     "find_usage",
@@ -61,26 +61,12 @@ _COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d{1,15}),"comp
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 
 
-class TokenCount(NamedTuple):
-    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``.
-
-    A tuple (one per served response, made in C), not a frozen dataclass."""
-
-    prompt: int
-    completion: int
-    measured: bool
-
-    @property
-    def total(self) -> int:
-        return self.prompt + self.completion
-
-
 class LastChunks(deque[bytes]):
     """The last chunks a relay sent (references), the oldest dropped as one comes: a deque
-    bounded at ``maxlen`` (made as ``LastChunks(maxlen=LAST_CHUNKS)``, in C).
+    bounded at ``maxlen`` (made as ``LastChunks(maxlen=LAST_CHUNKS)``).
 
-    :attr:`add` is the deque's own ``append``: a chunk costs the relay no Python call. The relay
-    counts the chunks itself."""
+    :attr:`add` is the deque's own ``append``: the relay keeps a chunk with nothing of the
+    router's own per chunk (docs/performance.md). The relay counts the chunks itself."""
 
     __slots__ = ()
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from asgi_router.attempts.decisions import retries_for
 from asgi_router.cli.check import STRATEGY_NOTES, describe_reasons
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.rules_settings import DEFAULT_ROUTE
@@ -104,8 +105,8 @@ def _rules(settings: RouterSettings, group: str, facts: RequestFacts) -> list[st
 def plan_group(settings: RouterSettings, plan: Plan) -> str | None:
     """The group whose members ``plan`` is made of (``None``: a direct model), the rule's target
     when a rule chose it (a direct target keeps the rules group's policies, not its members)."""
-    if plan.route != DEFAULT_ROUTE:
-        target = parse_model_ref(next(rule.route for rule in settings.rules if rule.name == plan.route))
+    if plan.rule != DEFAULT_ROUTE:
+        target = parse_model_ref(next(rule.route for rule in settings.rules if rule.name == plan.rule))
         return target.name if not isinstance(target, InvalidRef) and target.kind is RefKind.GROUP else None
     return plan.policy.name if plan.policy is not None else None
 
@@ -114,7 +115,7 @@ def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str
     catalog = Catalog(settings.catalog)
     group = plan_group(settings, plan)
     strategy = settings.groups[group].strategy if group is not None else None
-    head = f"plan (route {plan.route!r}"
+    head = f"plan (route {plan.rule!r}"
     head += f", group/{group}, {strategy}: {STRATEGY_NOTES[strategy]})" if strategy else ", a direct model)"
     lines = [head + ":"]
     for index, candidate in enumerate(plan.candidates, 1):
@@ -128,7 +129,8 @@ def _plan(settings: RouterSettings, plan: Plan, facts: RequestFacts) -> list[str
         lines.append(line + (f"  [{'; '.join(notes)}]" if notes else ""))
     if strategy is not None and strategy not in _FIXED:
         lines.append(f"  (the order of a {strategy} group depends on live statistics; shown with none recorded)")
-    lines.append(f"  fails over on: {describe_reasons(plan.failover_on)}; retries in place: {plan.retries}")
+    retries = retries_for(plan, settings.retries)
+    lines.append(f"  fails over on: {describe_reasons(plan.failover_on)}; retries in place: {retries}")
     if plan.hedged and plan.policy is not None:
         lines.append(f"  hedges: a second candidate races one silent for {plan.policy.hedge_after:g} s")
     return lines

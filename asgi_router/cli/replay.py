@@ -116,7 +116,7 @@ def _plan_text(route: str, plan: list[str]) -> str:
 
 
 def _differs(settings: RouterSettings, record: dict[str, Any], plan: Plan) -> bool:
-    if plan.route != record.get("route", "default"):
+    if plan.rule != record.get("route", "default"):
         return True
     was, now = [str(key) for key in record.get("plan", [])], list(plan.labels)
     group = plan_group(settings, plan)
@@ -215,7 +215,7 @@ def _replay(
         if isinstance(plan, ResolveError):
             now = f"refused: {plan.status} {plan.code}"
         elif _differs(settings, record, plan):
-            now = _plan_text(plan.route, list(plan.labels))
+            now = _plan_text(plan.rule, list(plan.labels))
         else:
             same += 1
             continue

@@ -43,7 +43,7 @@ _HARD_LIMIT = (
 )
 _DOWNGRADE = (
     'Past a cap, serve from this ref instead (`"group/<id>"`, `"provider/model-id"` or an alias), with its own '
-    "plan, strategy and failover, and the response header `x-router-limit`; unset: refuse with a 429."
+    "plan, strategy and failover, and the router's limit header naming the cap; unset: refuse with a 429."
 )
 
 

@@ -116,8 +116,8 @@ class GroupSettings(StrictSettings):
     )
     degraded: DegradedSettings | None = Field(
         default=None,
-        description='A canned reply, `{content = "..."}`, sent (marked `x-router-degraded: 1`) when every '
-        "candidate fails with a 429 or 5xx (unset: off).",
+        description='A canned reply, `{content = "..."}`, sent (marked as degraded in the router\'s headers) '
+        "when every candidate fails with a 429 or 5xx (unset: off).",
     )
     sticky: StickySettings | None = Field(
         default=None,

@@ -13,7 +13,7 @@ from asgi_router.core.refs import is_valid_name
 
 __all__ = ["DEFAULT_ROUTE", "RuleSettings"]
 
-#: The ``x-router-route`` value when no rule chose the plan.
+#: The rule name the router's route header says when no rule chose the plan.
 DEFAULT_ROUTE: Final = "default"
 
 
@@ -23,7 +23,7 @@ class RuleSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(
-        description="Sent back as `x-router-route` and recorded with the request; unique, letters, digits, "
+        description="Sent back in the router's route header and recorded with the request; unique, letters, digits, "
         "`_`, `.` and `-`, and not `default`."
     )
     route: str = Field(

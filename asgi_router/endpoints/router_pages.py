@@ -40,9 +40,10 @@ from asgi_router.inbound.body import request_id_for
 from asgi_router.inbound.mounting import route_path
 from asgi_router.observability.optional import metrics_for
 from asgi_router.observability.sinks import EventBus, RecentRequests
+from asgi_router.request.request_state import RequestState
 from asgi_router.resilience.caller_limits import CallerLimits, caller_name, shown
 from asgi_router.resilience.overview import Overview
-from asgi_router.responses.request_context import RequestContext
+from asgi_router.responses.error_reply import send_error, send_failure
 
 if TYPE_CHECKING:  # prometheus_client is optional: imported only when metrics_route is set
     from asgi_router.endpoints.metrics_page import MetricsEndpoint
@@ -101,7 +102,7 @@ class Pages:
         return path in self._exact or (self._models is not None and self._models.handles(path))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        context = RequestContext(scope, receive, send, request_id_for(scope))
+        state = RequestState(scope, receive, send, request_id_for(scope))
         try:
             page = self._exact.get(route_path(scope))
             audience = page.audience if page is not None else "api"
@@ -111,22 +112,20 @@ class Pages:
                 if isinstance(admitted, RouterError):
                     if audience == "browser" and admitted.status == 401:
                         admitted = replace(admitted, headers=(_BASIC,))  # the browser asks for them
-                    await context.send_error(admitted)
+                    await send_error(state, admitted)
                     return
                 principal = admitted.principal
             if page is None:
                 assert self._models is not None
-                await self._models(scope, receive, context.send_tracked)
+                await self._models(scope, receive, state.send_tracked)
                 return
             content_type, body = page.render() if page.render_for is None else page.render_for(principal, scope)
             headers = [(b"content-type", content_type), *_PAGE_HEADERS, *page.headers]
             headers.append((b"content-length", str(len(body)).encode()))  # a HEAD's too: what a GET gets
-            await context.send_tracked({"type": "http.response.start", "status": 200, "headers": headers})
-            await context.send_tracked(
-                {"type": "http.response.body", "body": body if scope["method"] != "HEAD" else b""}
-            )
+            await state.send_tracked({"type": "http.response.start", "status": 200, "headers": headers})
+            await state.send_tracked({"type": "http.response.body", "body": body if scope["method"] != "HEAD" else b""})
         except Exception:
-            await context.failed()
+            await send_failure(state)
 
 
 def _nothing() -> tuple[bytes, bytes]:

@@ -33,32 +33,17 @@ import asyncio
 import math
 from collections.abc import MutableMapping
 from types import TracebackType
-from typing import Any, Final, Protocol
-
-from starlette.types import Receive
+from typing import Any, Final
 
 from asgi_router.core.deadlines import Deadline
 from asgi_router.observability.events import logger
+from asgi_router.request.request_state import RequestState
 
-__all__ = ["WATCH_AFTER", "ListeningScope", "Party"]
+__all__ = ["WATCH_AFTER", "ListeningScope"]
 
 #: Seconds into the scope (the request, for the middleware's) at which the disconnect listener
 #: starts, if the scope is listening by then (else once it does).
 WATCH_AFTER: Final = 0.01
-
-
-class Party(Protocol):
-    """The request being watched: where to listen, and what to do when its client leaves."""
-
-    @property
-    def receive(self) -> Receive: ...
-
-    def client_left(self, scope: Deadline) -> None:
-        """The client disconnected while the block ran (typically: cancel ``scope``)."""
-
-    def complete(self) -> None:
-        """The block is over (called first on the way out): a disconnect heard from now on is
-        no abort."""
 
 
 class ListeningScope(Deadline):
@@ -76,9 +61,9 @@ class ListeningScope(Deadline):
 
     __slots__ = ("_after", "_held", "_listener", "_overdue", "_party")
 
-    def __init__(self, party: Party, after: float = WATCH_AFTER, *, held: bool = False) -> None:
+    def __init__(self, party: RequestState, after: float = WATCH_AFTER, *, held: bool = False) -> None:
         super().__init__()
-        self._party: Party | None = party
+        self._party: RequestState | None = party
         self._after = after
         # Not listening before :meth:`listen` (the block reads the request body first), and
         # whether the mark passed meanwhile.

@@ -37,14 +37,12 @@ HedgeOutcome = Literal["won", "lost", "failed", "denied"]
 class AttemptEvent:
     """One candidate's attempt (or skip) within one request.
 
-    Frozen: assigning a field raises :class:`dataclasses.FrozenInstanceError`. Its ``__init__``
-    is written out rather than generated, because a frozen dataclass's own sets every field
-    through ``object.__setattr__`` (the class's ``__setattr__`` refuses), a call per field that
-    makes an event several times dearer to build than a plain object, and every request builds
-    at least one. This one fills the instance's ``__dict__`` directly, which the frozen
-    ``__setattr__`` does not guard; everything else (repr, equality, hashing, ``fields``,
-    ``asdict``, ``replace``) is the dataclass's own. It takes every field, in order, with its
-    default (a test checks it against :func:`dataclasses.fields`).
+    Frozen: an event is what happened, and a sink may keep it; assigning a field raises
+    :class:`dataclasses.FrozenInstanceError`. Every request builds at least one, so its
+    ``__init__`` is written out and fills the fields directly rather than through the frozen
+    dataclass's generated one (docs/performance.md); everything else (repr, equality, hashing,
+    ``fields``, ``asdict``, ``replace``) is the dataclass's own. It takes every field, in order,
+    with its default (a test checks it against :func:`dataclasses.fields`).
     """
 
     request_id: str
@@ -141,10 +139,10 @@ class RequestRecord:
     caller: str | None = None
     #: What the caps made of the request: ``served``, ``downgraded`` or ``refused``.
     caller_outcome: Literal["served", "downgraded", "refused"] | None = None
-    #: The cap that downgraded or refused it (``x-router-limit``), e.g. ``usd_per_day``.
+    #: The cap that downgraded or refused it (the router's limit header), e.g. ``usd_per_day``.
     limit: str | None = None
     #: A sticky group's request that had a key: ``(group, outcome)``, outcome ``hit``, ``miss``
-    #: or ``moved`` (sent as ``x-router-sticky``).
+    #: or ``moved`` (sent in the router's sticky header).
     sticky: tuple[str, str] | None = None
     #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
     #: ``served``, ``timed_out``, ``full`` or ``left``.

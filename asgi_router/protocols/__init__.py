@@ -2,13 +2,13 @@
 
 Clients speak OpenAI's chat completions or Anthropic's Messages API (``routes.py`` says which a
 route is, from its path); providers are ``kind = "openai"`` or ``kind = "anthropic"``. When both
-sides speak the same protocol the router relays bytes untouched; a chat-completion request
-routed to an Anthropic provider is translated on the way out (``to_anthropic.py``) and its
-answer on the way back, a whole body or a stream re-encoded event by event as it arrives
-(``from_anthropic.py``, over the SSE framing of ``sse.py``). ``anthropic_errors.py`` shapes the
-router's own errors for Anthropic clients and reads Anthropic's. ``continuation.py`` reads what
-a broken stream said, builds the request that continues it, and splices the continuation onto
-it (``continuation_messages.py`` the same for the Messages API); ``first_event.py`` says whether
-a stream's event is one a client shows. Pure functions and small per-response objects: nothing
-here performs I/O.
+sides speak the same protocol the router relays bytes untouched; a chat-completion request routed
+to an Anthropic provider is translated on the way out (``to_anthropic.py``) and its answer on the
+way back, a whole body or a stream re-encoded event by event as it arrives (``from_anthropic.py``,
+over the SSE framing of ``sse.py``). ``anthropic_errors.py`` shapes the router's own errors for
+Anthropic clients and reads Anthropic's. ``continuation.py`` reads what a broken stream said,
+builds the request that continues it, and splices the continuation onto it
+(``continuation_messages.py`` the same for the Messages API); ``first_event.py`` says whether a
+stream's event is one a client shows, ``stream_end.py`` whether a chunk ends the stream. Pure
+functions and small per-response objects: nothing here performs I/O.
 """

@@ -13,7 +13,7 @@ when a cap stands past its limit:
    (:meth:`CallerLimits.judge`) with each cap of the caller's table, then of its session's, that
    stands past its limit (:data:`Judged`); with none, it is served at once;
 2. the decision point answers those: serve, downgrade (serve ``downgrade_to`` instead, the
-   response saying which cap in ``x-router-limit``) or refuse;
+   response saying which cap in the router's limit header) or refuse;
 3. :meth:`CallerLimits.serve` counts a served (or downgraded) request against ``rpm`` caps, or
    :meth:`CallerLimits.refuse` makes the 429 ``caller_limit_reached`` naming the cap (never a
    key) and when it resets, with ``Retry-After`` and ``x-should-retry: false`` (the official
@@ -116,7 +116,7 @@ class CallerTicket(Account):
         #: The caps past their limits, the caller's table's before the session's (the decision's input).
         self.judged: tuple[Judged, ...] = ()
         self.outcome: Outcome = "served"
-        #: The cap that downgraded or refused the request (``x-router-limit``).
+        #: The cap that downgraded or refused the request (named in the router's limit header).
         self.limit: CapKind | None = None
         self.downgrade_to: str | None = None
         self.refusal: RouterError | None = None
@@ -250,7 +250,7 @@ class CallerLimits:
             else "once the session has been quiet for its ttl"
         )
         message = f"{cap.kind} of {whose} is reached ({limit}); it resets {when}, in {_duration(resets)}"
-        headers = (_NO_RETRY, (b"x-router-limit", cap.kind.encode()))
+        headers = (_NO_RETRY,)
         return RouterError(429, "caller_limit_reached", message, retry_after=max(1.0, resets), headers=headers)
 
     def settle(self, ticket: CallerTicket, tokens: int, usd: float) -> None:

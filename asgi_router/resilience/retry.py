@@ -61,6 +61,8 @@ class RetryPolicy:
     max_retry_wait: float
     max_attempts: int
     deadline: float
+    #: Retries in place per candidate of a plan that does not set its own (``retries``).
+    retries: int = 2
 
     @classmethod
     def from_settings(cls, settings: RouterSettings) -> RetryPolicy:
@@ -70,4 +72,5 @@ class RetryPolicy:
             settings.max_retry_wait,
             settings.max_attempts,
             settings.deadline,
+            settings.retries,
         )

@@ -2,14 +2,17 @@
 
 The attempt loop decides (``attempts/``); this module sends: the winner's response, whole or
 relayed chunk by chunk (``relay.py``), a refusal passed through, a group's canned reply
-(``degraded.py``), or the router's error (``request_context.py``). Then what the response used is
+(``degraded.py``), or the router's error (``error_reply.py``). Then what the response used is
 counted: tokens and cost for budgets, prices, metrics and traces (``attempts/bookkeeping.py``),
 and the winner's attempt event. It is the pipeline's *answer* phase: what it learns (status,
 winner, bytes, spend) goes on the request's
-:class:`~asgi_router.responses.request_context.RequestContext`, which writes the record once
-the request is over.
+:class:`~asgi_router.request.request_state.RequestState`, from which the record is built once
+the request is over. It holds the committed attempt's gate lease until the relay ends, and
+finishes it as ``client_disconnected`` if the relay never does (it was cancelled, or crashed).
+It runs no attempts: a committed stream the attempts can continue after a break arrives with
+what continues it (``attempts/continuing.py``), which the relay reports each break to.
 
-Token counting keeps as little as it needs, and no Python call per chunk: an upstream states a
+Token counting keeps as little as it needs, and does nothing per chunk: an upstream states a
 stream's usage in its last events (OpenAI's usage chunk, Anthropic's ``message_delta``) and, for
 Anthropic's prompt, its first (``message_start``). Budgets, prices and caller caps count every
 response (estimated when it reports no usage: the prompt's estimate is kept, and the relay's count
@@ -24,25 +27,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from asgi_router.attempts.bookkeeping import Bookkeeper, Spend
-from asgi_router.attempts.continuing import Continuations
+from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.usage import LAST_CHUNKS, LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import RouterError, stream_error_event
 from asgi_router.inbound.body import InboundRequest
-from asgi_router.observability.events import AttemptEvent, Outcome, RequestRecord
+from asgi_router.observability.events import Outcome
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.request.request_state import RequestState
+from asgi_router.request.router_headers import add_router_headers
+from asgi_router.request.spend import Spend
 from asgi_router.responses.degraded import degraded_reply, should_degrade
-from asgi_router.responses.headers import response_headers_for_client, router_headers
+from asgi_router.responses.error_reply import send_error
+from asgi_router.responses.headers import response_headers_for_client
 from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
-from asgi_router.responses.request_context import RequestContext
 from asgi_router.responses.resume_relay import relay_resumable
-from asgi_router.responses.resuming import StreamResumer, resumable_request
+from asgi_router.responses.resuming import StreamResumer
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
-from asgi_router.routing.resumable import ResumeTable
 
 __all__ = ["Answer"]
 
@@ -50,24 +54,15 @@ __all__ = ["Answer"]
 class Answer:
     """Sends a request's answer and accounts for it: one per router, called once per request."""
 
-    __slots__ = ("_book", "_clock", "_continuations", "_resumes")
+    __slots__ = ("_book", "_clock")
 
-    def __init__(
-        self,
-        book: Bookkeeper,
-        clock: Callable[[], float],
-        resumes: ResumeTable | None = None,
-        continuations: Continuations | None = None,
-    ) -> None:
+    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
         self._book = book
         self._clock = clock
-        #: Which candidates may continue a broken stream (``None`` or disabled: none may).
-        self._resumes = resumes if resumes is not None and resumes.enabled and continuations is not None else None
-        self._continuations = continuations
 
     async def __call__(
         self,
-        context: RequestContext,
+        state: RequestState,
         plan: Plan,
         request: InboundRequest,
         facts: RequestFacts,
@@ -75,50 +70,46 @@ class Answer:
     ) -> None:
         """Answer the client with what the attempts came to: the winner's response (whole or
         relayed), a refusal passed through, the group's canned reply, or the error."""
-        record = context.record
-        stream = request.stream
-        request_id = record.request_id
-        if isinstance(result, Committed):
-            context.lease = result.lease  # held until the relay ends; the router finishes it if it never does
         if isinstance(result, RouterError):
-            attempts = sum(1 for e in record.events if e.outcome != "skipped")
+            attempts = state.attempts()
             degraded = plan.policy.degraded if plan.policy is not None else None
             if degraded is not None and should_degrade(result.status):
-                await self._send_degraded(context, degraded, stream, attempts)
+                await self._send_degraded(state, degraded, request.stream, attempts)
                 return
-            await context.send_error(result, attempts)
+            await send_error(state, result, attempts)
             return
-        winner = result.candidate.key
-        upstream_headers = result.response.raw_headers if isinstance(result, Committed) else result.headers
-        headers = response_headers_for_client(upstream_headers)
-        headers += router_headers(request_id, winner, result.attempts, plan.route)
-        if record.sticky is not None:
-            headers.append((b"x-router-sticky", record.sticky[1].encode()))
         if isinstance(result, Refused):
-            context.status = result.status
-            await send_whole(context.send_tracked, result.status, headers, result.body)
+            headers = response_headers_for_client(result.headers)
+            add_router_headers(headers, state, result.candidate.key, result.attempts)
+            state.status = result.status
+            await send_whole(state.send_tracked, result.status, headers, result.body)
             return
-        context.status = result.response.status
-        context.winner = winner
-        if context.trace is not None:  # the winner's span reports its model and usage
-            context.trace.response_model = response_model(result.body)
-        # Budgets, prices and caps count every response (estimated when it reports no usage): the
-        # prompt's estimate is kept. Metrics and traces only report usage (the module docstring).
-        estimate = self._book.needs_estimate(winner)
-        wants_tokens = estimate or self._book.counts_all or context.trace is not None
+        stream = request.stream
+        winner = result.candidate.key
         tail: LastChunks | Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
         try:
+            upstream_headers = result.response.raw_headers
+            headers = add_router_headers(response_headers_for_client(upstream_headers), state, winner, result.attempts)
+            state.status = result.response.status
+            state.winner = winner
+            if state.trace is not None:  # the winner's span reports its model and usage
+                state.trace.response_model = response_model(result.body)
+            # Budgets, prices and caps count every response (estimated when it reports no usage):
+            # the prompt's estimate is kept. Metrics and traces only report usage (module docstring).
+            estimate = self._book.needs_estimate(winner)
+            wants_tokens = estimate or self._book.counts_all or state.trace is not None
             if not stream:
-                context.response_started = True  # as for the relay: sent through the server's send
-                await send_whole(context.send, result.response.status, headers, result.body)
-                context.bytes_relayed = len(result.body)
+                state.response_started = True  # as for the relay: sent through the server's send
+                await send_whole(state.send, result.response.status, headers, result.body)
+                state.bytes_relayed = len(result.body)
                 # The winner's statistics released; what it used kept for the record.
-                spend = context.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
-                self._note_served(record, result, "served", spend)
+                spend = state.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
+                self._note_served(state, result, "served", spend)
                 return
-            resumer = self._resumer(context, plan, request, facts, result)
+            if result.continues is not None:  # the attempts continue it after a break
+                resumer = StreamResumer(result.continues, state, facts, result)
             # Committed: nothing reads the request again but the token estimate; free the rest
             # for the relay's whole life (RSS per open stream). A continuation keeps the payload
             # (the facts read the same one, so keeping them costs nothing, and their estimate is
@@ -126,13 +117,13 @@ class Answer:
             if resumer is None:
                 facts.release(keep_estimate=estimate)
             request.release()
-            context.response_started = True
-            context.in_flight = (winner, result.started)
-            error_event = anthropic_stream_error_event if context.anthropic else stream_error_event
+            state.response_started = True
+            state.in_flight = (winner, result.started)
+            error_event = anthropic_stream_error_event if state.anthropic else stream_error_event
             final = result
             if resumer is None:
                 recent = tail = LastChunks(maxlen=LAST_CHUNKS) if estimate else None
-                relay = relay_stream(context.send, result, headers, self._clock, recent, context, error_event)
+                relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers
@@ -140,89 +131,59 @@ class Answer:
             else:
                 resumed = tail = Tail() if estimate else None
                 resuming = relay_resumable(
-                    context.send, result, headers, self._clock, resumer, error_event, resumed, context
+                    state.send, result, headers, self._clock, resumer, error_event, resumed, state
                 )
                 del headers, upstream_headers
                 outcome, final = await resuming
-            context.in_flight = None
+            state.in_flight = None
             if outcome.reason == "client_disconnected":
-                context.disconnected = True
-            spend = context.spend = self._book.finished(
+                state.disconnected = True
+            spend = state.spend = self._book.finished(
                 final.candidate.key,
                 facts,
                 *_streamed_usage(final, tail, outcome if wants_tokens else None, outcome.chunks),
             )
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
-                spend = context.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
-            self._note_served(record, final, outcome.reason, spend, resumer is None or resumer.evented is not final)
+                spend = state.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
+            self._note_served(state, final, outcome.reason, spend, resumer is None or resumer.evented is not final)
         finally:
-            if spend is None:  # cancelled (the client left): still release and count it
+            if spend is None:  # cancelled (the client left): still finish, release and count it
                 if resumer is not None:
                     result = resumer.current
-                context.spend = self._book.finished(
-                    result.candidate.key, facts, *_streamed_usage(result, tail, None, context.chunks_relayed)
+                if result.lease is not None:  # held until the relay ends: it never did
+                    result.lease.finish("client_disconnected")
+                state.spend = self._book.finished(
+                    result.candidate.key, facts, *_streamed_usage(result, tail, None, state.chunks_relayed)
                 )
 
-    def _resumer(
-        self, context: RequestContext, plan: Plan, request: InboundRequest, facts: RequestFacts, result: Committed
-    ) -> StreamResumer | None:
-        """The request's continuations, when its plan has a resumable candidate and it can be
-        continued at all (one choice, no logprobs); else ``None``."""
-        if self._resumes is None:
-            return None
-        modes = self._resumes.modes(plan)
-        if modes is None or not resumable_request(request.payload):
-            return None
-        assert self._continuations is not None
-        return StreamResumer(
-            self._continuations,
-            self._book,
-            self._clock,
-            context,
-            plan,
-            modes,
-            self._resumes.max_resumes(plan),
-            request.payload,
-            facts,
-            result,
-        )
-
     async def _send_degraded(
-        self, context: RequestContext, degraded: DegradedSettings, stream: bool, attempts: int
+        self, state: RequestState, degraded: DegradedSettings, stream: bool, attempts: int
     ) -> None:
         """Every candidate failed and the group has a canned reply: send it, marked as such."""
-        record = context.record
-        headers, body = degraded_reply(degraded, record.request_id, record.ref, stream, context.anthropic)
-        headers += router_headers(record.request_id, None, attempts, context.route)
-        if record.sticky is not None:
-            headers.append((b"x-router-sticky", record.sticky[1].encode()))
-        context.status = 200
-        context.degraded = True
-        await send_whole(context.send_tracked, 200, headers, body)
+        headers, body = degraded_reply(degraded, state.request_id, state.ref, stream, state.anthropic)
+        state.status = 200
+        state.degraded = True
+        add_router_headers(headers, state, None, attempts)
+        await send_whole(state.send_tracked, 200, headers, body)
 
     def _note_served(
-        self, record: RequestRecord, committed: Committed, reason: Reason, spend: Spend, event: bool = True
+        self, state: RequestState, committed: Committed, reason: Reason, spend: Spend, event: bool = True
     ) -> None:
         if committed.lease is not None:
             committed.lease.finish(reason)  # a late failure counts against the candidate
-        if not event:  # evented at its break already (``resuming.py``)
+        if not event:  # evented at its break already (``attempts/continuing.py``)
             return
         outcome: Outcome = (
             "served" if reason == "served" else "aborted" if reason == "client_disconnected" else "failed"
         )
-        record.events.append(
-            AttemptEvent(
-                record.request_id,
-                len(record.events),
-                committed.candidate.key,
-                outcome,
-                reason,
-                committed.response.status,
-                self._clock() - committed.started,
-                committed.ttfb,
-                spend.cost_usd,
-                principal=record.principal,
-            )
+        state.event(
+            committed.candidate.key,
+            outcome,
+            reason,
+            committed.response.status,
+            self._clock() - committed.started,
+            committed.ttfb,
+            spend.cost_usd,
         )
 
 

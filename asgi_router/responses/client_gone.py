@@ -9,7 +9,7 @@ empty body, as nginx names that case; a server whose client is gone drops it.
 
 from __future__ import annotations
 
-from asgi_router.responses.request_context import RequestContext
+from asgi_router.request.request_state import RequestState
 
 __all__ = ["CLIENT_GONE", "close_for_gone_client", "owes_gone_response"]
 
@@ -17,19 +17,19 @@ __all__ = ["CLIENT_GONE", "close_for_gone_client", "owes_gone_response"]
 CLIENT_GONE = 499
 
 
-def owes_gone_response(context: RequestContext) -> bool:
-    """Whether ``context``'s client left before anything was sent (so the 499 is owed). Asked
+def owes_gone_response(state: RequestState) -> bool:
+    """Whether ``state``'s client left before anything was sent (so the 499 is owed). Asked
     first by the caller, so that a request with nothing to close makes no coroutine."""
-    return (context.disconnected or context.status == CLIENT_GONE) and not context.response_started
+    return (state.disconnected or state.status == CLIENT_GONE) and not state.response_started
 
 
-async def close_for_gone_client(context: RequestContext) -> None:
-    """Send the 499 start and an empty body if ``context``'s client left before anything was
+async def close_for_gone_client(state: RequestState) -> None:
+    """Send the 499 start and an empty body if ``state``'s client left before anything was
     sent; nothing otherwise."""
-    if not owes_gone_response(context):
+    if not owes_gone_response(state):
         return
     try:
-        await context.send_tracked({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
-        await context.send({"type": "http.response.body", "body": b"", "more_body": False})
+        await state.send_tracked({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
+        await state.send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception:  # a server or middleware may refuse to write for a client that is gone: fine
         return

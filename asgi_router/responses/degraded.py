@@ -6,7 +6,8 @@ them that without a code path of their own. The reply is shaped as the request a
 ``chat.completion`` JSON object, or an SSE stream of ``chat.completion.chunk`` events ending
 in ``data: [DONE]``, so the ``openai`` SDK reads it like any answer. On an Anthropic client's
 Messages route it is a Messages API ``message``, or the stream of events that makes one. It is always marked
-``x-router-degraded: 1`` so that callers who care can tell it from a model's answer.
+as degraded by one of the router's headers (``request/router_headers.py``) so that callers who
+care can tell it from a model's answer.
 
 Only failures that say "no capacity right now" degrade (5xx-class and 429); a request that
 fits no model's context window is the client's problem and keeps its 400.
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Final
+from typing import Any
 
 from asgi_router.config.degraded_settings import DegradedSettings
 
-__all__ = ["DEGRADED_HEADER", "degraded_reply", "should_degrade"]
-
-DEGRADED_HEADER: Final = (b"x-router-degraded", b"1")
+__all__ = ["degraded_reply", "should_degrade"]
 
 
 def should_degrade(status: int) -> bool:
@@ -100,6 +99,6 @@ def degraded_reply(
             + b"data: [DONE]\n\n"
         )
     if not stream:
-        return [(b"content-type", b"application/json"), DEGRADED_HEADER], body
-    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"), DEGRADED_HEADER]
+        return [(b"content-type", b"application/json")], body
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
     return headers, body

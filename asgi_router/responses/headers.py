@@ -1,11 +1,12 @@
-"""What an upstream's response headers may say to the client, and the router's own headers.
+"""What an upstream's response headers may say to the client.
 
 Hop-by-hop headers, ``Set-Cookie`` (an upstream has no business setting cookies on the host
 app's domain), ``Alt-Svc`` (it would advertise the upstream's endpoints as the host app's) and
 the headers the ASGI server or the router itself sets are dropped. The provider's own request id
 (``x-request-id``, or Anthropic's ``request-id``) is what its support asks for, but
 ``x-request-id`` is the router's: it goes back as ``x-upstream-request-id`` when it is a sane
-token (the test the client's own id must pass too).
+token (the test the client's own id must pass too). The router's own headers are added after
+this filter (``request/router_headers.py``): an upstream's under the same prefix are dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Final
 
 from asgi_router.core.header_names import HOP_BY_HOP, NO_TOKENS, connection_tokens, is_sane_request_id
 
-__all__ = ["response_headers_for_client", "router_headers"]
+__all__ = ["response_headers_for_client"]
 
 
 # Upstream response headers never relayed: hop-by-hop, cookies, framing the ASGI server
@@ -60,20 +61,3 @@ def response_headers_for_client(
     if upstream_id is not None and is_sane_request_id(upstream_id):
         relayed.append((b"x-upstream-request-id", upstream_id))
     return relayed
-
-
-def router_headers(
-    request_id: str, winner: str | None, attempts: int, route: str | None = None
-) -> list[tuple[bytes, bytes]]:
-    """The router's own response headers: ``x-request-id``, ``x-router-attempts``, and when known
-    ``x-router-model`` (the winner or the refusing candidate) and ``x-router-route``.
-
-    Every value is a validated token: request ids pass :func:`is_sane_request_id` or are the
-    router's own, candidates and rule names are checked when parsed or configured.
-    """
-    headers = [(b"x-request-id", request_id.encode()), (b"x-router-attempts", b"%d" % attempts)]
-    if winner is not None:
-        headers.append((b"x-router-model", winner.encode()))
-    if route is not None:
-        headers.append((b"x-router-route", route.encode()))
-    return headers

@@ -11,7 +11,7 @@ returning a truncated answer as if it were whole. A plan with a resumable candid
 Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
 whole answer, so a client that closes its connection before the response's final empty message
 leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
-the last chunk sent on its :class:`Progress` (the request's context), and only when something asks
+the last chunk sent on the request's state, and only when something asks
 (the client left, a send failed, the upstream broke) is that chunk tested (:func:`ends_stream`).
 
 Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
 
 from starlette.types import Send
 
@@ -60,36 +59,18 @@ from asgi_router.core.deadlines import Deadline, bounding
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
 from asgi_router.observability.events import logger
+from asgi_router.protocols.stream_end import ends_stream
+from asgi_router.request.request_state import RequestState
 from asgi_router.transports.transport import close_response
 
 __all__ = [
-    "ENDINGS",
-    "MAY_END",
-    "Progress",
     "RelayResult",
     "UpstreamSaid",
-    "ends_stream",
     "event_boundary",
     "late_reason",
     "relay_stream",
     "send_whole",
 ]
-
-#: How a chunk that ends a stream ends (OpenAI's ``[DONE]``, Anthropic's ``message_stop``): once
-#: one is sent the client has the whole answer, and a client that closes before the response's
-#: last (empty) message still got it: the request is ``served``.
-ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"}\n\n', b'"message_stop"}\r\n\r\n')
-#: Above the fourth byte from the end of every one of :data:`ENDINGS` (``E`` of ``[DONE]``, the
-#: quote of ``"message_stop"``, ``\r`` of a CRLF ending). A chunk whose fourth byte from the end
-#: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
-#: test, a tuple ``endswith`` (dear in CPython: its argument parsing), runs only on the few that may.
-MAY_END: Final = b"F"
-
-
-def ends_stream(chunk: bytes) -> bool:
-    """Whether ``chunk``, the last one sent, ends with the stream's last event: the client has
-    the whole answer."""
-    return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,20 +83,6 @@ class RelayResult:
     chunks: int = 0
     before_last: bytes = b""
     last: bytes = b""
-
-
-class Progress(Protocol):
-    """What the relay tells the request (its
-    :class:`~asgi_router.responses.request_context.RequestContext`): the bytes and chunks sent
-    (current even when the relay is cancelled), the last chunk sent (kept current per chunk: the
-    one look at whether the stream's end went out, made only when a disconnect asks), and that
-    the response is complete."""
-
-    bytes_relayed: int
-    chunks_relayed: int
-    last_sent: bytes
-
-    def complete(self) -> None: ...
 
 
 def event_boundary(last: bytes) -> bytes:
@@ -151,7 +118,7 @@ async def relay_stream(
     headers: list[tuple[bytes, bytes]],
     clock: Callable[[], float],
     tail: LastChunks | Tail | None,
-    progress: Progress,
+    progress: RequestState,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
     within: Deadline | None = None,
 ) -> RelayResult:

@@ -35,7 +35,9 @@ from asgi_router.attempts.usage import Tail
 from asgi_router.core.deadlines import Deadline, bounding
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said
-from asgi_router.responses.relay import Progress, RelayResult, UpstreamSaid, ends_stream, event_boundary, late_reason
+from asgi_router.protocols.stream_end import ends_stream
+from asgi_router.request.request_state import RequestState
+from asgi_router.responses.relay import RelayResult, UpstreamSaid, event_boundary, late_reason
 from asgi_router.responses.resuming import Spliced, StreamResumer
 from asgi_router.transports.transport import close_response
 
@@ -73,7 +75,7 @@ async def relay_resumable(
     resumer: StreamResumer,
     error_event: Callable[[str, Reason, str], bytes],
     tail: Tail | None,
-    progress: Progress,
+    progress: RequestState,
     within: Deadline | None = None,
 ) -> tuple[RelayResult, Committed]:
     """Relay ``committed`` whole event by whole event, continuing it after a break; the result
@@ -105,9 +107,9 @@ async def relay_resumable(
                         break
                     failure = UpstreamSaid("", "the upstream's stream ended inside an event")
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
-                said = resumer.said(b"".join(sent.events)) if reason in ("stream_interrupted", "timeout") else None
+                said = resumer.said(b"".join(sent.events)) if resumer.may_continue(reason, total) else None
                 continued = None
-                if isinstance(said, Said) and not total and resumer.can_resume():
+                if isinstance(said, Said):
                     continued = await resumer.resume(current, reason, said.text)
                 if continued is None:
                     resumer.failed()
@@ -149,7 +151,7 @@ async def _relay_one(
     held: bytes,
     splice: Spliced | None,
     tail: Tail | None,
-    progress: Progress,
+    progress: RequestState,
     within: Deadline,
 ) -> tuple[Exception | None, bool, bool, bytes]:
     """Relay one call's stream, its first bytes (``committed.body``) included, whole events only

@@ -1,36 +1,29 @@
-"""One request's continuations after its stream broke: who is asked, and how it is accounted.
+"""One request's continued stream, as the relay sees it: what was said, and how it is spliced.
 
-A :class:`StreamResumer` is made per request, only when the plan has a resumable candidate and
-the request can be continued (:func:`resumable_request`). The relay
-(``resume_relay.py``) asks it at each break; it asks the candidates in the order
-:meth:`~asgi_router.attempts.decisions.Decisions.resume` answers
-(:class:`~asgi_router.attempts.continuing.Continuations` makes the attempts), and accounts for
-the call that broke once another call continues it: its gate lease finished with the break's
-reason (a break counts against its breaker, as an unresumed one does), its statistics
-released, and its attempt evented ``resumed`` with that reason. Each break it tried to continue
-is kept on the request record for ``asgi_router_resumes_total``: ``served`` when the answer was
-finished, ``failed`` when the client got the in-band error.
+A :class:`StreamResumer` is made per request, only when the attempt loop handed the committed
+stream something that continues it (:class:`~asgi_router.attempts.outcomes.Continues`: its plan
+has a resumable candidate and the request can be continued at all). The relay
+(``resume_relay.py``) reports each break to it; whether and where the stream goes on is decided
+and done by the attempts (``attempts/continuing.py``), which also account for the call that
+broke. What stays here is the relay's side: the text said so far read from the events sent, the
+continuation's events rewritten into the stream the client already has, the calls' tokens so
+far, and each break that was tried, kept on the request's state (and so its record) for
+``asgi_router_resumes_total``: ``served`` when the answer was finished, ``failed`` when the
+client got the in-band error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from asgi_router.attempts.bookkeeping import Bookkeeper
-from asgi_router.attempts.continuing import Continuation, Continuations
-from asgi_router.attempts.outcomes import Committed
-from asgi_router.config.provider_settings import ResumeMode
+from asgi_router.attempts.outcomes import Committed, Continuation, Continues
 from asgi_router.core.reasons import Reason
-from asgi_router.observability.events import AttemptEvent
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.continuation_messages import MessagesSplice, said_in_messages
-from asgi_router.responses.request_context import RequestContext
+from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
-from asgi_router.routing.plan import Plan
 
-__all__ = ["Spliced", "StreamResumer", "resumable_request"]
+__all__ = ["Spliced", "StreamResumer"]
 
 
 class Spliced(Protocol):
@@ -39,57 +32,15 @@ class Spliced(Protocol):
     def feed(self, events: bytes) -> bytes: ...
 
 
-def resumable_request(payload: dict[str, Any]) -> bool:
-    """Whether a chat request's stream could be continued at all: one choice, no ``logprobs``
-    (what an answer holds beyond that is read at the break)."""
-    n = payload.get("n")
-    return (n is None or n == 1) and not payload.get("logprobs") and not payload.get("top_logprobs")
-
-
 class StreamResumer:
-    """Continues one request's broken stream on its plan's resumable candidates."""
+    """The relay's side of one request's continued stream."""
 
-    __slots__ = (
-        "_book",
-        "_broken",
-        "_clock",
-        "_continuations",
-        "_facts",
-        "_max",
-        "_modes",
-        "_payload",
-        "_plan",
-        "context",
-        "current",
-        "evented",
-        "prior",
-        "record",
-        "resumes",
-    )
+    __slots__ = ("_broken", "_continues", "_facts", "current", "evented", "prior", "resumes", "state")
 
-    def __init__(
-        self,
-        continuations: Continuations,
-        book: Bookkeeper,
-        clock: Callable[[], float],
-        exchange: RequestContext,
-        plan: Plan,
-        modes: Sequence[ResumeMode],
-        max_resumes: int,
-        payload: dict[str, Any],
-        facts: RequestFacts,
-        committed: Committed,
-    ) -> None:
-        self._continuations = continuations
-        self._book = book
-        self._clock = clock
-        self.record = exchange.record
-        #: The request's context: bytes relayed, the attempt in flight, the lease, the winner.
-        self.context = exchange
-        self._plan = plan
-        self._modes = modes
-        self._max = max_resumes
-        self._payload = payload
+    def __init__(self, continues: Continues, state: RequestState, facts: RequestFacts, committed: Committed) -> None:
+        self._continues = continues
+        #: The request's state: its events, bytes relayed, the attempt in flight, the winner.
+        self.state = state
         self._facts = facts
         #: The call whose stream the client is getting now.
         self.current = committed
@@ -104,75 +55,32 @@ class StreamResumer:
 
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
-        return said_in_messages(sent) if self.context.anthropic else said_so_far(sent)
+        return said_in_messages(sent) if self.state.anthropic else said_so_far(sent)
 
     def splice(self, said: Said, skip: str) -> Spliced:
         """The rewriting of the continuation that just committed, in the route's protocol."""
-        if self.context.anthropic:
+        if self.state.anthropic:
             return MessagesSplice(said, skip, self.prior)
         return Splice(said, skip, self.prior)
 
-    def can_resume(self) -> bool:
-        return self.resumes < self._max
+    def may_continue(self, reason: Reason, total: bool) -> bool:
+        """Whether a break for ``reason`` may be continued (``total``: the attempt's ``total`` ran
+        out): the attempts' verdict, from the request's retry state. The relay reads what was
+        said only then."""
+        return self._continues.may_continue(reason, total)
 
     async def resume(self, broken: Committed, reason: Reason, text: str) -> Continuation | None:
-        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``.
-
-        The broken call's event is written at the break, before the continuations' own (events
-        are in the order attempts ended, and spans are matched to them in that order): ``resumed``,
-        made ``failed`` if nothing continues it (:attr:`evented` then names it).
-        """
+        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``
+        (:attr:`evented` then names ``broken``, its event written ``failed`` at the break)."""
         self._broken.append(broken.candidate.key)
-        record, exchange = self.record, self.context
-        at = len(record.events)
-        record.events.append(
-            AttemptEvent(
-                record.request_id,
-                at,
-                broken.candidate.key,
-                "resumed",
-                reason,
-                broken.response.status,
-                self._clock() - broken.started,
-                broken.ttfb,
-                principal=record.principal,
-            )
-        )
-        plan = self._plan
-        answer = self._continuations.context.decisions.resume(
-            plan.candidates, self._modes, broken.candidate, reason, self.resumes, self._max
-        )
-        continued = None
-        if answer is not None:
-            continued = await self._continuations.ask(
-                answer.order,
-                plan,
-                self._payload,
-                text,
-                exchange.path,
-                exchange.scope["headers"],
-                record,
-                exchange,
-                self._facts,
-                broken.attempts,
-                exchange.trace,
-            )
+        continued = await self._continues(broken, reason, text)
         if continued is None:
-            record.events[at] = replace(record.events[at], outcome="failed")
             self.evented = broken
             return None
         self.resumes += 1
         calls = self.resumes
         self.prior = (self._facts.prompt_tokens * calls, (len(text) + 3) // 4)
-        # The broken call is over: its lease and statistics end with the break's reason.
-        if broken.lease is not None:
-            broken.lease.finish(reason)
-        self._book.finished(broken.candidate.key, self._facts, None)
-        committed = continued.committed
-        self.current = committed
-        exchange.lease = committed.lease
-        exchange.in_flight = (committed.candidate.key, committed.started)
-        exchange.winner = committed.candidate.key
+        self.current = continued.committed
         return continued
 
     def served(self) -> None:
@@ -185,5 +93,5 @@ class StreamResumer:
 
     def _close(self, outcome: str) -> None:
         if self._broken:
-            self.record.resumes += tuple((key, outcome) for key in self._broken)
+            self.state.resumes += tuple((key, outcome) for key in self._broken)
             self._broken.clear()

@@ -10,9 +10,8 @@ a plan whose :attr:`Plan.rotation` is still to be settled, and the router awaits
 :meth:`Plan.settle` once, before the attempts. Resolution itself stays synchronous, and every
 other strategy never waits.
 
-A plan also says how often each candidate may be retried in place (``retries``): a plan of one
-candidate gets ``RouterSettings.retries``, a longer one fails over instead unless its group
-sets ``retries``.
+A plan carries its group's own ``retries``, when the group sets it; how often a candidate is
+retried in place is the decision point's to say (``attempts/decisions.py``).
 
 A strategy only *orders* candidates; every strategy plugs into :data:`_STRATEGIES` as a factory
 from a group's table to a picker. ``weighted``, ``least_busy``, ``latency``, ``cost`` and
@@ -54,12 +53,13 @@ class Plan:
 
     candidates: tuple[Candidate, ...]
     failover_on: frozenset[Reason] = DEFAULT_FAILOVER
-    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent as ``x-router-route``).
-    route: str = DEFAULT_ROUTE
+    #: The ``[[rules]]`` entry that chose this plan, or ``default`` (sent in the router's route header).
+    rule: str = DEFAULT_ROUTE
     #: The group's hedging, degraded-answer and budget policies (``None`` for a direct ref).
     policy: GroupPolicy | None = None
-    #: Same-candidate retries allowed per candidate (on top of its first attempt).
-    retries: int = 0
+    #: The group's own same-candidate retries per candidate (``None``: it sets none, and the
+    #: decision point's default applies).
+    retries: int | None = None
     #: The candidates' ``provider/model-id`` names, in order (the request record's ``plan``).
     labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
     #: A rotate group's shared counter, still to be asked (:meth:`settle`); ``None``: settled.
@@ -178,7 +178,6 @@ class Resolver:
         rng = rng if rng is not None else random.Random()
         catalog = Catalog(settings.catalog)
         self._providers = frozenset(settings.providers)
-        self._retries = settings.retries
         self.policies: dict[str, GroupPolicy] = {}
         self._groups: dict[str, _PickPlan] = {}
         for name, group in settings.groups.items():
@@ -196,12 +195,13 @@ class Resolver:
                 group.max_resumes,
                 group.sticky,
                 group.queue,
+                size=len(members),
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)
             table = _GroupTable(
                 members,
-                self._base_plan(group, members, policy, settings.retries),
+                self._base_plan(group, members, policy),
                 context,
                 partial(state.next_rotation, name),
                 state.fleet_rotation(name) if group.strategy == "rotate" else None,
@@ -224,13 +224,10 @@ class Resolver:
                 self._rule_targets[rule.name] = ref
 
     @staticmethod
-    def _base_plan(group: GroupSettings, members: tuple[Member, ...], policy: GroupPolicy, retries: int) -> Plan:
+    def _base_plan(group: GroupSettings, members: tuple[Member, ...], policy: GroupPolicy) -> Plan:
         """The group's members in configured order, with its failover, policies and retries."""
-        if group.retries is not None:
-            retries = group.retries
-        elif len(members) > 1:
-            retries = 0
-        return Plan(tuple(member.candidate for member in members), group.failover_on, DEFAULT_ROUTE, policy, retries)
+        candidates = tuple(member.candidate for member in members)
+        return Plan(candidates, group.failover_on, DEFAULT_ROUTE, policy, group.retries)
 
     def _by_rule(self, group: str, facts: RequestFacts) -> Plan | ResolveError | None:
         """The plan a matching ``[[rules]]`` entry routes ``group/<group>`` to, if one matches."""
@@ -247,7 +244,7 @@ class Resolver:
         policy = plan.policy or self.policies[group]
         if policy.degraded is None and self.policies[group].degraded is not None:
             policy = replace(policy, degraded=self.policies[group].degraded)
-        return replace(plan, route=rule.name, policy=policy)
+        return replace(plan, rule=rule.name, policy=policy)
 
     def resolve(self, ref: ModelRef, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """The plan for ``ref``; a group's strategy advances at most once per call."""
@@ -272,7 +269,7 @@ class Resolver:
             return pick(facts)
         if ref.name not in self._providers:
             return ResolveError(404, "model_not_found", f"unknown provider {ref.name!r} in {str(ref)!r}")
-        return Plan((Candidate(ref.name, ref.model_id),), retries=self._retries)
+        return Plan((Candidate(ref.name, ref.model_id),))
 
     def resolve_string(self, value: object, facts: RequestFacts = EMPTY_FACTS) -> Plan | ResolveError:
         """Parse then resolve; the whole front half of the pipeline for one ``model`` value."""

@@ -42,3 +42,5 @@ class GroupPolicy:
     sticky: StickySettings | None = None
     #: Waiting for capacity (``None``: answer at once).
     queue: QueueSettings | None = None
+    #: How many members the group configures (how often one is retried in place depends on it).
+    size: int = 1

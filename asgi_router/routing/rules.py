@@ -2,7 +2,7 @@
 
 A group with ``rules = true`` (say ``group/auto``) first runs the rules table, in order; the
 first rule whose every condition holds names the ref to resolve instead (``route``), and its
-``name`` goes back to the client as ``x-router-route``. When no rule matches, the group's own
+``name`` goes back to the client in the router's route header. When no rule matches, the group's own
 members are the plan and the route is ``default``. A rule with no conditions always matches,
 which makes a catch-all last rule possible.
 

@@ -28,9 +28,11 @@ from asgi_router.attempts.decisions import (
     FailOver,
     Next,
     Retry,
+    retries_for,
 )
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Refused
-from asgi_router.attempts.request_answers import Downgrade, Refuse
+from asgi_router.attempts.request_answers import Continue, Downgrade, Refuse
+from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import WireBody
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.settings import RouterSettings
@@ -80,6 +82,7 @@ class RecordingState(InMemoryState):
 @dataclass
 class Parts:
     decisions: Decisions
+    book: Bookkeeper
     gate: Gate
     state: RecordingState
     clock: Clock
@@ -96,9 +99,9 @@ def _parts(*, catalog: dict[str, ModelInfo] | None = None, **overrides: Any) -> 
     state = RecordingState(clock)
     stats = InMemoryStats(clock)
     gate = Gate(settings, state, clock)
-    book = Bookkeeper(stats, Catalog(catalog or {}), [KEY], [KEY])
+    book = Bookkeeper(stats, Catalog(catalog or {}), [KEY], [KEY], honoured=["p"], clock=clock)
     decisions = Decisions(book, gate, RetryPolicy.from_settings(settings), clock, lambda: 0.5)
-    return Parts(decisions, gate, state, clock, stats, settings)
+    return Parts(decisions, book, gate, state, clock, stats, settings)
 
 
 def _failed(reason: Reason, **fields: Any) -> Failed:
@@ -475,3 +478,76 @@ def test_the_callers_caps_serve_downgrade_or_refuse_as_the_table_says(
     judged: tuple[Judged, ...], expected: Downgrade | Refuse | None
 ) -> None:
     assert _parts().decisions.caller(judged) == expected
+
+
+# --- the request's retry state: every verdict, with what it implies -------------------------------
+
+
+def test_a_429_marks_the_member_over_budget_until_its_retry_after_whatever_comes_next() -> None:
+    parts = _parts()
+    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=0), [])
+    answer = retry.after(_failed("rate_limited", retry_after=3.0), DEFAULT_FAILOVER, 400.0, CANDIDATE, False)
+    assert answer == FAIL_OVER
+    assert parts.book.over_stated_limit(KEY, RequestFacts({}, [])) == pytest.approx(3.0)
+    parts.clock.now += 3.0
+    assert parts.book.over_stated_limit(KEY, RequestFacts({}, [])) is None
+
+
+def test_the_retry_state_retries_a_candidate_in_place_as_often_as_its_plan_allows_and_gives_tokens_back() -> None:
+    parts = _parts(retry_budget={"ratio": 0.2, "min_concurrent": 1})
+    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=1), [])
+    retry.retrying(CANDIDATE)
+    assert isinstance(retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True), Retry)
+    assert not parts.gate.begin_retry("p")  # the retry holds the one token min_concurrent allows
+    retry.retry_over()
+    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True) == FAIL_OVER  # one retry
+    assert parts.gate.begin_retry("p")  # given back
+
+
+def test_the_retry_state_gives_a_client_that_retries_on_its_own_no_retries_in_place() -> None:
+    retry = RetryState(_parts().decisions, Plan((CANDIDATE,), retries=2), [(CLIENT_RETRY_COUNT, b"0")])
+    assert retry.retries == 0
+    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True) == FAIL_OVER
+
+
+OTHER_RESUMABLE = Candidate("q", "m")
+
+
+@pytest.mark.parametrize(
+    ("reason", "total", "resumes", "expected"),
+    [
+        ("stream_interrupted", False, 0, Continue(((CANDIDATE, "prefill"), (OTHER_RESUMABLE, "prefix")))),
+        ("timeout", False, 0, Continue(((OTHER_RESUMABLE, "prefix"),))),
+        ("timeout", True, 0, None),  # a stall past the attempt's total: no continuation runs past it
+        ("stream_interrupted", True, 0, None),
+        ("stream_interrupted", False, 2, None),  # max_resumes spent
+        ("upstream_5xx", False, 0, None),  # neither a cut nor a stall
+    ],
+)
+def test_after_a_break_the_retry_state_answers_as_the_resume_table_says(
+    reason: Reason, total: bool, resumes: int, expected: Continue | None
+) -> None:
+    retry = RetryState(_parts().decisions, Plan((CANDIDATE, OTHER_RESUMABLE)), [])
+    for _ in range(resumes):
+        retry.resumed()
+    candidates, modes = (CANDIDATE, OTHER_RESUMABLE), ("prefill", "prefix")
+    assert retry.may_continue(reason, total, 2) is (expected is not None)
+    assert retry.after_break(candidates, modes, CANDIDATE, reason, total, 2) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        (Plan((CANDIDATE,)), 2),  # a direct ref: the router's retries
+        (Plan((CANDIDATE,), policy=GroupPolicy("g", size=1)), 2),  # a group of one member
+        (Plan((CANDIDATE, OTHER), policy=GroupPolicy("g", size=2)), 0),  # a longer group fails over
+        (Plan((CANDIDATE,), policy=GroupPolicy("g", size=2)), 0),  # even when its plan has one left
+        (Plan((CANDIDATE, OTHER), policy=GroupPolicy("g", size=2), retries=1), 1),  # the group's own
+        (Plan((CANDIDATE,), retries=0), 0),
+    ],
+)
+def test_retries_in_place_are_the_groups_own_else_the_routers_for_one_candidate_else_none(
+    plan: Plan, expected: int
+) -> None:
+    assert retries_for(plan, 2) == expected
+    assert _parts().decisions.retries_in_place(plan, []) == expected

@@ -58,13 +58,13 @@ def test_rules_group_resolves_to_the_first_matching_rules_plan_named_by_route(
     resolver = Resolver(_SETTINGS)
     for model in ("group/auto", "smart"):  # an alias to a rules group runs the rules too
         plan = _plan(resolver.resolve_string(model, facts))
-        assert plan.route == route
+        assert plan.rule == route
         assert list(plan.candidates) == candidates
 
 
 def test_rules_do_not_run_for_a_group_without_rules_enabled() -> None:
     plan = _plan(Resolver(_SETTINGS).resolve_string("group/plain", _IMAGE_REQUEST))
-    assert (plan.route, plan.candidates) == ("default", (Candidate("a", "x"),))
+    assert (plan.rule, plan.candidates) == ("default", (Candidate("a", "x"),))
 
 
 def test_a_rules_plan_carries_the_target_groups_policies() -> None:
@@ -86,7 +86,7 @@ def test_a_rules_target_without_a_canned_reply_borrows_the_rules_groups() -> Non
 
 def test_direct_refs_have_no_policy_and_the_default_route() -> None:
     plan = _plan(Resolver(_SETTINGS).resolve_string("a/anything"))
-    assert (plan.route, plan.policy) == ("default", None)
+    assert (plan.rule, plan.policy) == ("default", None)
 
 
 def test_order_group_plans_are_shared_not_rebuilt_per_request() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from asgi_router.attempts.decisions import retries_for
 from asgi_router.config.settings import RouterSettings
 from asgi_router.routing.plan import Plan, Resolver
 
@@ -153,7 +154,7 @@ def _plan(settings: RouterSettings, ref: str) -> Plan:
     return plan
 
 
-def test_plan_retries_one_candidate_fails_over_several_unless_the_group_says() -> None:
+def test_retries_in_place_one_candidate_retries_several_fail_over_unless_the_group_says() -> None:
     settings = RouterSettings(
         allow_unauthenticated=True,
         providers=_PROVIDERS,
@@ -165,8 +166,8 @@ def test_plan_retries_one_candidate_fails_over_several_unless_the_group_says() -
             "one_never": {"members": ["openai/a"], "retries": 0},
         },
     )
-    assert _plan(settings, "openai/gpt-4o").retries == 3
-    assert _plan(settings, "group/one").retries == 3
-    assert _plan(settings, "group/two").retries == 0
-    assert _plan(settings, "group/two_retrying").retries == 1
-    assert _plan(settings, "group/one_never").retries == 0
+    assert retries_for(_plan(settings, "openai/gpt-4o"), settings.retries) == 3
+    assert retries_for(_plan(settings, "group/one"), settings.retries) == 3
+    assert retries_for(_plan(settings, "group/two"), settings.retries) == 0
+    assert retries_for(_plan(settings, "group/two_retrying"), settings.retries) == 1
+    assert retries_for(_plan(settings, "group/one_never"), settings.retries) == 0

@@ -1,0 +1,41 @@
+"""The router's own response headers, built in one place from the request's state.
+
+Every answer the router sends (a winner's response whole or relayed, a refusal passed through, a
+group's canned reply, the router's own error) says the same things about how it was routed:
+``x-request-id`` (echoed or generated), how many candidates were tried, and when known the
+candidate that answered or refused, the rule that chose the plan, how a sticky group's keyed
+request stuck, the caller cap that downgraded or refused it, and whether the answer is the
+group's canned reply. Built here and nowhere else, from :class:`RequestState`, so a header a
+later change adds is one line here. An upstream cannot forge them: its headers under the same
+prefix are dropped before these are added (``responses/headers.py``).
+
+Every value is a validated token: request ids pass the sanity check or are the router's own,
+candidates and rule names are checked when parsed or configured, sticky outcomes and cap kinds
+are the router's own words.
+"""
+
+from __future__ import annotations
+
+from asgi_router.request.request_state import RequestState
+
+__all__ = ["add_router_headers"]
+
+
+def add_router_headers(
+    headers: list[tuple[bytes, bytes]], state: RequestState, winner: str | None, attempts: int
+) -> list[tuple[bytes, bytes]]:
+    """``headers`` (appended to in place, and returned) with the router's own: ``winner`` is the
+    candidate that answered or refused (``None``: none did), ``attempts`` how many were tried."""
+    headers.append((b"x-request-id", state.request_id.encode()))
+    headers.append((b"x-router-attempts", b"%d" % attempts))
+    if winner is not None:
+        headers.append((b"x-router-model", winner.encode()))
+    if state.rule is not None:
+        headers.append((b"x-router-route", state.rule.encode()))
+    if state.sticky is not None:
+        headers.append((b"x-router-sticky", state.sticky[1].encode()))
+    if state.limit is not None:
+        headers.append((b"x-router-limit", state.limit.encode()))
+    if state.degraded:
+        headers.append((b"x-router-degraded", b"1"))
+    return headers
