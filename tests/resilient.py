@@ -24,29 +24,6 @@ from .waiting import eventually
 FAST_BACKOFF = {"base": 0.005, "cap": 0.01}
 
 
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class Collect:
-    """A sink that keeps every record it receives."""
-
-    def __init__(self) -> None:
-        self.records: list[RequestRecord] = []
-
-    async def __call__(self, record: RequestRecord) -> None:
-        self.records.append(record)
-
-
 def holds_no_retry(state: RouterState, provider: str) -> bool:
     """Whether every retry token ``provider`` was given has been given back.
 

@@ -1,16 +1,15 @@
-"""Helpers for routing tests: a router on the real mock upstream, and its per-request records."""
+"""Helpers for routing tests: a router on the real mock upstream, and the upstream requests it made."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 from asgi_lifespan import LifespanManager
 
-from asgi_router import ModelRouter, RequestRecord
+from asgi_router import ModelRouter
 from asgi_router.testing import Hit
 
 from .conftest import host_app, make_settings
@@ -32,45 +31,6 @@ async def router_client(
         httpx2.AsyncClient(transport=httpx2.ASGITransport(app=instance), base_url="http://router") as client,
     ):
         yield client, instance
-
-
-class Records:
-    """Every :class:`RequestRecord` the router logged while collecting."""
-
-    def __init__(self) -> None:
-        self.all: list[RequestRecord] = []
-
-    def of(self, request_id: str) -> RequestRecord:
-        found = [record for record in self.all if record.request_id == request_id]
-        assert len(found) == 1, f"{len(found)} records for {request_id}"
-        return found[0]
-
-
-class _Collector(logging.Handler):
-    def __init__(self, records: Records) -> None:
-        super().__init__(logging.INFO)
-        self.records = records
-
-    def emit(self, record: logging.LogRecord) -> None:
-        found = getattr(record, "asgi_router", None)
-        if isinstance(found, RequestRecord):
-            self.records.all.append(found)
-
-
-@contextmanager
-def request_records() -> Iterator[Records]:
-    """Collect the router's request records (the logging sink's ``extra``) for the block."""
-    logger = logging.getLogger("asgi_router")
-    records = Records()
-    handler = _Collector(records)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def seen_all(upstream: MockUpstream, request_id: str, count: int, timeout: float = 5.0) -> list[Hit]:

@@ -16,8 +16,8 @@ from asgi_lifespan import LifespanManager
 from asgi_router import ModelRouter
 
 from .conftest import API_KEY, host_app, make_settings
+from .doubles import RecordSink
 from .mock_upstream import MockUpstream
-from .routing_helpers import request_records
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +77,7 @@ async def _assert_fails_over_to_the_next_member(
     if first in _SAY_NOTHING:
         providers["mock"] = {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "timeouts": _QUICK_TIMEOUTS}  # type: ignore[attr-defined]
     groups = {"g": {"members": [first, "mock2/ok"]}}
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with routed(upstream, refused_url, providers=providers, groups=groups) as client:
             response = await chat(client, "group/g", stream=stream)
     events = records.of(response.headers["x-request-id"]).events

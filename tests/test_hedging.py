@@ -14,9 +14,10 @@ from asgi_router import ModelRouter
 from asgi_router.transports.provider import ProviderRuntime
 
 from .conftest import API_KEY, host_app, make_settings, pool_is_quiet
+from .doubles import RecordSink
 from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
-from .routing_helpers import chat_body, request_records, router_client, seen_all
+from .routing_helpers import chat_body, router_client, seen_all
 from .servers import ServerThread
 from .waiting import eventually
 
@@ -38,7 +39,7 @@ async def _wait_quiet(router: ModelRouter) -> None:
 async def test_slow_first_member_loses_the_race_and_its_upstream_sees_the_disconnect(
     upstream: MockUpstream, stream: bool
 ) -> None:
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, **_hedged(["mock/slow-3000", "mock2/ok"])) as (client, router):
             started = time.monotonic()
             response = await client.post("/v1/chat/completions", json=chat_body("group/h", stream=stream))
@@ -88,7 +89,7 @@ async def test_a_racer_timing_out_in_its_own_task_leaves_the_request_and_the_oth
         name: {"base_url": f"{upstream.url}/v1", "api_key": API_KEY, "timeouts": timeouts}
         for name, timeouts in (("mock", quick), ("mock2", _TIMEOUTS))
     }
-    with request_records() as records:
+    with RecordSink.logged() as records:
         hedged = _hedged(["mock/slow-3000", "mock2/slow-600"], hedge_after=0.1)
         async with router_client(upstream, providers=providers, **hedged) as (client, router):
             started = time.monotonic()
@@ -152,7 +153,7 @@ async def test_client_leaving_mid_race_cancels_both_upstreams_and_frees_the_pool
     settings = make_settings(upstream.url, **_hedged(["mock/hang", "mock2/hang"], hedge_after=0.1))  # type: ignore[attr-defined]
     router = ModelRouter(host_app(), settings=settings)
     request_id = "hedge-client-leaves"
-    with request_records() as records, ServerThread(router) as server:
+    with RecordSink.logged() as records, ServerThread(router) as server:
         async with httpx2.AsyncClient(base_url=server.url, timeout=httpx2.Timeout(0.6)) as client:
             with pytest.raises(httpx2.ReadTimeout):
                 await client.post(
@@ -161,7 +162,7 @@ async def test_client_leaving_mid_race_cancels_both_upstreams_and_frees_the_pool
         first, hedge = seen_all(upstream, request_id, 2)
         assert first.disconnected and hedge.disconnected
         await _wait_quiet(router)
-        await eventually(lambda: records.all, within=3)
+        await eventually(lambda: records, within=3)
     record = records.of(request_id)
     assert record.status == 499
     assert sorted((e.candidate, e.outcome, e.reason) for e in record.events) == [
@@ -203,7 +204,7 @@ class _GatedTransport(FakeTransport):
 
 async def test_a_loser_that_commits_at_the_same_moment_is_closed_not_leaked(upstream: MockUpstream) -> None:
     transport = _GatedTransport()
-    with request_records() as records:
+    with RecordSink.logged() as records:
         hedged = _hedged(["mock/a", "mock2/b"], hedge_after=0.05)
         async with router_client(upstream, router={"transport": transport}, **hedged) as (client, router):
             responses: list[httpx2.Response] = []

@@ -2,7 +2,7 @@
 
 Upstreams are the test kit's :class:`~asgi_router.testing.FakeUpstream` on 127.0.0.1 (two
 providers, ``a`` and ``b``, both pointing at it). Where a test counts shares or walks through a
-minute-long outage, the router runs on an injected :class:`~tests.resilient.FakeClock` (the
+minute-long outage, the router runs on an injected :class:`~tests.doubles.FakeClock` (the
 calls still cross real sockets); where it measures times to first byte, it runs on the real
 clock with compressed settings (``window = 1``, targets of tens of milliseconds).
 """
@@ -24,8 +24,9 @@ from asgi_router.resilience.breaker import Phase
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import FakeClock
 from .metrics_helpers import Scrape
-from .resilient import FakeClock, chat, record_of
+from .resilient import chat, record_of
 
 pytestmark = pytest.mark.anyio
 

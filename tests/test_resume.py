@@ -23,6 +23,7 @@ from asgi_router.observability.events import RequestRecord
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import RecordSink
 from .servers import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -31,13 +32,6 @@ pytestmark = pytest.mark.anyio
 TEXT = " ".join(f"w{index}" for index in range(1, 61))
 _FAST = {"connect": 1, "first_byte": 2, "idle": 2, "total": 20}
 _HI = [{"role": "user", "content": "Count to sixty."}]
-
-
-class Records(list[RequestRecord]):
-    """A sink that keeps every finished request."""
-
-    async def __call__(self, record: RequestRecord) -> None:
-        self.append(record)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def _forget(fake: FakeUpstream) -> None:
 
 def _router(
     fake: FakeUpstream, resume: str = "prefill", tracer_provider: Any = None, **overrides: Any
-) -> tuple[ModelRouter, Records]:
+) -> tuple[ModelRouter, RecordSink]:
     providers = {
         name: fake.provider(timeouts=overrides.pop(f"{name}_timeouts", _FAST), resume=resume)
         for name in ("a", "b", "c")
@@ -61,7 +55,7 @@ def _router(
     providers.update(overrides.pop("providers", {}))
     overrides.setdefault("breaker", {"enabled": False})
     settings = RouterSettings(allow_unauthenticated=True, providers=providers, **overrides)
-    records = Records()
+    records = RecordSink()
     return ModelRouter(host_app(), settings=settings, sinks=[records], tracer_provider=tracer_provider), records
 
 
@@ -85,7 +79,7 @@ def _events(body: bytes) -> list[bytes]:
     return [event for event in body.split(b"\n\n") if event]
 
 
-async def _records(router: ModelRouter, records: Records, count: int) -> Records:
+async def _records(router: ModelRouter, records: RecordSink, count: int) -> RecordSink:
     """The finished requests, once ``count`` have finished (a request may still be winding down
     after its client has all it wanted)."""
     with anyio.fail_after(5):
@@ -274,7 +268,7 @@ async def test_an_anthropic_stream_whose_first_real_event_is_an_error_fails_over
             groups={"g": {"members": ["claude/sick", "claude/ok"]}},
             routes=["/v1/chat/completions", "/v1/messages"],
         )
-        records = Records()
+        records = RecordSink()
         router = ModelRouter(host_app(), settings=settings, sinks=[records])
         with ServerThread(router) as server:
             client = anthropic_sdk.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
@@ -354,7 +348,7 @@ async def test_an_anthropic_client_gets_its_broken_stream_continued_as_one_messa
             providers={"claude": claude.provider(timeouts=_FAST, resume="prefill")},
             routes=["/v1/chat/completions", "/v1/messages"],
         )
-        records = Records()
+        records = RecordSink()
         router = ModelRouter(host_app(), settings=settings, sinks=[records])
         with ServerThread(router) as server:
             client = anthropic_sdk.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
