@@ -3,20 +3,26 @@
 Time-driven behaviour (a breaker's ``open_for``, a caller's rolling minute, an affinity's ttl, a
 capacity mark running out) is tested on :class:`FakeClock`, handed to the code under test as its
 ``clock`` (``ModelRouter(clock=...)`` and the parts that take one): "a minute later" is
-``clock.advance(60)``, at once and the same on a busy machine. What a router records about each
-request is read from :class:`RecordSink`: given as a sink (``ModelRouter(sinks=[records])``), or
-listening to the logging sink's records for a block (:meth:`RecordSink.logged`).
+``clock.advance(60)``, at once and the same on a busy machine. Code whose timers are the event
+loop's own (read limits, cancel scopes, the disconnect watch) is tested on a loop that keeps its
+time on a :class:`FakeClock` (:data:`FAKE_CLOCK_BACKEND`): when every task waits for a timer, the
+clock jumps to the next one instead of waiting for it. What a router records about each request is
+read from :class:`RecordSink`: given as a sink (``ModelRouter(sinks=[records])``), or listening to
+the logging sink's records for a block (:meth:`RecordSink.logged`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import selectors
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from asgi_router.observability.events import RequestRecord
 
-__all__ = ["FakeClock", "RecordSink"]
+__all__ = ["FAKE_CLOCK_BACKEND", "FakeClock", "FakeClockLoop", "RecordSink"]
 
 _WALL_START = 10 * 86_400 + 3_600
 """Where the wall clock starts: 01:00 UTC of a day, far from the midnight a daily cap resets at."""
@@ -43,6 +49,41 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.now += seconds
         self.wall_now += seconds
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Polls without waiting; where the loop would wait for its next timer, moves the clock there."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:  # no timer due: wait for I/O or another thread, as a real loop does
+            return super().select(None)
+        ready = super().select(0)
+        if not ready and timeout > 0:
+            self._clock.advance(timeout)
+        return ready
+
+
+class FakeClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time is a :class:`FakeClock` that jumps to the next timer when every
+    task is waiting: ``asyncio.sleep``, ``call_later``, ``asyncio.timeout`` and anyio's scopes all
+    run on it, in their real order, taking no real time. For code that does no real I/O and has no
+    threads: time would jump ahead of a socket or a thread that is about to answer."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock(0.0)
+        super().__init__(_JumpingSelector(self.clock))
+
+    def time(self) -> float:
+        return self.clock.now
+
+
+FAKE_CLOCK_BACKEND: tuple[str, dict[str, Any]] = ("asyncio", {"loop_factory": FakeClockLoop})
+"""An ``anyio_backend`` for tests whose timers are the event loop's: a module overrides the
+``anyio_backend`` fixture with it to run its tests on a :class:`FakeClockLoop`."""
 
 
 class RecordSink(list[RequestRecord]):

@@ -6,7 +6,8 @@ is driven by the injected clock (tests/clocks.py). This tally keeps the cost in 
 whole session it wraps ``time.sleep``, ``asyncio.sleep`` and ``anyio.sleep`` (whoever calls them:
 a test, a helper, the router, a server thread) and the fake upstream's scripted pauses, and adds
 up the seconds asked of those that completed; a sleep cut short (cancelled, interrupted, a pause
-the client left) is not counted. tests/conftest.py prints the sum and the count in pytest's
+the client left) is not counted, and one on a :class:`~tests.doubles.FakeClockLoop` (which takes
+no real time) is counted apart. tests/conftest.py prints the sum and the count in pytest's
 terminal summary. The wrappers hand every argument and result through, so nothing behaves
 differently while they are in place.
 """
@@ -23,6 +24,8 @@ import anyio
 
 from asgi_router.testing.playback import PlayedCall
 
+from .doubles import FakeClockLoop
+
 __all__ = ["SleepTally"]
 
 
@@ -34,6 +37,8 @@ class SleepTally:
         self.seconds = 0.0
         self.pauses = 0
         self.pause_seconds = 0.0
+        self.fake_sleeps = 0
+        self.fake_seconds = 0.0
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
 
@@ -41,6 +46,14 @@ class SleepTally:
         with self._lock:
             self.sleeps += 1
             self.seconds += max(0.0, seconds)
+
+    def _task_slept(self, seconds: float) -> None:
+        if isinstance(asyncio.get_running_loop(), FakeClockLoop):
+            with self._lock:
+                self.fake_sleeps += 1
+                self.fake_seconds += max(0.0, seconds)
+        else:
+            self._sleep_ended(seconds)
 
     def _pause_ended(self, seconds: float) -> None:
         with self._lock:
@@ -61,12 +74,12 @@ class SleepTally:
 
         async def timed_asyncio_sleep(delay: float, result: Any = None) -> Any:
             value = await asyncio_sleep(delay, result)
-            tally._sleep_ended(delay)
+            tally._task_slept(delay)
             return value
 
         async def timed_anyio_sleep(delay: float) -> None:
             await anyio_sleep(delay)
-            tally._sleep_ended(delay)
+            tally._task_slept(delay)
 
         async def timed_pause(call: PlayedCall, seconds: float) -> bool:
             ended = await pause(call, seconds)
@@ -91,5 +104,6 @@ class SleepTally:
     def summary(self) -> str:
         return (
             f"sleeps that completed: {self.sleeps}, {self.seconds:.1f} s; "
-            f"fake upstream pauses that completed: {self.pauses}, {self.pause_seconds:.1f} s"
+            f"fake upstream pauses that completed: {self.pauses}, {self.pause_seconds:.1f} s; "
+            f"sleeps on a fake-clock loop (no real time): {self.fake_sleeps}, {self.fake_seconds:.1f} s"
         )
