@@ -49,8 +49,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     if (tally := config.stash.get(_SLEEPS, None)) is not None:
-        terminalreporter.write_sep("-", "time spent sleeping")
-        terminalreporter.write_line(tally.summary())
+        terminalreporter.write_sep("-", "time spent sleeping (tests/sleep_tally.py)")
+        for line in tally.summary():
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from asgi_router.testing import Hit
 
 from .conftest import host_app, make_settings
 from .mock_upstream import MockUpstream
+from .waiting import polled
 
 
 def chat_body(model: str, text: str = "hi", **body: Any) -> dict[str, Any]:
@@ -38,10 +39,12 @@ def seen_all(upstream: MockUpstream, request_id: str, count: int, timeout: float
     import time
 
     deadline = time.monotonic() + timeout
-    while len(upstream.seen(request_id)) < count:
-        assert time.monotonic() < deadline, f"upstream saw fewer than {count} requests for {request_id}"
-        time.sleep(0.005)
-    seen = upstream.seen(request_id)[:count]
+    seen = polled(
+        lambda: upstream.seen(request_id)[:count] if len(upstream.seen(request_id)) >= count else None,
+        within=timeout,
+        every=0.005,
+        what=f"{count} upstream requests for {request_id}",
+    )
     for item in seen:
         item.wait(max(0.0, deadline - time.monotonic()))
     return seen

@@ -2,63 +2,82 @@
 
 A test that sleeps pays for it on every run, and a sleep that ends is time nobody asked for: a
 background effect is waited for with :func:`tests.waiting.eventually`, and time-driven behaviour
-is driven by the injected clock (tests/clocks.py). This tally keeps the cost in view: for the
-whole session it wraps ``time.sleep``, ``asyncio.sleep`` and ``anyio.sleep`` (whoever calls them:
-a test, a helper, the router, a server thread) and the fake upstream's scripted pauses, and adds
-up the seconds asked of those that completed; a sleep cut short (cancelled, interrupted, a pause
-the client left) is not counted, and one on a :class:`~tests.doubles.FakeClockLoop` (which takes
-no real time) is counted apart. tests/conftest.py prints the sum and the count in pytest's
-terminal summary. The wrappers hand every argument and result through, so nothing behaves
-differently while they are in place.
+is driven by the injected clock (:class:`tests.doubles.FakeClock`). This tally keeps the cost in
+view: for the whole session it wraps ``time.sleep``, ``asyncio.sleep`` and ``anyio.sleep`` and the
+fake upstream's scripted pauses, and adds up the seconds asked of those that completed; a sleep
+cut short (cancelled, interrupted, a pause the client left) is not counted. Each sleep is put down
+to who called it:
+
+- the suite (a test or a helper in ``tests/``) and the library (a router's backoff, a health
+  probe's interval, the fake upstream's pauses): the time tests spend sleeping, the sum to keep
+  small;
+- anyone else (uvicorn's idle tick in every served test server, a client library's pauses): shown
+  apart, as it runs alongside the tests and is no test's choice;
+- any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time.
+
+tests/conftest.py prints the lines in pytest's terminal summary. The wrappers hand every argument
+and result through, so nothing behaves differently while they are in place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+import asgi_router
 from asgi_router.testing.playback import PlayedCall
 
 from .doubles import FakeClockLoop
 
 __all__ = ["SleepTally"]
 
+_SUITE = str(Path(__file__).resolve().parent)
+_LIBRARY = str(Path(asgi_router.__file__).resolve().parent)
+
+
+@dataclass
+class _Sum:
+    count: int = 0
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.count} sleeps, {self.seconds:.1f} s"
+
 
 class SleepTally:
-    """Completed sleeps (count, seconds) and completed upstream pauses, while installed."""
+    """Completed sleeps (count and seconds), by who called them, while installed."""
 
     def __init__(self) -> None:
-        self.sleeps = 0
-        self.seconds = 0.0
-        self.pauses = 0
-        self.pause_seconds = 0.0
-        self.fake_sleeps = 0
-        self.fake_seconds = 0.0
+        self.suite = _Sum()
+        self.library = _Sum()
+        self.elsewhere = _Sum()
+        self.fake_clock = _Sum()
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
 
-    def _sleep_ended(self, seconds: float) -> None:
+    def _add(self, into: _Sum, seconds: float) -> None:
         with self._lock:
-            self.sleeps += 1
-            self.seconds += max(0.0, seconds)
+            into.count += 1
+            into.seconds += max(0.0, seconds)
 
-    def _task_slept(self, seconds: float) -> None:
-        if isinstance(asyncio.get_running_loop(), FakeClockLoop):
-            with self._lock:
-                self.fake_sleeps += 1
-                self.fake_seconds += max(0.0, seconds)
-        else:
-            self._sleep_ended(seconds)
-
-    def _pause_ended(self, seconds: float) -> None:
-        with self._lock:
-            self.pauses += 1
-            self.pause_seconds += max(0.0, seconds)
+    def _caller(self, on_fake_clock: bool = False) -> _Sum:
+        """Whose sleep this is: asked of the frame that called the wrapper, before it sleeps."""
+        if on_fake_clock:
+            return self.fake_clock
+        frame = inspect.currentframe()
+        caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+        path = str(Path(caller.f_code.co_filename).resolve()) if caller is not None else ""
+        if path.startswith(_SUITE):
+            return self.suite
+        return self.library if path.startswith(_LIBRARY) else self.elsewhere
 
     def install(self) -> None:
         """Wrap the sleeps and the fake upstream's pauses until :meth:`uninstall`."""
@@ -68,23 +87,29 @@ class SleepTally:
         anyio_sleep = anyio.sleep
         pause = PlayedCall.pause
 
+        def on_fake_clock() -> bool:
+            return isinstance(asyncio.get_running_loop(), FakeClockLoop)
+
         def timed_sleep(seconds: float) -> None:
+            into = tally._caller()
             thread_sleep(seconds)
-            tally._sleep_ended(seconds)
+            tally._add(into, seconds)
 
         async def timed_asyncio_sleep(delay: float, result: Any = None) -> Any:
+            into = tally._caller(on_fake_clock())
             value = await asyncio_sleep(delay, result)
-            tally._task_slept(delay)
+            tally._add(into, delay)
             return value
 
         async def timed_anyio_sleep(delay: float) -> None:
+            into = tally._caller(on_fake_clock())
             await anyio_sleep(delay)
-            tally._task_slept(delay)
+            tally._add(into, delay)
 
         async def timed_pause(call: PlayedCall, seconds: float) -> bool:
             ended = await pause(call, seconds)
             if ended and seconds > 0:
-                tally._pause_ended(seconds)
+                tally._add(tally.library, seconds)
             return ended
 
         self._swap(time, "sleep", timed_sleep)
@@ -101,9 +126,12 @@ class SleepTally:
         while self._undo:
             self._undo.pop()()
 
-    def summary(self) -> str:
-        return (
-            f"sleeps that completed: {self.sleeps}, {self.seconds:.1f} s; "
-            f"fake upstream pauses that completed: {self.pauses}, {self.pause_seconds:.1f} s; "
-            f"sleeps on a fake-clock loop (no real time): {self.fake_sleeps}, {self.fake_seconds:.1f} s"
-        )
+    def summary(self) -> list[str]:
+        spent = _Sum(self.suite.count + self.library.count, self.suite.seconds + self.library.seconds)
+        return [
+            f"sleeps that completed, asked by the suite or the library: {spent}",
+            f"  by the suite (tests/): {self.suite}; by the library (asgi_router/, the fake upstream's pauses): "
+            f"{self.library}",
+            f"  apart: by others (servers' idle ticks, client libraries): {self.elsewhere}; "
+            f"on a fake-clock loop (no real time): {self.fake_clock}",
+        ]
