@@ -20,9 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from asgi_router.observability.events import RequestRecord
 
-__all__ = ["FAKE_CLOCK_BACKEND", "FakeClock", "FakeClockLoop", "RecordSink"]
+__all__ = ["FAKE_CLOCK_BACKEND", "FakeClock", "FakeClockLoop", "RecordSink", "on_fake_clock"]
 
 _WALL_START = 10 * 86_400 + 3_600
 """Where the wall clock starts: 01:00 UTC of a day, far from the midnight a daily cap resets at."""
@@ -84,6 +86,9 @@ class FakeClockLoop(asyncio.SelectorEventLoop):
 FAKE_CLOCK_BACKEND: tuple[str, dict[str, Any]] = ("asyncio", {"loop_factory": FakeClockLoop})
 """An ``anyio_backend`` for tests whose timers are the event loop's: a module overrides the
 ``anyio_backend`` fixture with it to run its tests on a :class:`FakeClockLoop`."""
+
+on_fake_clock = pytest.mark.parametrize("anyio_backend", [FAKE_CLOCK_BACKEND], ids=["fake-clock"])
+"""Runs one test on a :class:`FakeClockLoop` (its ``anyio_backend``, given outright)."""
 
 
 class RecordSink(list[RequestRecord]):

@@ -10,46 +10,23 @@ so a wait is exactly the seconds the router chose and costs no real time.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 
 from asgi_router import ModelRouter
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, chat_scope, host_app, make_settings
-from .doubles import FAKE_CLOCK_BACKEND, FakeClockLoop
+from .doubles import on_fake_clock
 from .fakes import Answer, ScriptedTransport
 from .mock_upstream import MockUpstream
-from .resilient import chat, events_of, holds_no_retry, routed_router, tag
+from .resilient import chat, events_of, holds_no_retry, loop_now, routed_router, scripted_router, tag
 
 pytestmark = pytest.mark.anyio
-
-on_fake_clock = pytest.mark.parametrize("anyio_backend", [FAKE_CLOCK_BACKEND], ids=["fake-clock"])
-"""Runs the test on a :class:`~tests.doubles.FakeClockLoop`."""
-
-
-@asynccontextmanager
-async def scripted(
-    upstream: MockUpstream, transport: ScriptedTransport, **overrides: Any
-) -> AsyncIterator[httpx2.AsyncClient]:
-    """A router whose upstream is ``transport`` and whose clock is the (fake-clock) loop's."""
-    loop = asyncio.get_running_loop()
-    assert isinstance(loop, FakeClockLoop), "mark the test on_fake_clock"
-    router = {"transport": transport}
-    async with routed_router(upstream, clock=loop.time, router=router, **overrides) as (client, _):
-        yield client
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time()
 
 
 async def test_single_candidate_retries_a_5xx_then_succeeds(upstream: MockUpstream) -> None:
@@ -136,10 +113,10 @@ async def test_a_group_can_ask_for_same_candidate_retries(upstream: MockUpstream
 async def test_backoff_uses_the_injected_randomness(upstream: MockUpstream) -> None:
     """Full jitter with random() = 0.99: retry waits 0.99 * 0.1 then 0.99 * 0.2 seconds."""
     transport = ScriptedTransport(Answer.error(503), Answer.error(503), Answer())
-    async with scripted(upstream, transport, random=lambda: 0.99, backoff={"base": 0.1, "cap": 4}) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, random=lambda: 0.99, backoff={"base": 0.1, "cap": 4}) as client:
+        started = loop_now()
         response = await chat(client, "mock/m")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.status_code == 200
     assert len(transport.sent) == 3
     assert elapsed == pytest.approx(0.99 * 0.1 + 0.99 * 0.2, abs=0.005)
@@ -148,10 +125,10 @@ async def test_backoff_uses_the_injected_randomness(upstream: MockUpstream) -> N
 @on_fake_clock
 async def test_no_jitter_draw_means_no_wait(upstream: MockUpstream) -> None:
     transport = ScriptedTransport(Answer.error(503), Answer.error(503), Answer())
-    async with scripted(upstream, transport, random=lambda: 0.0, backoff={"base": 3, "cap": 4}) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, random=lambda: 0.0, backoff={"base": 3, "cap": 4}) as client:
+        started = loop_now()
         response = await chat(client, "mock/m")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.status_code == 200
     assert len(transport.sent) == 3
     assert elapsed == pytest.approx(0.0, abs=0.005)  # a 3 s base backoff with a zero draw waits nothing
@@ -175,10 +152,10 @@ async def test_rate_limit_hint_is_waited_out_then_the_retry_succeeds(
     upstream: MockUpstream, hinted: Answer, source: str
 ) -> None:
     transport = ScriptedTransport(hinted, Answer())
-    async with scripted(upstream, transport, random=lambda: 0.0) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, random=lambda: 0.0) as client:
+        started = loop_now()
         response = await chat(client, "mock/m")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.status_code == 200
     assert response.headers["x-router-attempts"] == "2"
     assert elapsed == pytest.approx(0.25, abs=0.005)  # the hint, not the (zero) backoff draw, set the wait
@@ -187,10 +164,10 @@ async def test_rate_limit_hint_is_waited_out_then_the_retry_succeeds(
 @on_fake_clock
 async def test_a_hint_longer_than_max_retry_wait_is_not_waited_and_returned_as_429(upstream: MockUpstream) -> None:
     transport = ScriptedTransport(Answer.error(429, **{"retry-after": "30"}))
-    async with scripted(upstream, transport, max_retry_wait=10) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, max_retry_wait=10) as client:
+        started = loop_now()
         response = await chat(client, "mock/m")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.status_code == 429
     assert response.headers["retry-after"] == "30"
     assert response.headers["x-router-attempts"] == "1"
@@ -202,10 +179,10 @@ async def test_a_hint_longer_than_max_retry_wait_is_not_waited_and_returned_as_4
 async def test_a_hint_longer_than_max_retry_wait_fails_over_at_once(upstream: MockUpstream) -> None:
     transport = ScriptedTransport(Answer.error(429, **{"retry-after": "30"}), Answer())
     groups = {"g": {"members": ["mock/m", "mock2/m"], "retries": 2}}
-    async with scripted(upstream, transport, groups=groups) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, groups=groups) as client:
+        started = loop_now()
         response = await chat(client, "group/g")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.headers["x-router-model"] == "mock2/m"
     assert [url.split("/v1")[0] for url in transport.sent] == [upstream.url] * 2  # type: ignore[attr-defined]
     assert elapsed == pytest.approx(0.0, abs=0.005)
@@ -232,10 +209,10 @@ async def test_deadline_covers_backoff_and_stops_retrying_in_time(upstream: Mock
     transport = ScriptedTransport(Answer.error(503))
     backoff = {"base": 0.2, "cap": 0.2}
     overrides: dict[str, Any] = {"retries": 10, "backoff": backoff, "random": lambda: 0.99, "deadline": 0.7}
-    async with scripted(upstream, transport, **overrides) as client:
-        started = _now()
+    async with scripted_router(upstream, transport, **overrides) as client:
+        started = loop_now()
         response = await chat(client, "mock/m")
-        elapsed = _now() - started
+        elapsed = loop_now() - started
     assert response.status_code == 502
     assert elapsed <= 0.7
     # waits of 0.198 s fit three times into 0.7 s: four tries, far fewer than 11
@@ -307,17 +284,16 @@ async def test_an_empty_retry_budget_skips_the_retry_with_budget_exhausted(upstr
 async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstream) -> None:
     transport = ScriptedTransport(Answer.error(503))
     settings = make_settings(upstream.url, backoff={"base": 5, "cap": 5})  # type: ignore[attr-defined]
-    loop = asyncio.get_running_loop()
-    router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99, transport=transport, clock=loop.time)
+    router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99, transport=transport, clock=loop_now)
     request = json.dumps({"model": "mock/m", "messages": []}).encode()
     sent = SentMessages()
 
     # the client leaves 0.2 s in, while the router backs off for 4.95 s
     receive = receive_once(request, then=lambda: anyio.sleep(0.2))
 
-    started = _now()
+    started = loop_now()
     await router(chat_scope(), receive, sent)  # type: ignore[arg-type]
-    elapsed = _now() - started
+    elapsed = loop_now() - started
     state = router.state
     assert 0.2 <= elapsed < 0.3  # when the watch noticed the leave, not the 4.95 s backoff
     # nothing but the 499 a server drops was sent to a client that is gone (responses/client_gone.py)
