@@ -56,13 +56,15 @@ class FakeTransport:
 
 @dataclass(frozen=True)
 class Answer:
-    """One scripted upstream answer: a status, headers and a whole body; or, with ``hang``, no
-    answer at all (the send waits until it is cancelled)."""
+    """One scripted upstream answer: a status, headers and a whole body; with ``hang``, no answer
+    at all (the send waits until it is cancelled); with ``stall``, the status and headers and then
+    no body byte ever."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = _COMPLETION
     hang: bool = False
+    stall: bool = False
 
     def __post_init__(self) -> None:
         self.headers.setdefault("content-type", "application/json")
@@ -82,9 +84,12 @@ class _Answered:
         self.raw_headers = [(name.encode(), value.encode()) for name, value in answer.headers.items()]
         self.drained = False
         self._body = answer.body
+        self._stall = answer.stall
         self.chunks = self._read()
 
     async def _read(self) -> AsyncIterator[bytes]:
+        if self._stall:
+            await asyncio.Event().wait()
         self.drained = True
         yield self._body
 
