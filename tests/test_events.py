@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 
 import anyio
 import httpx2
@@ -43,26 +42,23 @@ async def test_raising_and_blocking_sinks_never_delay_or_fail_a_request(upstream
     events = {"queue_size": 4, "shutdown_grace": 0.2}
     try:
         async with routed_router(upstream, sinks=sinks, events=events) as (client, router):
-            started = time.monotonic()
+            # Two sinks block for good (until the test ends): a request that waited for a sink
+            # would never finish.
             statuses = [(await chat(client, "mock/ok")).status_code for _ in range(20)]
-            elapsed = time.monotonic() - started
             # Each raising sink has either been called with a record (and failed) or had it
             # dropped, its queue full while it was behind: the request never waits either way.
             raising_workers = [w for w in router.events._workers if w.sink in (raising, raising_async)]
             await eventually(lambda: len(collect) >= 20 and all(w.failures + w.dropped >= 20 for w in raising_workers))
-            closing = time.monotonic()
-        shutdown = time.monotonic() - closing
+        # and the lifespan's shutdown ended with them still stuck: they got shutdown_grace, not forever
     finally:
         release.set()
     assert statuses == [200] * 20
-    assert elapsed < 5.0  # twenty requests, none waited for a sink
     assert len(collect) == 20  # the well-behaved sink got everything
     # both raising sinks were called for every request they were not too far behind to queue
     assert [w.failures + w.dropped for w in raising_workers] == [20, 20]
     assert router.events.failures >= 2 * 4
     # each blocked sink holds at most one batch and a full queue (4 + 4): the rest is dropped
     assert router.events.dropped >= 2 * (20 - 8)
-    assert shutdown < 1.5  # the stuck sinks get shutdown_grace (0.2 s), not forever
 
 
 @pytest.mark.both_transports

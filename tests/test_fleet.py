@@ -13,6 +13,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -26,6 +27,7 @@ from .conftest import API_KEY, host_app, make_settings
 from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
+from .waiting import polled
 
 pytestmark = pytest.mark.fleet
 
@@ -123,16 +125,15 @@ def test_a_breaker_opened_in_one_process_shows_open_on_another_processs_status_p
     first, second = fleet[0], fleet[1]
     for _ in range(3):  # consecutive_failures = 3, all in the first process
         assert served_by(first, "group/seen") == "mock2/ok"
-    deadline = time.monotonic() + 5
-    while True:
+
+    def shown_open() -> tuple[httpx2.Response, dict[str, Any]] | None:
         page = httpx2.get(f"{second.url}/router/status.json", timeout=5)
         assert page.status_code == 200, page.text
         data = page.json()
         candidates = {c["key"]: c for p in data["providers"] for c in p["candidates"]}
-        if candidates["mock/status-503-seen"]["breaker"]["phase"] == "open":
-            break
-        assert time.monotonic() < deadline, candidates["mock/status-503-seen"]
-        time.sleep(0.05)
+        return (page, data) if candidates["mock/status-503-seen"]["breaker"]["phase"] == "open" else None
+
+    page, data = polled(shown_open, within=5, every=0.05, what="the breaker shown open on the other process")
     assert data["state"] == "shared"
     # The requests were the first process's: the second's recent requests are its own.
     assert all(request["ref"] != "group/seen" for request in data["recent"]), data["recent"]
@@ -268,7 +269,4 @@ def test_lifespan_startup_connects_before_the_first_request(redis_server: RedisS
     state = router.state
     assert isinstance(state, SharedState)
     with ServerThread(router, lifespan="on"):
-        deadline = time.monotonic() + 5
-        while not state.link.up:
-            assert time.monotonic() < deadline, "never connected"
-            time.sleep(0.01)
+        polled(lambda: state.link.up, within=5, what="the store connection")

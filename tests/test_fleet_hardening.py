@@ -196,7 +196,6 @@ async def test_a_thousand_concurrent_failing_requests_keep_fleet_sharing_on(
         f"[providers.down]\nbase_url = '{refused_url}'\napi_key = 'sk-down-0123456789'\n",
         encoding="utf-8",
     )
-    started = time.monotonic()
     store = aioredis.Redis.from_url(redis_server.url)
     with Fleet([RouterProcess("burst", config, tmp_path)]) as fleet:
         router = fleet.routers[0]
@@ -223,7 +222,6 @@ async def test_a_thousand_concurrent_failing_requests_keep_fleet_sharing_on(
             await store.aclose()
         log = router.log()
     assert "unreachable" not in log, log[-2000:]
-    assert time.monotonic() - started < 120
 
 
 async def test_a_burst_of_one_breakers_failures_opens_it_across_the_fleet(redis_server: RedisServer) -> None:
