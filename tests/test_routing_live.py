@@ -16,6 +16,7 @@ from asgi_router.resilience.stats import InMemoryStats
 from .doubles import RecordSink
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body, router_client
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -43,9 +44,8 @@ async def test_least_busy_spreads_concurrent_requests_and_returns_to_idle(upstre
         async with anyio.create_task_group() as tasks:
             for launched in range(1, 5):
                 tasks.start_soon(one)
-                with anyio.fail_after(2):  # each request is in flight before the next resolves
-                    while sum(busy()) < launched:
-                        await anyio.sleep(0.002)
+                # each request is in flight before the next resolves
+                await eventually(lambda n=launched: sum(busy()) >= n, within=2, every=0.002)
             assert busy() == (2, 2)
     assert Counter(winners) == {"mock/slow-500": 2, "mock2/slow-500": 2}
     assert (stats.in_flight("mock/slow-500"), stats.in_flight("mock2/slow-500")) == (0, 0)
