@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx2
 import openai
 import pytest
@@ -78,9 +77,11 @@ async def _until(condition: Callable[[], bool]) -> None:
 async def _depth_is(server: ServerThread, depth: int) -> None:
     """Wait until group ``q``'s queue holds ``depth`` requests (scraped without blocking the loop)."""
     async with httpx2.AsyncClient(base_url=server.url) as scraper:
-        with anyio.fail_after(5):
-            while Scrape((await scraper.get("/metrics")).text).value("asgi_router_queue_depth", group="q") != depth:
-                await asyncio.sleep(0.01)
+
+        async def reached() -> bool:
+            return Scrape((await scraper.get("/metrics")).text).value("asgi_router_queue_depth", group="q") == depth
+
+        await eventually(reached)
 
 
 def _members(t: str) -> list[str]:

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx2
 import openai
 import pytest
@@ -24,6 +23,7 @@ from .conftest import host_app
 from .doubles import FakeClock
 from .resilient import tag
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -90,9 +90,11 @@ async def test_a_queued_rotate_request_is_planned_again_and_served_by_the_strate
         # both are over budget: it waits until their stated reset.
         waiting = asyncio.ensure_future(_ask(client, "group/r"))
         async with httpx2.AsyncClient(base_url=server.url) as scraper:
-            with anyio.fail_after(5):
-                while not (await scraper.get("/status.json")).json()["capacity"]["queues"][0]["waiting"]:
-                    await asyncio.sleep(0.01)
+
+            async def queued() -> bool:
+                return bool((await scraper.get("/status.json")).json()["capacity"]["queues"][0]["waiting"])
+
+            await eventually(queued)
         clock.now += 1.0  # both members come back at the same instant
         third = await waiting
     assert first != second

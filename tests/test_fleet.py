@@ -27,7 +27,7 @@ from .conftest import API_KEY, host_app, make_settings
 from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
-from .waiting import polled
+from .waiting import eventually, polled
 
 pytestmark = pytest.mark.fleet
 
@@ -209,13 +209,12 @@ async def test_redis_killed_under_load_fails_no_request_and_sharing_resumes_once
     assert max(latency for _, latency in results) < 2.0
 
     a, b = pair
-    deadline = time.monotonic() + 15  # reconnection backs off up to 2 s; generous
-    while True:
+
+    async def one_sequence() -> bool:  # again, across both processes
         winners = [await loop.run_in_executor(None, served_by, router, "group/after") for router in (a, b, a, b)]
-        if winners[0] != winners[1] and winners[1] != winners[2] and winners[2] != winners[3]:
-            break  # one sequence again, across both processes
-        assert time.monotonic() < deadline, winners
-        await asyncio.sleep(0.2)
+        return winners[0] != winners[1] and winners[1] != winners[2] and winners[2] != winners[3]
+
+    await eventually(one_sequence, within=15, every=0.2)  # reconnection backs off up to 2 s; generous
 
     for router in pair:
         log = router.log()

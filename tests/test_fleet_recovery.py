@@ -166,10 +166,7 @@ async def test_a_failed_probe_reopens_the_fleets_breaker_for_probe_interval_not_
         a.record(KEY, POLICY, time.monotonic(), "failure", probe=False)
         await eventually(lambda: b.breaker(KEY) is not None and b.breaker(KEY).phase is Phase.OPEN)  # type: ignore[union-attr]
         await asyncio.sleep(POLICY.open_for + 0.05)
-        admission = None
-        while admission is None or not admission.allowed:
-            admission = a.admit(KEY, POLICY, time.monotonic())
-            await asyncio.sleep(0.01)
+        await eventually(lambda: a.admit(KEY, POLICY, time.monotonic()).allowed)
         a.record(KEY, POLICY, time.monotonic(), "failure", probe=True)
 
         def reopened() -> bool:

@@ -122,11 +122,14 @@ async def test_a_probe_that_succeeds_closes_the_breaker_everywhere(redis_server:
             fail(a)
         await eventually(lambda: phase(b) is Phase.OPEN)
         await asyncio.sleep(POLICY.open_for + 0.05)
-        admission = None
-        while admission is None or not admission.allowed:
-            admission = b.admit(KEY, POLICY, time.monotonic())
-            await asyncio.sleep(0.01)
-        assert admission.probe
+        admissions = []
+
+        def admitted() -> bool:
+            admissions.append(b.admit(KEY, POLICY, time.monotonic()))
+            return admissions[-1].allowed
+
+        await eventually(admitted)
+        assert admissions[-1].probe
         b.record(KEY, POLICY, time.monotonic(), "success", probe=True)
         await eventually(lambda: phase(a) is Phase.CLOSED and phase(b) is Phase.CLOSED)
 

@@ -149,7 +149,7 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
     request = json.dumps(body("mock/utf8")).encode()
     sent = SentMessages()
-    receive = receive_once(request, then=lambda: anyio.sleep(30))
+    receive = receive_once(request, then=anyio.sleep_forever)
 
     scope = chat_scope()
     with anyio.fail_after(5):

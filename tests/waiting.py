@@ -11,6 +11,7 @@ sync test calls), as when a server process or a browser has to come up.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -23,12 +24,17 @@ T = TypeVar("T")
 
 
 async def eventually(condition: Callable[[], object], within: float = 5.0, every: float = 0.01) -> float:
-    """Seconds until ``condition()`` holds, asked every ``every`` seconds; fails after ``within``."""
+    """Seconds until ``condition()`` holds, asked every ``every`` seconds; fails after ``within``.
+    A condition may be asked by awaiting (a scrape, a store query): it returns an awaitable then."""
     started = time.monotonic()
     with anyio.fail_after(within):
-        while not condition():
+        while not await _held(condition()):
             await anyio.sleep(every)
     return time.monotonic() - started
+
+
+async def _held(answer: object) -> object:
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def polled(probe: Callable[[], T], within: float = 5.0, every: float = 0.01, *, what: str = "the condition") -> T:
