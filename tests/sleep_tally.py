@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,24 +61,37 @@ class SleepTally:
         self.library = _Sum()
         self.elsewhere = _Sum()
         self.fake_clock = _Sum()
+        self.sites: Counter[str] = Counter()
+        """Seconds slept by the suite and the library, per calling line: where the time goes."""
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
 
-    def _add(self, into: _Sum, seconds: float) -> None:
+    def _add(self, into: tuple[_Sum, str], seconds: float) -> None:
+        total, site = into
         with self._lock:
-            into.count += 1
-            into.seconds += max(0.0, seconds)
+            total.count += 1
+            total.seconds += max(0.0, seconds)
+            if site:
+                self.sites[site] += max(0.0, seconds)
 
-    def _caller(self, on_fake_clock: bool = False) -> _Sum:
-        """Whose sleep this is: asked of the frame that called the wrapper, before it sleeps."""
+    def _caller(self, on_fake_clock: bool = False) -> tuple[_Sum, str]:
+        """Whose sleep this is (and from which line, for the suite and the library): asked of the
+        frame that called the wrapper, before it sleeps."""
         if on_fake_clock:
-            return self.fake_clock
+            return self.fake_clock, ""
         frame = inspect.currentframe()
-        caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-        path = str(Path(caller.f_code.co_filename).resolve()) if caller is not None else ""
+        try:  # the caller of the wrapper; this frame is let go at once (held, it would be a cycle)
+            caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+        finally:
+            del frame
+        if caller is None:
+            return self.elsewhere, ""
+        path = str(Path(caller.f_code.co_filename).resolve())
         if path.startswith(_SUITE):
-            return self.suite
-        return self.library if path.startswith(_LIBRARY) else self.elsewhere
+            return self.suite, f"tests/{path[len(_SUITE) + 1 :]}:{caller.f_lineno}"
+        if path.startswith(_LIBRARY):
+            return self.library, f"asgi_router/{path[len(_LIBRARY) + 1 :]}:{caller.f_lineno}"
+        return self.elsewhere, ""
 
     def install(self) -> None:
         """Wrap the sleeps and the fake upstream's pauses until :meth:`uninstall`."""
@@ -109,7 +123,7 @@ class SleepTally:
         async def timed_pause(call: PlayedCall, seconds: float) -> bool:
             ended = await pause(call, seconds)
             if ended and seconds > 0:
-                tally._add(tally.library, seconds)
+                tally._add((tally.library, "the fake upstream's scripted pauses"), seconds)
             return ended
 
         self._swap(time, "sleep", timed_sleep)
@@ -134,4 +148,5 @@ class SleepTally:
             f"{self.library}",
             f"  apart: by others (servers' idle ticks, client libraries): {self.elsewhere}; "
             f"on a fake-clock loop (no real time): {self.fake_clock}",
+            "  most seconds: " + "; ".join(f"{site} {seconds:.1f} s" for site, seconds in self.sites.most_common(8)),
         ]
