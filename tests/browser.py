@@ -27,6 +27,8 @@ from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
+from .waiting import polled
+
 __all__ = ["Browser", "chromium", "need_chromium"]
 
 
@@ -82,11 +84,13 @@ class Browser:
 
     def _endpoint(self) -> str:
         port_file = self._profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 20
-        while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
-            if self._process.poll() is not None or time.monotonic() > deadline:
+
+        def written() -> bool:
+            if self._process.poll() is not None:
                 raise RuntimeError("chromium did not start")
-            time.sleep(0.05)
+            return port_file.exists() and len(port_file.read_text().splitlines()) >= 2
+
+        polled(written, within=20, every=0.05, what="chromium's start")
         port, path = port_file.read_text().splitlines()[:2]
         return f"ws://127.0.0.1:{port}{path}"
 
@@ -154,14 +158,7 @@ class Browser:
 
     def wait_for(self, expression: str, timeout: float = 10) -> Any:
         """Poll ``expression`` until it is truthy; its value."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"never true: {expression}")
-            time.sleep(0.1)
+        return polled(lambda: self.evaluate(expression), within=timeout, every=0.1, what=f"true: {expression}")
 
     def screenshot(self, path: Path) -> bytes:
         """A PNG of the whole page, written to ``path``."""

@@ -8,12 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
+
+from .waiting import polled
 
 __all__ = ["COMMAND", "free_port", "serving"]
 
@@ -57,17 +58,22 @@ def serving(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
+
+        def answering() -> bool:
             if process.poll() is not None:
                 raise AssertionError(f"the server exited:\n{_kill_all(process)}")
             try:
                 httpx2.get(f"{url}/v1/models", timeout=1)
-                break
             except httpx2.TransportError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"the server did not start:\n{_kill_all(process)}") from None
-                time.sleep(0.1)
+                return False
+            return True
+
+        try:
+            polled(answering, within=start_timeout, every=0.1, what="the server's start")
+        except AssertionError as failed:
+            if process.poll() is None:
+                raise AssertionError(f"the server did not start:\n{_kill_all(process)}") from failed
+            raise
         yield url, process
     finally:
         if process.poll() is None:

@@ -20,6 +20,7 @@ from .fleet import REDIS_PASSWORD, RedisServer
 from .mock_upstream import MockUpstream
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
+from .sleep_tally import SleepTally
 
 API_KEY = "sk-test-upstream-SECRET-0123456789"
 """The key configured for the mock provider: it must never show up in a response or log."""
@@ -29,6 +30,28 @@ CLIENT_KEY = "rk-client-7c1e9f0a2b3d4e5f60718293"
 
 SECRETS = (API_KEY, CLIENT_KEY, TEST_KEY, REDIS_PASSWORD)
 """Every key a test configures: ``TEST_KEY`` is the one the kit's ``FakeUpstream.provider()`` gives."""
+
+
+_SLEEPS = pytest.StashKey[SleepTally]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tally the session's completed sleeps (tests/sleep_tally.py), for the terminal summary."""
+    tally = SleepTally()
+    tally.install()
+    config.stash[_SLEEPS] = tally
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (tally := config.stash.get(_SLEEPS, None)) is not None:
+        tally.uninstall()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if (tally := config.stash.get(_SLEEPS, None)) is not None:
+        terminalreporter.write_sep("-", "time spent sleeping (tests/sleep_tally.py)")
+        for line in tally.summary():
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

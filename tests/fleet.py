@@ -17,11 +17,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import TracebackType
 
 import pytest
+
+from .waiting import polled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,11 +77,14 @@ class RedisServer:
         log = (self.workdir / "redis.log").open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + 10
-        while not _answers_ping(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start; see {self.workdir / 'redis.log'}")
-            time.sleep(0.02)
+        process = self.process
+
+        def answering() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.workdir / 'redis.log'}")
+            return _answers_ping(self.port)
+
+        polled(answering, within=10, every=0.02, what=f"redis-server's start (see {self.workdir / 'redis.log'})")
         return self
 
     def kill(self) -> None:
@@ -119,21 +123,25 @@ class RouterProcess:
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while True:
+        process = self.process
+        assert process is not None
+
+        def healthy() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.log()}")
             connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=0.5)
             try:
                 connection.request("GET", "/health")
-                if connection.getresponse().status == 200:
-                    return
+                return connection.getresponse().status == 200
             except OSError:
-                pass
+                return False
             finally:
                 connection.close()
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not start:\n{self.log()}")
-            time.sleep(0.05)
+
+        try:
+            polled(healthy, within=timeout, every=0.05, what=f"{self.name}'s start")
+        except AssertionError as failed:
+            raise AssertionError(f"{self.name} did not start:\n{self.log()}") from failed
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -58,6 +58,8 @@ import httpx2
 from asgi_router.testing import FakeUpstream, Hit, reply
 from asgi_router.testing.reply import Reply
 
+from .waiting import polled
+
 __all__ = ["UTF8_FRAMES", "MockUpstream"]
 
 UTF8_FRAMES: Final = [
@@ -226,10 +228,7 @@ class MockUpstream(FakeUpstream):
     def record(self, request_id: str, timeout: float = 5.0) -> Hit:
         """The last request under ``request_id``, waiting until the upstream has finished with it."""
         deadline = time.monotonic() + timeout
-        while not (seen := self.seen(request_id)):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"upstream never saw request {request_id}")
-            time.sleep(0.005)
+        seen = polled(lambda: self.seen(request_id), within=timeout, every=0.005, what=f"request {request_id} upstream")
         return seen[-1].wait(max(0.0, deadline - time.monotonic()))
 
     def answer(self, body: dict[str, Any]) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -17,34 +18,13 @@ from asgi_router.observability.sinks import Sink
 from asgi_router.resilience.router_state import RouterState
 
 from .conftest import host_app, make_settings
+from .doubles import FakeClockLoop
+from .fakes import ScriptedTransport
 from .mock_upstream import MockUpstream
 from .waiting import eventually
 
 #: Fast, jitter-free-enough backoff for tests that only count retries.
 FAST_BACKOFF = {"base": 0.005, "cap": 0.01}
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class Collect:
-    """A sink that keeps every record it receives."""
-
-    def __init__(self) -> None:
-        self.records: list[RequestRecord] = []
-
-    async def __call__(self, record: RequestRecord) -> None:
-        self.records.append(record)
 
 
 def holds_no_retry(state: RouterState, provider: str) -> bool:
@@ -99,6 +79,23 @@ async def routed_router(
         ) as client,
     ):
         yield client, instance
+
+
+def loop_now() -> float:
+    """The running loop's time: on a :class:`~tests.doubles.FakeClockLoop`, its fake clock."""
+    return asyncio.get_running_loop().time()
+
+
+@asynccontextmanager
+async def scripted_router(
+    upstream: MockUpstream, transport: ScriptedTransport, **overrides: Any
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """An in-process client of a router whose upstream is ``transport`` and whose clock is the
+    running loop's, for a test marked ``on_fake_clock``: the router's waits are then exact and
+    take no real time."""
+    assert isinstance(asyncio.get_running_loop(), FakeClockLoop), "mark the test on_fake_clock"
+    async with routed_router(upstream, clock=loop_now, router={"transport": transport}, **overrides) as (client, _):
+        yield client
 
 
 async def record_of(response: httpx2.Response, router: ModelRouter) -> RequestRecord:

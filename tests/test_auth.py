@@ -15,9 +15,10 @@ from asgi_lifespan import LifespanManager, LifespanNotSupported
 from pydantic import ValidationError
 from starlette.datastructures import Headers
 
-from asgi_router import ConfigError, Forbidden, ModelRouter, RequestRecord, RouterSettings
+from asgi_router import ConfigError, Forbidden, ModelRouter, RouterSettings
 
 from .conftest import CLIENT_KEY, SentMessages, chat_scope, host_app, make_settings
+from .doubles import RecordSink
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
 
@@ -37,10 +38,6 @@ async def routed(router: ModelRouter) -> AsyncIterator[httpx2.AsyncClient]:
 
 def keyed(upstream: MockUpstream, **overrides: Any) -> RouterSettings:
     return make_settings(upstream.url, api_keys={"alice": CLIENT_KEY}, **overrides)  # type: ignore[attr-defined]
-
-
-def records_of(caplog: pytest.LogCaptureFixture) -> list[RequestRecord]:
-    return [r.asgi_router for r in caplog.records if hasattr(r, "asgi_router")]
 
 
 # --- refusing to start ------------------------------------------------------------------------
@@ -154,21 +151,21 @@ async def test_refusal_happens_before_the_request_body_is_read(upstream: MockUps
 
 
 async def test_principal_reaches_the_request_record_and_every_attempt_event(
-    upstream: MockUpstream, refused_url: str, caplog: pytest.LogCaptureFixture
+    upstream: MockUpstream, refused_url: str
 ) -> None:
-    caplog.set_level(logging.INFO, logger="asgi_router")
     settings = make_settings(
         upstream.url,  # type: ignore[attr-defined]
         refused_url,
         api_keys={"alice": CLIENT_KEY},
         groups={"g": {"members": ["down/x", "mock/ok"]}},
     )
-    async with routed(ModelRouter(host_app(), settings=settings)) as client:
-        response = await client.post(
-            "/v1/chat/completions", json={**CHAT, "model": "group/g"}, headers={"x-api-key": CLIENT_KEY}
-        )
+    with RecordSink.logged() as records:
+        async with routed(ModelRouter(host_app(), settings=settings)) as client:
+            response = await client.post(
+                "/v1/chat/completions", json={**CHAT, "model": "group/g"}, headers={"x-api-key": CLIENT_KEY}
+            )
     assert response.status_code == 200
-    [record] = records_of(caplog)
+    [record] = records
     assert record.principal == "alice"
     assert [(e.outcome, e.principal) for e in record.events] == [("failed", "alice"), ("served", "alice")]
 
@@ -177,9 +174,8 @@ async def test_principal_reaches_the_request_record_and_every_attempt_event(
 
 
 async def test_async_authorize_callable_guards_the_router_and_names_the_principal(
-    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+    upstream: MockUpstream,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="asgi_router")
     calls: list[str | None] = []
 
     async def authorize(scope: Any, headers: Headers) -> object:
@@ -187,15 +183,16 @@ async def test_async_authorize_callable_guards_the_router_and_names_the_principa
         return {"user": "u-1"} if headers.get("x-session") == "valid" else False
 
     settings = make_settings(upstream.url, authorize=authorize)  # type: ignore[attr-defined]
-    async with routed(ModelRouter(host_app(), settings=settings)) as client:
-        refused = await client.post("/v1/chat/completions", json=CHAT)
-        served = await client.post("/v1/chat/completions", json=CHAT, headers={"x-session": "valid"})
-        host = await client.get("/hello")
+    with RecordSink.logged() as records:
+        async with routed(ModelRouter(host_app(), settings=settings)) as client:
+            refused = await client.post("/v1/chat/completions", json=CHAT)
+            served = await client.post("/v1/chat/completions", json=CHAT, headers={"x-session": "valid"})
+            host = await client.get("/hello")
     assert refused.status_code == 401
     assert served.status_code == 200
     assert host.status_code == 200  # the host app's own routes are not the router's to guard
     assert calls == [None, "valid"]
-    assert [r.principal for r in records_of(caplog)] == [None, {"user": "u-1"}]
+    assert [r.principal for r in records] == [None, {"user": "u-1"}]
 
 
 async def test_add_middleware_passes_authorize_through_to_the_settings_it_builds(tmp_path: Any) -> None:

@@ -16,8 +16,9 @@ from asgi_router.resilience.breaker import Phase
 from bench.asgi_calls import receive_once
 
 from .conftest import API_KEY, SentMessages, chat_scope, host_app, make_settings
+from .doubles import FakeClock
 from .mock_upstream import MockUpstream
-from .resilient import FakeClock, chat, events_of, routed_router, tag
+from .resilient import chat, events_of, routed_router, tag
 from .waiting import eventually
 
 pytestmark = pytest.mark.anyio

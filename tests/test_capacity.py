@@ -5,11 +5,11 @@ official ``openai`` client)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx2
 import openai
 import pytest
@@ -18,9 +18,11 @@ from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import FakeClock
 from .metrics_helpers import Scrape
 from .resilient import tag
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -43,8 +45,10 @@ def _settings(fake: FakeUpstream, groups: dict[str, Any], **overrides: Any) -> R
 
 
 @asynccontextmanager
-async def _served(settings: RouterSettings) -> AsyncIterator[tuple[openai.AsyncOpenAI, ServerThread]]:
-    router = ModelRouter(host_app(), settings=settings)
+async def _served(
+    settings: RouterSettings, clock: FakeClock | None = None
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, ServerThread]]:
+    router = ModelRouter(host_app(), settings=settings, **({"clock": clock} if clock is not None else {}))
     with ServerThread(router) as server:
         async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0) as client:
             yield client, server
@@ -67,17 +71,17 @@ def _scrape(server: ServerThread) -> Scrape:
 
 
 async def _until(condition: Callable[[], bool]) -> None:
-    with anyio.fail_after(5):
-        while not condition():
-            await asyncio.sleep(0.01)
+    await eventually(condition)
 
 
 async def _depth_is(server: ServerThread, depth: int) -> None:
     """Wait until group ``q``'s queue holds ``depth`` requests (scraped without blocking the loop)."""
     async with httpx2.AsyncClient(base_url=server.url) as scraper:
-        with anyio.fail_after(5):
-            while Scrape((await scraper.get("/metrics")).text).value("asgi_router_queue_depth", group="q") != depth:
-                await asyncio.sleep(0.01)
+
+        async def reached() -> bool:
+            return Scrape((await scraper.get("/metrics")).text).value("asgi_router_queue_depth", group="q") == depth
+
+        await eventually(reached)
 
 
 def _members(t: str) -> list[str]:
@@ -239,10 +243,11 @@ async def test_a_provider_out_of_requests_is_not_called_until_its_reset(fake: Fa
     limits = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}
     fake.script(f"a{t}", reply.ok(headers=limits), reply.ok())
     groups = {"g": {"members": [f"p1/a{t}", f"p2/b{t}"]}}
-    async with _served(_settings(fake, groups)) as (client, _):
+    clock = FakeClock(time.monotonic())
+    async with _served(_settings(fake, groups), clock) as (client, _):
         first = (await _ask(client, "group/g"))[0]
         meanwhile = [(await _ask(client, "group/g"))[0] for _ in range(3)]
-        await asyncio.sleep(2.1)
+        clock.advance(2.1)
         after = (await _ask(client, "group/g"))[0]
     assert first == f"p1/a{t}"
     assert meanwhile == [f"p2/b{t}"] * 3

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx2
 import openai
 import pytest
@@ -21,8 +20,10 @@ from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import FakeClock
 from .resilient import tag
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -36,16 +37,6 @@ def fake() -> Iterator[FakeUpstream]:
         yield upstream
 
 
-class _Clock:
-    """The router's monotonic clock, standing still until a test moves it."""
-
-    def __init__(self) -> None:
-        self.now = time.monotonic()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _settings(fake: FakeUpstream, groups: dict[str, Any], **overrides: Any) -> RouterSettings:
     providers: dict[str, Any] = {name: fake.provider(timeouts=_FAST) for name in ("p1", "p2")}
     return RouterSettings(
@@ -55,7 +46,7 @@ def _settings(fake: FakeUpstream, groups: dict[str, Any], **overrides: Any) -> R
 
 @asynccontextmanager
 async def _served(
-    settings: RouterSettings, clock: _Clock | None = None
+    settings: RouterSettings, clock: FakeClock | None = None
 ) -> AsyncIterator[tuple[openai.AsyncOpenAI, ServerThread]]:
     router = ModelRouter(host_app(), settings=settings, **({"clock": clock} if clock is not None else {}))
     with ServerThread(router) as server:
@@ -91,7 +82,7 @@ async def test_a_queued_rotate_request_is_planned_again_and_served_by_the_strate
     fake.script(f"a{t}", reply.ok(headers=_OUT_OF_REQUESTS), reply.ok())
     fake.script(f"b{t}", reply.ok(headers=_OUT_OF_REQUESTS), reply.ok())
     groups = {"r": {"strategy": "rotate", "members": [f"p1/a{t}", f"p2/b{t}"], "queue": {"max_wait": 10.0}}}
-    clock = _Clock()
+    clock = FakeClock(time.monotonic())
     async with _served(_settings(fake, groups), clock) as (client, server):
         first = (await _ask(client, "group/r")).headers["x-router-model"]  # out of requests for 1 s now
         second = (await _ask(client, "group/r")).headers["x-router-model"]  # the other one too
@@ -99,9 +90,11 @@ async def test_a_queued_rotate_request_is_planned_again_and_served_by_the_strate
         # both are over budget: it waits until their stated reset.
         waiting = asyncio.ensure_future(_ask(client, "group/r"))
         async with httpx2.AsyncClient(base_url=server.url) as scraper:
-            with anyio.fail_after(5):
-                while not (await scraper.get("/status.json")).json()["capacity"]["queues"][0]["waiting"]:
-                    await asyncio.sleep(0.01)
+
+            async def queued() -> bool:
+                return bool((await scraper.get("/status.json")).json()["capacity"]["queues"][0]["waiting"])
+
+            await eventually(queued)
         clock.now += 1.0  # both members come back at the same instant
         third = await waiting
     assert first != second

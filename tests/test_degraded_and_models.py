@@ -10,8 +10,9 @@ import pytest
 from asgi_router import ModelRouter
 
 from .conftest import shared_routers
+from .doubles import RecordSink
 from .mock_upstream import MockUpstream
-from .routing_helpers import chat_body, request_records, router_client
+from .routing_helpers import chat_body, router_client
 from .servers import ServersByTransport
 
 pytestmark = pytest.mark.anyio
@@ -75,7 +76,7 @@ async def test_degraded_reply_is_recorded_and_never_replaces_a_client_error(upst
         "wrong": {"members": ["mock/status-422", "mock2/ok"], "degraded": {"content": _BUSY}},
         "huge": {"members": ["mock/ok"], "degraded": {"content": _BUSY}},
     }
-    with request_records() as records:
+    with RecordSink.logged() as records:
         catalog = {"mock/ok": {"context_window": 10}}
         backoff = {"base": 0.005, "cap": 0.01}
         async with router_client(upstream, groups=groups, catalog=catalog, backoff=backoff) as (client, _):

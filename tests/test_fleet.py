@@ -13,6 +13,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -26,6 +27,7 @@ from .conftest import API_KEY, host_app, make_settings
 from .fleet import REDIS_PASSWORD, Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
+from .waiting import eventually, polled
 
 pytestmark = pytest.mark.fleet
 
@@ -102,6 +104,15 @@ def served_by(router: RouterProcess, model: str) -> str:
     return response.headers["x-router-model"]
 
 
+def _phase(router: RouterProcess, key: str) -> str | None:
+    """The phase of ``key``'s breaker on ``router``'s status page."""
+    page = httpx2.get(f"{router.url}/router/status.json", timeout=5)
+    assert page.status_code == 200, page.text
+    candidates = {c["key"]: c for p in page.json()["providers"] for c in p["candidates"]}
+    found = candidates.get(key)
+    return None if found is None else found["breaker"]["phase"]
+
+
 def test_a_breakers_failures_count_across_processes_and_the_other_skips_it_once_open(
     fleet: list[RouterProcess], upstream: MockUpstream
 ) -> None:
@@ -109,7 +120,8 @@ def test_a_breakers_failures_count_across_processes_and_the_other_skips_it_once_
     for router in (a, b, a):  # three failures in the fleet: two in a, one in b
         assert served_by(router, "group/breaker") == "mock2/ok"
     assert upstream.count("status-503-fleet") == 3
-    time.sleep(0.5)  # the opening is published at once; generous margin on two shared cores
+    for router in (a, b):  # the opening is published at once: both show it
+        polled(lambda router=router: _phase(router, "mock/status-503-fleet") == "open", what=f"open on {router.name}")
     for router in (b, a, b, a):
         response = ask(router, "group/breaker")
         assert response.status_code == 200
@@ -123,16 +135,15 @@ def test_a_breaker_opened_in_one_process_shows_open_on_another_processs_status_p
     first, second = fleet[0], fleet[1]
     for _ in range(3):  # consecutive_failures = 3, all in the first process
         assert served_by(first, "group/seen") == "mock2/ok"
-    deadline = time.monotonic() + 5
-    while True:
+
+    def shown_open() -> tuple[httpx2.Response, dict[str, Any]] | None:
         page = httpx2.get(f"{second.url}/router/status.json", timeout=5)
         assert page.status_code == 200, page.text
         data = page.json()
         candidates = {c["key"]: c for p in data["providers"] for c in p["candidates"]}
-        if candidates["mock/status-503-seen"]["breaker"]["phase"] == "open":
-            break
-        assert time.monotonic() < deadline, candidates["mock/status-503-seen"]
-        time.sleep(0.05)
+        return (page, data) if candidates["mock/status-503-seen"]["breaker"]["phase"] == "open" else None
+
+    page, data = polled(shown_open, within=5, every=0.05, what="the breaker shown open on the other process")
     assert data["state"] == "shared"
     # The requests were the first process's: the second's recent requests are its own.
     assert all(request["ref"] != "group/seen" for request in data["recent"]), data["recent"]
@@ -208,13 +219,12 @@ async def test_redis_killed_under_load_fails_no_request_and_sharing_resumes_once
     assert max(latency for _, latency in results) < 2.0
 
     a, b = pair
-    deadline = time.monotonic() + 15  # reconnection backs off up to 2 s; generous
-    while True:
+
+    async def one_sequence() -> bool:  # again, across both processes
         winners = [await loop.run_in_executor(None, served_by, router, "group/after") for router in (a, b, a, b)]
-        if winners[0] != winners[1] and winners[1] != winners[2] and winners[2] != winners[3]:
-            break  # one sequence again, across both processes
-        assert time.monotonic() < deadline, winners
-        await asyncio.sleep(0.2)
+        return winners[0] != winners[1] and winners[1] != winners[2] and winners[2] != winners[3]
+
+    await eventually(one_sequence, within=15, every=0.2)  # reconnection backs off up to 2 s; generous
 
     for router in pair:
         log = router.log()
@@ -268,7 +278,4 @@ def test_lifespan_startup_connects_before_the_first_request(redis_server: RedisS
     state = router.state
     assert isinstance(state, SharedState)
     with ServerThread(router, lifespan="on"):
-        deadline = time.monotonic() + 5
-        while not state.link.up:
-            assert time.monotonic() < deadline, "never connected"
-            time.sleep(0.01)
+        polled(lambda: state.link.up, within=5, what="the store connection")

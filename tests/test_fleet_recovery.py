@@ -25,6 +25,7 @@ from .conftest import API_KEY
 from .fleet import Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
 from .test_fleet_state import eventually
+from .waiting import polled
 
 pytestmark = pytest.mark.fleet
 
@@ -89,12 +90,8 @@ def breaker_of(router: RouterProcess, key: str) -> dict[str, Any]:
 def wait_for(router: RouterProcess, key: str, notes: list[str], within: float = 5.0) -> float:
     """Seconds until ``router``'s status page shows ``notes`` for ``key``'s breaker."""
     started = time.monotonic()
-    while True:
-        shown = breaker_of(router, key)
-        if shown["notes"] == notes:
-            return time.monotonic() - started
-        assert time.monotonic() - started < within, shown
-        time.sleep(0.02)
+    polled(lambda: breaker_of(router, key)["notes"] == notes, within=within, every=0.02, what=f"{notes} for {key}")
+    return time.monotonic() - started
 
 
 def test_a_ramp_step_advanced_in_one_process_holds_in_the_other(pair: tuple[RouterProcess, RouterProcess, str]) -> None:
@@ -169,10 +166,7 @@ async def test_a_failed_probe_reopens_the_fleets_breaker_for_probe_interval_not_
         a.record(KEY, POLICY, time.monotonic(), "failure", probe=False)
         await eventually(lambda: b.breaker(KEY) is not None and b.breaker(KEY).phase is Phase.OPEN)  # type: ignore[union-attr]
         await asyncio.sleep(POLICY.open_for + 0.05)
-        admission = None
-        while admission is None or not admission.allowed:
-            admission = a.admit(KEY, POLICY, time.monotonic())
-            await asyncio.sleep(0.01)
+        await eventually(lambda: a.admit(KEY, POLICY, time.monotonic()).allowed)
         a.record(KEY, POLICY, time.monotonic(), "failure", probe=True)
 
         def reopened() -> bool:

@@ -29,7 +29,7 @@ from asgi_router.resilience.breaker import Phase
 from asgi_router.resilience.stats import Limits
 
 from .fleet import REDIS_PASSWORD, REDIS_USER, RedisServer, free_port, redis_server_path
-from .waiting import eventually
+from .waiting import eventually, polled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet]
 
@@ -122,11 +122,14 @@ async def test_a_probe_that_succeeds_closes_the_breaker_everywhere(redis_server:
             fail(a)
         await eventually(lambda: phase(b) is Phase.OPEN)
         await asyncio.sleep(POLICY.open_for + 0.05)
-        admission = None
-        while admission is None or not admission.allowed:
-            admission = b.admit(KEY, POLICY, time.monotonic())
-            await asyncio.sleep(0.01)
-        assert admission.probe
+        admissions = []
+
+        def admitted() -> bool:
+            admissions.append(b.admit(KEY, POLICY, time.monotonic()))
+            return admissions[-1].allowed
+
+        await eventually(admitted)
+        assert admissions[-1].probe
         b.record(KEY, POLICY, time.monotonic(), "success", probe=True)
         await eventually(lambda: phase(a) is Phase.CLOSED and phase(b) is Phase.CLOSED)
 
@@ -293,18 +296,17 @@ def sentinel(redis_server: RedisServer, tmp_path: Path) -> Iterator[int]:
         f"sentinel auth-user primary {REDIS_USER}\nsentinel auth-pass primary {REDIS_PASSWORD}\n"
     )
     process = subprocess.Popen([redis_server_path(), str(config), "--sentinel"], stdout=subprocess.DEVNULL)
+
+    def watching() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                sock.sendall(b"SENTINEL get-master-addr-by-name primary\r\n")
+                return str(redis_server.port).encode() in sock.recv(256)
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                    sock.sendall(b"SENTINEL get-master-addr-by-name primary\r\n")
-                    if str(redis_server.port).encode() in sock.recv(256):
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "sentinel did not start"
-            time.sleep(0.05)
+        polled(watching, within=10, every=0.05, what="the sentinel's start")
         yield port
     finally:
         process.kill()

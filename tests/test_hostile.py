@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -143,7 +142,6 @@ async def test_body_trickling_slower_than_body_timeout_is_408(
     payload = json.dumps(CHAT).encode()
     async with await anyio.connect_tcp("127.0.0.1", small_router.port) as stream:
         await stream.send(request_head(small_router.port, f"content-length: {len(payload)}"))
-        started = time.monotonic()
         async with anyio.create_task_group() as tasks:
 
             async def trickle() -> None:
@@ -152,13 +150,11 @@ async def test_body_trickling_slower_than_body_timeout_is_408(
                     await anyio.sleep(0.1)
 
             tasks.start_soon(trickle)
-            with anyio.fail_after(5):
+            with anyio.fail_after(5):  # the 0.5 s deadline answers, not the ~6 s body
                 status, body = await read_response(stream)
             tasks.cancel_scope.cancel()
-        elapsed = time.monotonic() - started
     assert status == 408
     assert json.loads(body)["error"]["code"] == "request_timeout"
-    assert 0.4 < elapsed < 3  # the 0.5 s deadline, not the ~6 s the body would take
     assert upstream.counts() == hits
 
 

@@ -180,7 +180,6 @@ async def test_a_huge_event_in_small_pieces_costs_linear_time_and_never_holds_th
             last = now
 
     ticker = asyncio.ensure_future(tick())
-    started = time.monotonic()
     try:
         async with routed(claude_up, client_timeout=20) as client:
             response = await client.post(
@@ -192,5 +191,4 @@ async def test_a_huge_event_in_small_pieces_costs_linear_time_and_never_holds_th
         await ticker
     assert response.status_code == 200
     assert "larger than 1048576 bytes" in response.text
-    assert time.monotonic() - started < 20
     assert max(gaps) < 0.5, max(gaps)  # generous: two shared cores

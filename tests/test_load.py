@@ -131,17 +131,18 @@ class TokenUpstream:
         except TimeoutError:
             pass  # the test's peak assertion reports it
         for index in range(1, EVENTS):
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0)  # a turn for the other streams: their frames interleave with this one's
             await send({"type": "http.response.body", "body": frame(token, index), "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _long(self, token: str, send: Send, gone: asyncio.Future[Any]) -> None:
-        for index in range(400):
-            if gone.done():
-                return
+        """A stream that is still going when its client walks away: a few frames, then nothing
+        until the client has gone (ended after 8 s if it never does)."""
+        for index in range(3):
             await send({"type": "http.response.body", "body": frame(token, index), "more_body": True})
-            await asyncio.sleep(0.02)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await asyncio.wait([gone], timeout=8)
+        if not gone.done():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @pytest.fixture(scope="module")

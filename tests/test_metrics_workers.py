@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from .conftest import CLIENT_KEY
 from .metrics_helpers import Scrape
 from .mock_upstream import MockUpstream
 from .routing_helpers import chat_body
+from .waiting import polled
 
 _AUTH = {"authorization": f"Bearer {CLIENT_KEY}"}
 
@@ -59,10 +59,12 @@ def test_every_scrape_of_a_two_worker_server_counts_every_request_sent(tmp_path:
             assert statuses == [200] * 40
             sent += 40
         # Each worker writes its counts every second: within a couple, any scrape has them all.
-        deadline = time.monotonic() + 10
-        while _requests(Scrape(httpx2.get(f"{url}/metrics", headers=_AUTH).text)) != sent:
-            assert time.monotonic() < deadline, "the workers' counts never added up to the requests sent"
-            time.sleep(0.2)
+        polled(
+            lambda: _requests(Scrape(httpx2.get(f"{url}/metrics", headers=_AUTH).text)) == sent,
+            within=10,
+            every=0.2,
+            what="the workers' counts adding up to the requests sent",
+        )
         scrapes = [Scrape(httpx2.get(f"{url}/metrics", headers=_AUTH).text) for _ in range(8)]
     for scrape in scrapes:
         assert _requests(scrape) == sent

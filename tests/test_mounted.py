@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import anyio
@@ -27,6 +26,7 @@ from bench.asgi_calls import receive_once
 from .conftest import SentMessages, chat_scope, host_app, make_settings
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
+from .waiting import polled
 
 pytestmark = pytest.mark.anyio
 
@@ -52,12 +52,11 @@ def _mounted(upstream: MockUpstream, **overrides: Any) -> Starlette:
 def _lines(caplog: pytest.LogCaptureFixture, request_id: str, within: float = 5.0) -> list[str]:
     """The log lines naming ``request_id``, waiting for the first (it is written as the request
     ends, which may be just after the client has its answer)."""
-    deadline = time.monotonic() + within
-    while True:
-        lines = [r.getMessage() for r in caplog.records if f"request_id={request_id}" in r.getMessage()]
-        if lines or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.01)
+    return polled(
+        lambda: [r.getMessage() for r in caplog.records if f"request_id={request_id}" in r.getMessage()],
+        within=within,
+        what=f"a log line of {request_id}",
+    )
 
 
 async def test_a_router_in_a_sub_app_mounted_under_a_prefix_serves_chat_streams_and_models(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from asgi_router import ModelRouter, RouterSettings
 
 from .conftest import API_KEY, host_app
 from .servers import ServerThread
+from .waiting import polled
 
 pytestmark = pytest.mark.anyio
 
@@ -59,14 +59,11 @@ class Recorder:
         return JSONResponse({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]})
 
     def last(self, method: str) -> Heard:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        def found() -> list[Heard]:
             with self._lock:
-                found = [heard for heard in self.heard if heard.method == method]
-            if found:
-                return found[-1]
-            time.sleep(0.01)
-        raise AssertionError(f"the recorder heard no {method}")
+                return [heard for heard in self.heard if heard.method == method]
+
+        return polled(found, within=5, what=f"a {method} at the recorder")[-1]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 Upstreams are the test kit's :class:`~asgi_router.testing.FakeUpstream` on 127.0.0.1 (two
 providers, ``a`` and ``b``, both pointing at it). Where a test counts shares or walks through a
-minute-long outage, the router runs on an injected :class:`~tests.resilient.FakeClock` (the
+minute-long outage, the router runs on an injected :class:`~tests.doubles.FakeClock` (the
 calls still cross real sockets); where it measures times to first byte, it runs on the real
 clock with compressed settings (``window = 1``, targets of tens of milliseconds).
 """
@@ -24,8 +24,10 @@ from asgi_router.resilience.breaker import Phase
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import FakeClock
 from .metrics_helpers import Scrape
-from .resilient import FakeClock, chat, record_of
+from .resilient import chat, record_of
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -139,11 +141,12 @@ async def test_a_failure_during_the_ramp_reopens_the_breaker(fake_upstream: Fake
 async def test_with_one_candidate_the_ramp_never_turns_requests_into_502s(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script("solo", reply.status(503), reply.status(503), reply.ok())
     groups = {"g": {"members": ["a/solo"]}}
-    async with recovering(fake_upstream, groups=groups, breaker=FAST, retries=0) as (client, router):
+    clock = FakeClock()
+    async with recovering(fake_upstream, clock=clock, groups=groups, breaker=FAST, retries=0) as (client, router):
         assert (await chat(client, "group/g")).status_code == 502
         assert (await chat(client, "group/g")).status_code == 502
         assert phase(router, "a/solo") is Phase.OPEN
-        await anyio.sleep(1.05)  # open_for
+        clock.advance(1.05)  # open_for
         statuses = [(await chat(client, "group/g")).status_code for _ in range(20)]
         assert statuses == [200] * 20
         view = router.state.breaker("a/solo")
@@ -185,11 +188,8 @@ async def test_a_health_probe_that_closes_the_provider_starts_its_ramp(fake_upst
     ) as (client, router):
         router.state.trip("a", router.settings.breaker, clock())  # as failing probes would
         clock.advance(1)
-        for _ in range(100):
-            view = router.state.breaker("a")
-            if view is not None and view.phase is Phase.CLOSED:
-                break
-            await anyio.sleep(0.02)
+        await eventually(lambda: (view := router.state.breaker("a")) is not None and view.phase is Phase.CLOSED)
+        view = router.state.breaker("a")
         assert view is not None and view.phase is Phase.CLOSED and view.ramp_step == 0
         winners = [await served_by(client) for _ in range(10)]
         assert winners.count("a/primary") == 1

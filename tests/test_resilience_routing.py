@@ -12,9 +12,10 @@ from asgi_router.transports.provider import ProviderRuntime
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, pool_is_quiet
+from .doubles import FakeClock
 from .fakes import FakeTransport
 from .mock_upstream import MockUpstream
-from .resilient import FakeClock, chat, events_of, routed_router, tag
+from .resilient import chat, events_of, routed_router, tag
 from .waiting import eventually
 
 pytestmark = pytest.mark.anyio

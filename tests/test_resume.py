@@ -8,11 +8,11 @@ Real parts: the kit's :class:`FakeUpstream` servers, the router on a real socket
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic as anthropic_sdk
-import anyio
 import httpx2
 import openai
 import pytest
@@ -23,7 +23,9 @@ from asgi_router.observability.events import RequestRecord
 from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app
+from .doubles import FakeClock, RecordSink
 from .servers import ServerThread
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -31,13 +33,6 @@ pytestmark = pytest.mark.anyio
 TEXT = " ".join(f"w{index}" for index in range(1, 61))
 _FAST = {"connect": 1, "first_byte": 2, "idle": 2, "total": 20}
 _HI = [{"role": "user", "content": "Count to sixty."}]
-
-
-class Records(list[RequestRecord]):
-    """A sink that keeps every finished request."""
-
-    async def __call__(self, record: RequestRecord) -> None:
-        self.append(record)
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +47,12 @@ def _forget(fake: FakeUpstream) -> None:
 
 
 def _router(
-    fake: FakeUpstream, resume: str = "prefill", tracer_provider: Any = None, **overrides: Any
-) -> tuple[ModelRouter, Records]:
+    fake: FakeUpstream,
+    resume: str = "prefill",
+    tracer_provider: Any = None,
+    clock: Callable[[], float] = time.monotonic,
+    **overrides: Any,
+) -> tuple[ModelRouter, RecordSink]:
     providers = {
         name: fake.provider(timeouts=overrides.pop(f"{name}_timeouts", _FAST), resume=resume)
         for name in ("a", "b", "c")
@@ -61,8 +60,9 @@ def _router(
     providers.update(overrides.pop("providers", {}))
     overrides.setdefault("breaker", {"enabled": False})
     settings = RouterSettings(allow_unauthenticated=True, providers=providers, **overrides)
-    records = Records()
-    return ModelRouter(host_app(), settings=settings, sinks=[records], tracer_provider=tracer_provider), records
+    records = RecordSink()
+    router = ModelRouter(host_app(), settings=settings, sinks=[records], tracer_provider=tracer_provider, clock=clock)
+    return router, records
 
 
 async def _stream_text(server: ServerThread, model: str, **extra: Any) -> tuple[str, list[Any]]:
@@ -85,13 +85,11 @@ def _events(body: bytes) -> list[bytes]:
     return [event for event in body.split(b"\n\n") if event]
 
 
-async def _records(router: ModelRouter, records: Records, count: int) -> Records:
+async def _records(router: ModelRouter, records: RecordSink, count: int) -> RecordSink:
     """The finished requests, once ``count`` have finished (a request may still be winding down
     after its client has all it wanted)."""
-    with anyio.fail_after(5):
-        while len(records) < count:
-            assert await router.events.drain(5)
-            await anyio.sleep(0.01)
+    await eventually(lambda: len(records) >= count)
+    assert await router.events.drain(5)
     assert len(records) == count
     return records
 
@@ -274,7 +272,7 @@ async def test_an_anthropic_stream_whose_first_real_event_is_an_error_fails_over
             groups={"g": {"members": ["claude/sick", "claude/ok"]}},
             routes=["/v1/chat/completions", "/v1/messages"],
         )
-        records = Records()
+        records = RecordSink()
         router = ModelRouter(host_app(), settings=settings, sinks=[records])
         with ServerThread(router) as server:
             client = anthropic_sdk.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
@@ -298,13 +296,14 @@ async def test_a_client_closing_right_after_done_leaves_a_served_record_and_clos
     ]
     fake.script("m", reply.status(503), reply.raw(*frames, interval=0.3))
     breaker = {"consecutive_failures": 1, "open_for": 0.2}
-    router, records = _router(fake, resume=resume, breaker=breaker, retries=0)
+    clock = FakeClock(time.monotonic())
+    router, records = _router(fake, resume=resume, breaker=breaker, retries=0, clock=clock)
     with ServerThread(router) as server:
         async with httpx2.AsyncClient(timeout=10) as client:
             failed = await client.post(f"{server.url}/v1/chat/completions", json={"model": "a/m", "messages": _HI})
             assert failed.status_code == 502  # the router's own: every candidate failed
             assert router.state.breaker("a/m").phase.value == "open"  # type: ignore[union-attr]
-            await anyio.sleep(0.3)  # open_for runs out: the next request is the half-open probe
+            clock.advance(0.3)  # open_for runs out: the next request is the half-open probe
             body = {"model": "a/m", "messages": _HI, "stream": True}
             async with client.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response:
                 async for line in response.aiter_lines():
@@ -354,7 +353,7 @@ async def test_an_anthropic_client_gets_its_broken_stream_continued_as_one_messa
             providers={"claude": claude.provider(timeouts=_FAST, resume="prefill")},
             routes=["/v1/chat/completions", "/v1/messages"],
         )
-        records = Records()
+        records = RecordSink()
         router = ModelRouter(host_app(), settings=settings, sinks=[records])
         with ServerThread(router) as server:
             client = anthropic_sdk.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)

@@ -2,12 +2,16 @@
 
 Fault injection on the real loopback upstream: ``fail-<n>-<tag>-<status>`` fails its first n
 requests then answers, and upstream hit counts show exactly how often a candidate was asked.
+How long the router waits (backoff, hints, a deadline across backoff, a client leaving mid-wait)
+is pinned on a fake clock instead: the router runs on a :class:`~tests.doubles.FakeClockLoop`
+with that loop's clock as its ``clock=``, its upstream a :class:`~tests.fakes.ScriptedTransport`,
+so a wait is exactly the seconds the router chose and costs no real time.
 """
 
 from __future__ import annotations
 
 import json
-import time
+from typing import Any
 
 import anyio
 import pytest
@@ -16,8 +20,10 @@ from asgi_router import ModelRouter
 from bench.asgi_calls import receive_once
 
 from .conftest import SentMessages, chat_scope, host_app, make_settings
+from .doubles import on_fake_clock
+from .fakes import Answer, ScriptedTransport
 from .mock_upstream import MockUpstream
-from .resilient import chat, events_of, holds_no_retry, routed_router, tag
+from .resilient import chat, events_of, holds_no_retry, loop_now, routed_router, scripted_router, tag
 
 pytestmark = pytest.mark.anyio
 
@@ -102,69 +108,83 @@ async def test_a_group_can_ask_for_same_candidate_retries(upstream: MockUpstream
     assert response.headers["x-router-attempts"] == "2"
 
 
+@on_fake_clock
 async def test_backoff_uses_the_injected_randomness(upstream: MockUpstream) -> None:
-    """Full jitter with random() = 0.99: retry waits ~0.99 * 0.1 then ~0.99 * 0.2 seconds."""
-    model = f"fail-2-{tag()}-503"
-    async with routed_router(upstream, random=lambda: 0.99, backoff={"base": 0.1, "cap": 4}) as (client, _):
-        started = time.monotonic()
-        response = await chat(client, f"mock/{model}")
-        elapsed = time.monotonic() - started
+    """Full jitter with random() = 0.99: retry waits 0.99 * 0.1 then 0.99 * 0.2 seconds."""
+    transport = ScriptedTransport(Answer.error(503), Answer.error(503), Answer())
+    async with scripted_router(upstream, transport, random=lambda: 0.99, backoff={"base": 0.1, "cap": 4}) as client:
+        started = loop_now()
+        response = await chat(client, "mock/m")
+        elapsed = loop_now() - started
     assert response.status_code == 200
-    assert 0.29 <= elapsed < 2.0
+    assert len(transport.sent) == 3
+    assert elapsed == pytest.approx(0.99 * 0.1 + 0.99 * 0.2, abs=0.005)
 
 
+@on_fake_clock
 async def test_no_jitter_draw_means_no_wait(upstream: MockUpstream) -> None:
-    model = f"fail-2-{tag()}-503"
-    async with routed_router(upstream, random=lambda: 0.0, backoff={"base": 3, "cap": 4}) as (client, _):
-        started = time.monotonic()
-        response = await chat(client, f"mock/{model}")
-        elapsed = time.monotonic() - started
+    transport = ScriptedTransport(Answer.error(503), Answer.error(503), Answer())
+    async with scripted_router(upstream, transport, random=lambda: 0.0, backoff={"base": 3, "cap": 4}) as client:
+        started = loop_now()
+        response = await chat(client, "mock/m")
+        elapsed = loop_now() - started
     assert response.status_code == 200
-    assert elapsed < 1.5  # a 3 s base backoff with a zero draw waits nothing
+    assert len(transport.sent) == 3
+    assert elapsed == pytest.approx(0.0, abs=0.005)  # a 3 s base backoff with a zero draw waits nothing
 
 
 # --- rate-limit hints -------------------------------------------------------------------------
 
-HINTED = [("429-ra0.25", "Retry-After"), ("429-in0.25", "try again in"), ("429-reset0.25", "x-ratelimit-reset")]
+HINTED = [
+    (Answer.error(429, "Rate limit reached", **{"retry-after": "0.25"}), "Retry-After"),
+    (Answer.error(429, "Rate limit reached; please try again in 0.25s."), "try again in"),
+    (
+        Answer.error(429, **{"x-ratelimit-reset-requests": "0.25s", "x-ratelimit-remaining-requests": "0"}),
+        "x-ratelimit-reset",
+    ),
+]
 
 
-@pytest.mark.parametrize(("spec", "source"), HINTED, ids=[source for _, source in HINTED])
+@on_fake_clock
+@pytest.mark.parametrize(("hinted", "source"), HINTED, ids=[source for _, source in HINTED])
 async def test_rate_limit_hint_is_waited_out_then_the_retry_succeeds(
-    upstream: MockUpstream, spec: str, source: str
+    upstream: MockUpstream, hinted: Answer, source: str
 ) -> None:
-    model = f"fail-1-{tag()}-{spec}"
-    async with routed_router(upstream, random=lambda: 0.0) as (client, _):
-        started = time.monotonic()
-        response = await chat(client, f"mock/{model}")
-        elapsed = time.monotonic() - started
+    transport = ScriptedTransport(hinted, Answer())
+    async with scripted_router(upstream, transport, random=lambda: 0.0) as client:
+        started = loop_now()
+        response = await chat(client, "mock/m")
+        elapsed = loop_now() - started
     assert response.status_code == 200
     assert response.headers["x-router-attempts"] == "2"
-    assert 0.25 <= elapsed < 2.0  # the hint, not the (zero) backoff draw, set the wait
+    assert elapsed == pytest.approx(0.25, abs=0.005)  # the hint, not the (zero) backoff draw, set the wait
 
 
+@on_fake_clock
 async def test_a_hint_longer_than_max_retry_wait_is_not_waited_and_returned_as_429(upstream: MockUpstream) -> None:
-    model = f"status-429-ra30-{tag()}"
-    async with routed_router(upstream, max_retry_wait=10) as (client, _):
-        started = time.monotonic()
-        response = await chat(client, f"mock/{model}")
-        elapsed = time.monotonic() - started
+    transport = ScriptedTransport(Answer.error(429, **{"retry-after": "30"}))
+    async with scripted_router(upstream, transport, max_retry_wait=10) as client:
+        started = loop_now()
+        response = await chat(client, "mock/m")
+        elapsed = loop_now() - started
     assert response.status_code == 429
     assert response.headers["retry-after"] == "30"
     assert response.headers["x-router-attempts"] == "1"
-    assert upstream.count(model) == 1
-    assert elapsed < 1.5
+    assert len(transport.sent) == 1
+    assert elapsed == pytest.approx(0.0, abs=0.005)
 
 
+@on_fake_clock
 async def test_a_hint_longer_than_max_retry_wait_fails_over_at_once(upstream: MockUpstream) -> None:
-    model = f"status-429-ra30-{tag()}"
-    groups = {"g": {"members": [f"mock/{model}", "mock2/ok"], "retries": 2}}
-    async with routed_router(upstream, groups=groups) as (client, _):
-        started = time.monotonic()
+    transport = ScriptedTransport(Answer.error(429, **{"retry-after": "30"}), Answer())
+    groups = {"g": {"members": ["mock/m", "mock2/m"], "retries": 2}}
+    async with scripted_router(upstream, transport, groups=groups) as client:
+        started = loop_now()
         response = await chat(client, "group/g")
-        elapsed = time.monotonic() - started
-    assert response.headers["x-router-model"] == "mock2/ok"
-    assert upstream.count(model) == 1
-    assert elapsed < 1.5
+        elapsed = loop_now() - started
+    assert response.headers["x-router-model"] == "mock2/m"
+    assert [url.split("/v1")[0] for url in transport.sent] == [upstream.url] * 2  # type: ignore[attr-defined]
+    assert elapsed == pytest.approx(0.0, abs=0.005)
 
 
 # --- deadline and max_attempts ----------------------------------------------------------------
@@ -174,27 +194,39 @@ async def test_a_hint_longer_than_max_retry_wait_fails_over_at_once(upstream: Mo
 async def test_deadline_cuts_a_hanging_attempt_and_answers_504(upstream: MockUpstream) -> None:
     timeouts = {"connect": 1, "first_byte": 5, "idle": 5, "total": 10}
     async with routed_router(upstream, timeouts=timeouts, deadline=0.3) as (client, router):
-        started = time.monotonic()
         response = await chat(client, "mock/hang")
-        elapsed = time.monotonic() - started
         events = await events_of(response, router)
     assert response.status_code == 504
-    assert 0.28 <= elapsed < 2.0  # the 0.3 s deadline, not the 5 s first-byte timeout
     assert events == [("mock/hang", "failed", "timeout")]  # no time left for a retry
 
 
+@on_fake_clock
+async def test_deadline_cuts_a_hanging_attempt_at_the_deadline(upstream: MockUpstream) -> None:
+    transport = ScriptedTransport(Answer(hang=True))
+    timeouts = {"connect": 1, "first_byte": 5, "idle": 5, "total": 10}
+    async with scripted_router(upstream, transport, timeouts=timeouts, deadline=0.3) as client:
+        started = loop_now()
+        response = await chat(client, "mock/hang")
+        elapsed = loop_now() - started
+    assert response.status_code == 504
+    assert len(transport.sent) == 1  # no time left for a retry
+    assert elapsed == pytest.approx(0.3, abs=0.01)  # the 0.3 s deadline, not the 5 s first-byte timeout
+
+
+@on_fake_clock
 async def test_deadline_covers_backoff_and_stops_retrying_in_time(upstream: MockUpstream) -> None:
-    model = f"status-503-{tag()}"
+    transport = ScriptedTransport(Answer.error(503))
     backoff = {"base": 0.2, "cap": 0.2}
-    async with routed_router(upstream, retries=10, backoff=backoff, random=lambda: 0.99, deadline=0.7) as (client, _):
-        started = time.monotonic()
-        response = await chat(client, f"mock/{model}")
-        elapsed = time.monotonic() - started
+    overrides: dict[str, Any] = {"retries": 10, "backoff": backoff, "random": lambda: 0.99, "deadline": 0.7}
+    async with scripted_router(upstream, transport, **overrides) as client:
+        started = loop_now()
+        response = await chat(client, "mock/m")
+        elapsed = loop_now() - started
     assert response.status_code == 502
-    assert elapsed < 0.7 + 0.5
-    # waits of ~0.2 s fit about three times into 0.7 s: more than one try, far fewer than 11
-    assert 2 <= upstream.count(model) <= 4
-    assert response.headers["x-router-attempts"] == str(upstream.count(model))
+    assert elapsed <= 0.7
+    # waits of 0.198 s fit three times into 0.7 s: four tries, far fewer than 11
+    assert len(transport.sent) == 4
+    assert response.headers["x-router-attempts"] == "4"
 
 
 async def test_max_attempts_caps_the_walk_through_a_long_plan(upstream: MockUpstream, refused_url: str) -> None:
@@ -257,29 +289,27 @@ async def test_an_empty_retry_budget_skips_the_retry_with_budget_exhausted(upstr
 # --- disconnect during backoff ----------------------------------------------------------------
 
 
+@on_fake_clock
 async def test_client_disconnect_cancels_the_backoff_sleep(upstream: MockUpstream) -> None:
-    model = f"status-503-{tag()}"
+    transport = ScriptedTransport(Answer.error(503))
     settings = make_settings(upstream.url, backoff={"base": 5, "cap": 5})  # type: ignore[attr-defined]
-    router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99)
-    request = json.dumps({"model": f"mock/{model}", "messages": []}).encode()
+    router = ModelRouter(host_app(), settings=settings, random=lambda: 0.99, transport=transport, clock=loop_now)
+    request = json.dumps({"model": "mock/m", "messages": []}).encode()
     sent = SentMessages()
 
-    # the client leaves while the router backs off for ~5 s
+    # the client leaves 0.2 s in, while the router backs off for 4.95 s
     receive = receive_once(request, then=lambda: anyio.sleep(0.2))
 
-    scope = chat_scope()
-    started = time.monotonic()
-    with anyio.fail_after(4):
-        await router(scope, receive, sent)  # type: ignore[arg-type]
-    elapsed = time.monotonic() - started
-    await router.transport.aclose()
+    started = loop_now()
+    await router(chat_scope(), receive, sent)  # type: ignore[arg-type]
+    elapsed = loop_now() - started
     state = router.state
-    assert elapsed < 1.5
+    assert 0.2 <= elapsed < 0.3  # when the watch noticed the leave, not the 4.95 s backoff
     # nothing but the 499 a server drops was sent to a client that is gone (responses/client_gone.py)
     assert sent == [
         {"type": "http.response.start", "status": 499, "headers": []},
         {"type": "http.response.body", "body": b"", "more_body": False},
     ]
-    assert upstream.count(model) == 1
+    assert len(transport.sent) == 1
     assert holds_no_retry(state, "mock")
-    assert (state.in_flight("mock"), state.in_flight(f"mock/{model}")) == (0, 0)
+    assert (state.in_flight("mock"), state.in_flight("mock/m")) == (0, 0)

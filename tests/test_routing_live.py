@@ -13,8 +13,10 @@ import pytest
 from asgi_router.core.router_errors import OVERFLOW_SENTENCE
 from asgi_router.resilience.stats import InMemoryStats
 
+from .doubles import RecordSink
 from .mock_upstream import MockUpstream
-from .routing_helpers import chat_body, request_records, router_client
+from .routing_helpers import chat_body, router_client
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -42,9 +44,8 @@ async def test_least_busy_spreads_concurrent_requests_and_returns_to_idle(upstre
         async with anyio.create_task_group() as tasks:
             for launched in range(1, 5):
                 tasks.start_soon(one)
-                with anyio.fail_after(2):  # each request is in flight before the next resolves
-                    while sum(busy()) < launched:
-                        await anyio.sleep(0.002)
+                # each request is in flight before the next resolves
+                await eventually(lambda n=launched: sum(busy()) >= n, within=2, every=0.002)
             assert busy() == (2, 2)
     assert Counter(winners) == {"mock/slow-500": 2, "mock2/slow-500": 2}
     assert (stats.in_flight("mock/slow-500"), stats.in_flight("mock2/slow-500")) == (0, 0)
@@ -98,7 +99,7 @@ async def test_cost_serves_the_cheapest_and_records_the_requests_cost(upstream: 
         "mock2/ok": {"input_price": 1.0, "output_price": 2.0},
     }
     groups = {"c": {"strategy": "cost", "members": ["mock/ok", "mock2/ok"]}}
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, groups=groups, catalog=catalog) as (client, _):
             response = await _post(client, "group/c")
     assert response.headers["x-router-model"] == "mock2/ok"
@@ -119,7 +120,7 @@ async def test_usage_budget_counts_the_upstreams_reported_tokens(upstream: MockU
     # own estimate is ~5. Only the reported count pushes the member over its 500 tpm.
     member = {"ref": "mock/usage-900", "tpm": 500}
     groups = {"u": {"strategy": "usage", "members": [member, "mock2/ok"]}, "solo": {"members": [member]}}
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, groups=groups) as (client, _):
             # Streamed, OpenAI reports usage (in a last chunk) only when asked to.
             asked = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
@@ -140,7 +141,7 @@ async def test_usage_budget_counts_the_upstreams_reported_tokens(upstream: MockU
 
 async def test_rpm_budget_moves_traffic_after_that_many_requests(upstream: MockUpstream) -> None:
     groups = {"r": {"members": [{"ref": "mock/ok", "rpm": 2}, "mock2/ok"]}}  # budgets hold under any strategy
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, groups=groups) as (client, _):
             responses = [await _post(client, "group/r") for _ in range(3)]
     assert [r.headers["x-router-model"] for r in responses] == ["mock/ok", "mock/ok", "mock2/ok"]
@@ -180,7 +181,7 @@ _TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": 
 async def test_rules_pick_the_group_and_every_response_names_the_route(
     upstream: MockUpstream, headers: dict[str, str], body: dict[str, Any], route: str, winner: str
 ) -> None:
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, **_RULES) as (client, _):
             response = await client.post("/v1/chat/completions", json=chat_body("group/auto", **body), headers=headers)
     assert response.status_code == 200
@@ -208,7 +209,7 @@ _LONG = "x" * 2000  # ~504 estimated tokens
 async def test_candidate_whose_window_cannot_hold_the_prompt_is_skipped_not_called(upstream: MockUpstream) -> None:
     catalog = {"mock/ok": {"context_window": 300}, "mock2/ok": {"context_window": 100_000}}
     groups = {"g": {"members": ["mock/ok", "mock2/ok"]}}
-    with request_records() as records:
+    with RecordSink.logged() as records:
         async with router_client(upstream, groups=groups, catalog=catalog) as (client, _):
             short = await _post(client, "group/g")
             long = await _post(client, "group/g", text=_LONG)

@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from .mock_upstream import MockUpstream
+from .waiting import polled
 
 _APP = """
 from fastapi import FastAPI
@@ -61,10 +62,12 @@ def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceba
         reader = threading.Thread(target=lambda: output.extend(server.stdout or ()), daemon=True)
         reader.start()
         try:
-            deadline = time.monotonic() + 30
-            while not (port := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "".join(output))):
-                assert server.poll() is None and time.monotonic() < deadline, "".join(output)
-                time.sleep(0.05)
+
+            def started() -> re.Match[str] | None:
+                assert server.poll() is None, "".join(output)
+                return re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "".join(output))
+
+            port = polled(started, within=30, every=0.05, what="uvicorn's start")
             url = f"http://127.0.0.1:{port.group(1)}"
             answer = httpx2.post(f"{url}/v1/chat/completions", json={"model": "mock/ok", "messages": []})
             time.sleep(0.5)  # a few health probes and sink deliveries in flight, as in a real service

@@ -107,15 +107,13 @@ async def test_idle_timeout_after_commit_ends_with_timeout_error_event(
 ) -> None:
     _, server = router_server
     async with httpx2.AsyncClient(base_url=server.url) as client:
-        started = time.monotonic()
         async with client.stream("POST", "/v1/chat/completions", json=body("group/stall")) as response:
             raw = b"".join([part async for part in response.aiter_raw()])
-        elapsed = time.monotonic() - started
     assert response.headers["x-router-model"] == "mock/stall-2"
     last = json.loads(raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].removeprefix(b"data: "))
     assert last["error"]["code"] == "timeout"
+    assert "idle timeout" in last["error"]["message"]  # idle is 0.4 s: it cut the stall, not the total
     assert b"[DONE]" not in raw
-    assert elapsed < 3  # idle is 0.4 s
     assert upstream.record(response.headers["x-request-id"]).disconnected  # the upstream was let go
 
 
@@ -151,7 +149,7 @@ async def test_utf8_split_stays_split_in_the_asgi_messages(upstream: MockUpstrea
     router = ModelRouter(host_app(), settings=make_settings(upstream.url, refused_url))  # type: ignore[attr-defined]
     request = json.dumps(body("mock/utf8")).encode()
     sent = SentMessages()
-    receive = receive_once(request, then=lambda: anyio.sleep(30))
+    receive = receive_once(request, then=anyio.sleep_forever)
 
     scope = chat_scope()
     with anyio.fail_after(5):
@@ -173,10 +171,8 @@ async def test_client_disconnect_mid_stream_cancels_upstream_and_frees_the_pool(
             request_id = response.headers["x-request-id"]
             async for _ in response.aiter_raw():
                 break  # read one chunk, then walk away
-    started = time.monotonic()
-    seen = upstream.record(request_id, timeout=3)
+    seen = upstream.record(request_id, timeout=3)  # heard at once, not after 10 s of trickle
     assert seen.disconnected and not seen.completed
-    assert time.monotonic() - started < 2  # the upstream heard it at once, not after 10 s of trickle
     await eventually(lambda: pool_is_quiet(router), within=3)
     await eventually(lambda: [r for r in router.recent.snapshot() if r.request_id == request_id], within=3)
     (record,) = [r for r in router.recent.snapshot() if r.request_id == request_id]
@@ -202,12 +198,9 @@ async def test_client_disconnect_before_first_byte_cancels_the_upstream_wait(
                 await client.post(
                     "/v1/chat/completions", json=body("mock/hang", stream=False), headers={"x-request-id": request_id}
                 )
-        gave_up = time.monotonic()
-        assert upstream.record(request_id, timeout=5).disconnected
-        assert time.monotonic() - gave_up < 2  # at once, not when the 8 s first-byte timeout fires
-        with anyio.fail_after(3):
-            while not pool_is_quiet(router):
-                await anyio.sleep(0.02)
+        # heard at once: within the wait, not when the 8 s first-byte timeout fires
+        assert upstream.record(request_id, timeout=3).disconnected
+        await eventually(lambda: pool_is_quiet(router), within=3)
 
 
 class _EndlessResponse:
@@ -274,12 +267,9 @@ async def test_total_timeout_bounds_a_committed_stream_end_to_end(upstream: Mock
     )
     with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
         async with httpx2.AsyncClient(base_url=server.url) as client:
-            started = time.monotonic()
             async with client.stream("POST", "/v1/chat/completions", json=body("mock/trickle-500")) as response:
                 raw = b"".join([part async for part in response.aiter_raw()])
-            elapsed = time.monotonic() - started
     error = json.loads(raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].removeprefix(b"data: "))["error"]
     assert error["code"] == "timeout"
     assert "total timeout" in error["message"]
     assert raw.count(b"data: ") > 5  # some of the stream was relayed before the cut
-    assert 0.5 < elapsed < 3

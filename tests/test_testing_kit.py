@@ -247,9 +247,7 @@ def test_stall_sends_nothing_and_ends_when_the_client_gives_up(fake_upstream: Fa
     fake_upstream.script("hung", reply.stall(30))
     with pytest.raises(httpx2.ReadTimeout):
         _post(fake_upstream, "hung", timeout=0.3)
-    gave_up = time.monotonic()
-    hit = fake_upstream.hits[0].wait()
-    assert time.monotonic() - gave_up < 2  # the fake heard the client leave, not 30 s later
+    hit = fake_upstream.hits[0].wait(timeout=3)  # the fake heard the client leave, not 30 s later
     assert (hit.status, hit.completed, hit.disconnected) == (None, False, True)
 
 

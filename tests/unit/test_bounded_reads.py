@@ -13,7 +13,6 @@ client that leaves still cancels the read and is not taken for a timeout.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -29,7 +28,21 @@ from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
 from asgi_router.responses import relay as relay_module
 from asgi_router.responses.relay import relay_stream
 
+from ..doubles import FAKE_CLOCK_BACKEND
+
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> object:
+    """The loop's timers run on a fake clock: the limits these tests cross take no real time."""
+    return FAKE_CLOCK_BACKEND
+
+
+def _loop_time() -> float:
+    """The running loop's clock (a fake one here): the clock the router's timers run on."""
+    return asyncio.get_running_loop().time()
+
 
 _NEVER = 30.0  # a pause no test waits out: a read that never delivers
 
@@ -84,16 +97,25 @@ class _Transport:
 
 def _call(response: _Response, stream: bool, **timeouts: float) -> Any:
     """The call of one attempt whose upstream answers ``response`` at once."""
-    context = SimpleNamespace(clock=time.monotonic, transport=_Transport(response), max_response_bytes=1 << 20)
+    context = SimpleNamespace(clock=_loop_time, transport=_Transport(response), max_response_bytes=1 << 20)
     ready = SimpleNamespace(
         candidate=Candidate("up", "m"),
         provider=_provider(**timeouts),
         lease=SimpleNamespace(responded=lambda: None),
-        started=time.monotonic(),
+        started=_loop_time(),
         body=b"{}",
         target=SimpleNamespace(translated=False),
     )
-    return call(context, ready, "http://up/v1/chat/completions", {}, stream, frozenset(), 1, time.monotonic() + 60)  # type: ignore[arg-type]
+    return call(
+        context,
+        ready,
+        "http://up/v1/chat/completions",
+        {},
+        stream,
+        frozenset(),
+        1,
+        _loop_time() + 60,
+    )  # type: ignore[arg-type]
 
 
 def _counting_deadlines(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[Deadline]:
@@ -148,13 +170,13 @@ async def test_in_the_requests_task_a_first_byte_that_never_comes_is_a_timeout_a
 ) -> None:
     made = _counting_deadlines(monkeypatch, call_module)
     response = _Response((_NEVER, b"late"))
-    started = time.monotonic()
+    started = _loop_time()
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
         result = await _call(response, stream, first_byte=0.1)
         await asyncio.sleep(0)  # the request goes on: its task is not cancelled
         assert _not_cancelled()
     assert isinstance(result, Failed) and (result.reason, result.status) == ("timeout", 200)
-    assert 0.1 <= time.monotonic() - started < 3
+    assert 0.1 <= _loop_time() - started < 3
     assert response.closed
     assert made == []  # bounded in the request's scope: no scope of the call's own
     assert not request.expired
@@ -231,7 +253,7 @@ class _Client:
 
 
 def _committed(response: _Response, idle: float = 5.0, total: float = 20.0) -> Committed:
-    started = time.monotonic()
+    started = _loop_time()
     return Committed(
         Candidate("up", "m"),
         response,
@@ -245,7 +267,7 @@ def _committed(response: _Response, idle: float = 5.0, total: float = 20.0) -> C
 
 
 async def _relay(response: _Response, client: _Client, **timeouts: float) -> Any:
-    return await relay_stream(client, _committed(response, **timeouts), [], time.monotonic, None, _Progress())  # type: ignore[arg-type]
+    return await relay_stream(client, _committed(response, **timeouts), [], _loop_time, None, _Progress())  # type: ignore[arg-type]
 
 
 async def test_in_the_requests_task_a_stream_stalling_past_idle_ends_with_the_timeout_event(
@@ -254,12 +276,12 @@ async def test_in_the_requests_task_a_stream_stalling_past_idle_ends_with_the_ti
     made = _counting_deadlines(monkeypatch, relay_module)
     response = _Response((0, b"data: 2\n\n"), (_NEVER, b"data: 3\n\n"))
     client = _Client()
-    started = time.monotonic()
+    started = _loop_time()
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
         result = await _relay(response, client, idle=0.1)
         await asyncio.sleep(0)
         assert _not_cancelled()
-    assert 0.1 <= time.monotonic() - started < 3
+    assert 0.1 <= _loop_time() - started < 3
     assert (result.reason, result.chunks) == ("timeout", 2)
     assert client.bodies[:2] == [b"data: 1\n\n", b"data: 2\n\n"]
     assert b"no data within the idle timeout" in client.bodies[-1]

@@ -1,4 +1,4 @@
-"""Caller caps as logic, on fake clocks: the tallies (UTC days, the rolling minute, session ttl,
+"""Caller caps as logic, on fake clock: the tallies (UTC days, the rolling minute, session ttl,
 the bounds), a refusal's wording and reset, and a fleet slice's answers. The decision itself
 (serve, downgrade, refuse) is the decision point's, a table in ``test_decisions.py``."""
 
@@ -17,17 +17,7 @@ from asgi_router.fleet.caller_budgets import SharedCallerLedger
 from asgi_router.resilience.caller_limits import CallerLimits, CallerTicket
 from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of
 
-
-class Clocks:
-    """A monotonic clock and a wall clock that move together."""
-
-    def __init__(self, wall: float = 10 * DAY + 3600) -> None:
-        self.mono = 1000.0
-        self.wall = wall
-
-    def advance(self, seconds: float) -> None:
-        self.mono += seconds
-        self.wall += seconds
+from ..doubles import FakeClock
 
 
 def _scope(session: str | None = None) -> Scope:
@@ -35,14 +25,14 @@ def _scope(session: str | None = None) -> Scope:
     return {"type": "http", "headers": headers}
 
 
-def _limits(clocks: Clocks, **settings: Any) -> CallerLimits:
+def _limits(clock: FakeClock, **settings: Any) -> CallerLimits:
     built = RouterSettings(
         allow_unauthenticated=True,
         providers={"p": {"base_url": "http://127.0.0.1:9/v1"}},
         groups={"cheap": {"members": ["p/small"]}},
         **settings,
     )
-    return CallerLimits(built, CallerLedger(built.max_callers, lambda: clocks.mono, lambda: clocks.wall))
+    return CallerLimits(built, CallerLedger(built.max_callers, clock, clock.wall))
 
 
 def _admit(limits: CallerLimits, principal: object, scope: Scope) -> CallerTicket:
@@ -76,8 +66,8 @@ def test_usage_stands_under_past_or_refused_against_a_cap(used: float, cap: Cap,
 
 
 def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
-    clocks = Clocks(wall=10 * DAY + DAY - 90)  # 23:58:30 UTC
-    limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
+    clock = FakeClock(wall=10 * DAY + DAY - 90)  # 23:58:30 UTC
+    limits = _limits(clock, callers={"team-a": {"tokens_per_day": 100}})
     ticket = _admit(limits, "team-a", _scope())
     assert ticket.refusal is None
     limits.settle(ticket, 150, 0.0)
@@ -89,42 +79,42 @@ def test_a_daily_cap_resets_at_midnight_utc_and_the_refusal_says_when() -> None:
         == "tokens_per_day of team-a is reached (100 tokens a UTC day); it resets at 00:00 UTC, in 1m 30s"
     )
     assert (b"x-should-retry", b"false") in refused.headers
-    clocks.advance(91)  # a new UTC day
+    clock.advance(91)  # a new UTC day
     assert _admit(limits, "team-a", _scope()).refusal is None
 
 
 def test_an_rpm_cap_counts_a_rolling_minute_and_only_admitted_requests() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, callers={"*": {"rpm": 2}})
+    clock = FakeClock()
+    limits = _limits(clock, callers={"*": {"rpm": 2}})
     assert _admit(limits, "u1", _scope()).refusal is None
-    clocks.advance(30)
+    clock.advance(30)
     assert _admit(limits, "u1", _scope()).refusal is None
     refused = _admit(limits, "u1", _scope()).refusal
     assert refused is not None and refused.retry_after == pytest.approx(30)
     assert _admit(limits, "u2", _scope()).refusal is None  # each unnamed caller counted alone
-    clocks.advance(30.5)  # the first request left the window; refusals were never counted
+    clock.advance(30.5)  # the first request left the window; refusals were never counted
     assert _admit(limits, "u1", _scope()).refusal is None
     assert _admit(limits, "u1", _scope()).refusal is not None
 
 
 def test_a_session_is_forgotten_ttl_after_its_last_request() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, sessions={"usd_per_session": 1.0, "ttl": 600, "downgrade_to": "group/cheap"})
+    clock = FakeClock()
+    limits = _limits(clock, sessions={"usd_per_session": 1.0, "ttl": 600, "downgrade_to": "group/cheap"})
     ticket = _admit(limits, "team-a", _scope("s1"))
     limits.settle(ticket, 10, 1.5)
     downgraded = _admit(limits, "team-a", _scope("s1"))
     assert downgraded.downgrade_to == "group/cheap" and downgraded.limit == "usd_per_session"
     assert _admit(limits, "team-a", _scope("s2")).downgrade_to is None
     assert _admit(limits, "team-b", _scope("s1")).downgrade_to is None  # sessions are per caller
-    clocks.advance(599)
+    clock.advance(599)
     assert _admit(limits, "team-a", _scope("s1")).downgrade_to == "group/cheap"  # seen again: kept
-    clocks.advance(601)
+    clock.advance(601)
     assert _admit(limits, "team-a", _scope("s1")).downgrade_to is None
 
 
 def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen_first() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
+    clock = FakeClock()
+    limits = _limits(clock, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
     for name in ("u1", "u2", "u3", "u1", "u4"):
         _admit(limits, name, _scope())
     assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
@@ -133,8 +123,8 @@ def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen
 
 
 def test_requests_far_from_every_cap_share_a_ticket_and_are_each_counted() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, callers={"*": {"rpm": 4, "tokens_per_day": 100}}, sessions={"tokens_per_session": 50})
+    clock = FakeClock()
+    limits = _limits(clock, callers={"*": {"rpm": 4, "tokens_per_day": 100}}, sessions={"tokens_per_session": 50})
     first = _admit(limits, "u1", _scope("s1"))
     second = _admit(limits, "u1", _scope("s1"))
     assert second is first  # nothing on it is the request's own
@@ -150,9 +140,9 @@ def test_requests_far_from_every_cap_share_a_ticket_and_are_each_counted() -> No
 
 
 def test_a_forgotten_caller_or_expired_session_is_not_charged_through_a_shared_ticket() -> None:
-    clocks = Clocks()
+    clock = FakeClock()
     limits = _limits(
-        clocks, callers={"*": {"tokens_per_day": 100}}, sessions={"tokens_per_session": 50, "ttl": 60}, max_callers=1
+        clock, callers={"*": {"tokens_per_day": 100}}, sessions={"tokens_per_session": 50, "ttl": 60}, max_callers=1
     )
     shared = _admit(limits, "u1", _scope("s1"))
     limits.charge(shared, 40, 0.0)
@@ -160,16 +150,16 @@ def test_a_forgotten_caller_or_expired_session_is_not_charged_through_a_shared_t
     again = _admit(limits, "u1", _scope("s1"))
     assert again is not shared and again.tally is not None and again.tally.tokens == 0
     assert again.session is shared.session  # the session table had room: still seen, kept
-    clocks.advance(61)
+    clock.advance(61)
     fresh = _admit(limits, "u1", _scope("s1"))
     assert fresh.session is not None and fresh.session is not again.session and fresh.session.tokens == 0
 
 
 def test_usage_under_every_cap_yesterday_is_not_carried_into_today() -> None:
-    clocks = Clocks(wall=10 * DAY + DAY - 60)  # 23:59 UTC
-    limits = _limits(clocks, callers={"team-a": {"tokens_per_day": 100}})
+    clock = FakeClock(wall=10 * DAY + DAY - 60)  # 23:59 UTC
+    limits = _limits(clock, callers={"team-a": {"tokens_per_day": 100}})
     limits.settle(_admit(limits, "team-a", _scope()), 90, 0.0)
-    clocks.advance(120)  # a new UTC day: judged under the cap without reading the day...
+    clock.advance(120)  # a new UTC day: judged under the cap without reading the day...
     ticket = _admit(limits, "team-a", _scope())
     assert ticket.refusal is None
     limits.settle(ticket, 20, 0.0)  # ...and charged on today's usage only
@@ -181,17 +171,17 @@ def test_usage_under_every_cap_yesterday_is_not_carried_into_today() -> None:
 
 
 def test_an_rpm_tally_keeps_only_the_last_minutes_starts() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, callers={"*": {"rpm": 1000}})
+    clock = FakeClock()
+    limits = _limits(clock, callers={"*": {"rpm": 1000}})
     for _ in range(300):
         tally = _admit(limits, "u1", _scope()).tally
-        clocks.advance(1.0)
+        clock.advance(1.0)
     assert tally is not None and len(tally.starts) <= 61  # the older starts went as later ones came
 
 
 def test_the_caller_is_the_principals_text_or_anonymous() -> None:
-    clocks = Clocks()
-    limits = _limits(clocks, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})
+    clock = FakeClock()
+    limits = _limits(clock, callers={"anonymous": {"rpm": 1}, "42": {"rpm": 1}})
     assert _admit(limits, None, _scope()).label == "anonymous"
     assert _admit(limits, None, _scope()).refusal is not None
     assert _admit(limits, 42, _scope()).label == "42"
@@ -230,8 +220,8 @@ class FakeStore:
 @pytest.mark.anyio
 async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_waits_for_nothing() -> None:
     link = FakeLink()
-    clocks = Clocks()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    clock = FakeClock()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("rpm", 100.0, 100.0)
     tally = ledger.caller("team-a", True)
     assert ledger.level("c:team-a", tally, cap) == UNDER  # before any answer: this process's view
@@ -260,8 +250,8 @@ async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_waits_for
 @pytest.mark.anyio
 async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is() -> None:
     link = FakeLink()
-    clocks = Clocks()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    clock = FakeClock()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("rpm", 20.0, 20.0)  # a slice of one request: every request empties it
     tally = ledger.caller("team-a", True)
     ledger.level("c:team-a", tally, cap)
@@ -271,7 +261,7 @@ async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is(
     assert ledger.level("c:team-a", tally, cap) == REFUSED  # 20 of 20 as last answered: at the cap
     await link.asks.pop()(FakeStore(0, REFUSED, 20, 12))
     assert ledger.level("c:team-a", tally, cap) == REFUSED  # nothing granted, nothing coming
-    clocks.advance(61)
+    clock.advance(61)
     ledger.level("c:team-a", tally, cap)  # the window moved on: asked again
     await link.asks.pop()(FakeStore(1, UNDER, 1, 60))
     ledger.started("c:team-a", tally, cap)
@@ -283,8 +273,8 @@ async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is(
 @pytest.mark.anyio
 async def test_a_fleet_usd_slice_takes_the_stores_level_and_carries_a_debt() -> None:
     link = FakeLink()
-    clocks = Clocks()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, lambda: clocks.mono, lambda: clocks.wall)  # type: ignore[arg-type]
+    clock = FakeClock()
+    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("usd_per_day", 50.0, 100.0)
     tally = ledger.caller("team-a", True)
     ledger.level("c:team-a", tally, cap)

@@ -20,22 +20,16 @@ from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.resilience.affinity import Affinities
 from asgi_router.routing.sticky_keys import sticky_key
 
+from ..doubles import FakeClock
+
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # --- affinities ---------------------------------------------------------------------------------
 
 
 def test_an_affinity_lasts_ttl_after_its_last_use_and_a_use_renews_it() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     table = Affinities(ttl=300, max_keys=10, clock=clock)
     table.remember("k", "p/a")
     clock.now += 299
@@ -49,7 +43,7 @@ def test_an_affinity_lasts_ttl_after_its_last_use_and_a_use_renews_it() -> None:
 
 
 def test_affinities_past_max_keys_drop_the_least_recently_used_first() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     table = Affinities(ttl=300, max_keys=2, clock=clock)
     table.remember("a", "p/1")
     table.remember("b", "p/2")
@@ -113,14 +107,14 @@ def test_answers_without_rate_limit_headers_or_with_garbage_in_them_mark_nothing
     assert read_rate_limits([(b"content-type", b"application/json")], NOW) is None
     garbage = [(b"x-ratelimit-remaining-requests", b"-1"), (b"x-ratelimit-reset-requests", b"soon")]
     assert read_rate_limits(garbage, NOW) == {"requests": (None, None)}
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.observe("p/m", garbage)
     assert not limits.marks and limits.blocked("p/m", lambda: 1) is None
 
 
 def test_no_requests_left_blocks_the_member_until_the_reset() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.observe("p/m", [(b"x-ratelimit-remaining-requests", b"0"), (b"x-ratelimit-reset-requests", b"2s")])
     assert limits.blocked("p/m", lambda: 1) == pytest.approx(2.0)
@@ -131,7 +125,7 @@ def test_no_requests_left_blocks_the_member_until_the_reset() -> None:
 
 
 def test_too_few_tokens_left_blocks_only_requests_larger_than_them() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.observe("p/m", [(b"x-ratelimit-remaining-tokens", b"100"), (b"x-ratelimit-reset-tokens", b"10s")])
     assert limits.blocked("p/m", lambda: 50) is None
@@ -141,7 +135,7 @@ def test_too_few_tokens_left_blocks_only_requests_larger_than_them() -> None:
 
 
 def test_a_429_wait_blocks_the_member_and_a_later_answer_with_room_lifts_it() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.wait("p/m", 30)
     assert limits.blocked("p/m", lambda: 1) == pytest.approx(30.0)
@@ -150,14 +144,14 @@ def test_a_429_wait_blocks_the_member_and_a_later_answer_with_room_lifts_it() ->
 
 
 def test_a_mark_adopted_from_the_fleet_blocks_as_a_local_one() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.adopt("p/m", 3.0, 0, 0.0)
     assert limits.blocked("p/m", lambda: 1) == pytest.approx(3.0)
 
 
 def test_the_marks_table_is_bounded() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     for n in range(MAX_MARKED + 5):
         limits.wait(f"p/m{n}", 60)
@@ -169,7 +163,7 @@ def test_the_marks_table_is_bounded() -> None:
 
 
 def test_a_queue_is_first_in_first_out_within_a_priority_and_high_before_normal_before_low() -> None:
-    queue = CapacityQueue(QueueSettings(max_size=10), Clock())
+    queue = CapacityQueue(QueueSettings(max_size=10), FakeClock(100.0))
     low = queue.join("low")
     first = queue.join("normal")
     second = queue.join("normal")
@@ -182,14 +176,14 @@ def test_a_queue_is_first_in_first_out_within_a_priority_and_high_before_normal_
 
 
 def test_a_full_queue_takes_no_one_more() -> None:
-    queue = CapacityQueue(QueueSettings(max_size=2), Clock())
+    queue = CapacityQueue(QueueSettings(max_size=2), FakeClock(100.0))
     assert queue.join("normal") is not None and queue.join("normal") is not None
     assert queue.join("high") is None
     assert len(queue) == 2
 
 
 def test_only_priority_callers_may_set_a_priority() -> None:
-    queue = CapacityQueue(QueueSettings(priority_callers=["batch", "vip"]), Clock())
+    queue = CapacityQueue(QueueSettings(priority_callers=["batch", "vip"]), FakeClock(100.0))
     assert queue.priority("high", "vip") == "high"
     assert queue.priority("low", "batch") == "low"
     assert queue.priority("high", "mallory") == "normal"  # a client cannot promote itself
@@ -270,7 +264,7 @@ def test_a_queued_request_is_planned_again_at_the_soonest_stated_reset_else_afte
 
 
 def test_the_marks_in_force_say_what_is_limited_and_when_it_resets() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     limits = RateLimits(clock, lambda: NOW)
     limits.wait("p/requests", 30)
     limits.observe("p/tokens", [(b"x-ratelimit-remaining-tokens", b"100"), (b"x-ratelimit-reset-tokens", b"10s")])

@@ -54,23 +54,17 @@ from asgi_router.routing.plan import Plan
 from asgi_router.routing.policy import GroupPolicy
 from asgi_router.transports.provider import ProviderRuntime
 
+from ..doubles import FakeClock
+
 CANDIDATE = Candidate("p", "m")
 KEY = CANDIDATE.key
 EMPTY = RequestFacts({})
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class RecordingState(InMemoryState):
     """The in-memory state, noting every breaker verdict the gate records."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
         self.verdicts: list[tuple[str, Verdict]] = []
 
@@ -85,7 +79,7 @@ class Parts:
     book: Bookkeeper
     gate: Gate
     state: RecordingState
-    clock: Clock
+    clock: FakeClock
     stats: InMemoryStats
     settings: RouterSettings
 
@@ -95,7 +89,7 @@ def _parts(*, catalog: dict[str, ModelInfo] | None = None, **overrides: Any) -> 
     if "max_concurrent" in overrides:
         provider["max_concurrent"] = overrides.pop("max_concurrent")
     settings = RouterSettings.model_validate({"allow_unauthenticated": True, "providers": {"p": provider}, **overrides})
-    clock = Clock()
+    clock = FakeClock(100.0)
     state = RecordingState(clock)
     stats = InMemoryStats(clock)
     gate = Gate(settings, state, clock)

@@ -12,7 +12,16 @@ import pytest
 from asgi_router.core.deadlines import Deadline
 from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
 
+from ..doubles import FAKE_CLOCK_BACKEND
+
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> object:
+    """The loop's timers run on a fake clock: the limits these tests cross take no real time."""
+    return FAKE_CLOCK_BACKEND
+
 
 # How long past its time a loop timer may fire on a busy machine, for the waits below.
 SLACK = 0.02

@@ -9,7 +9,6 @@ listening scope, whose one timer bounds the read).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -19,7 +18,16 @@ from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.body import ClientGone, read_body
 from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
 
+from ..doubles import FAKE_CLOCK_BACKEND
+
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> object:
+    """The loop's timers run on a fake clock: the limits these tests cross take no real time."""
+    return FAKE_CLOCK_BACKEND
+
 
 _SCOPE: dict[str, Any] = {"type": "http", "headers": []}
 
@@ -173,7 +181,7 @@ async def test_in_the_requests_scope_a_first_receive_that_never_delivers_is_a_40
 ) -> None:
     receive = _NeverDelivers()
     party = _Request()
-    started = time.monotonic()
+    started = asyncio.get_running_loop().time()
     async with asyncio.timeout(5):  # a read nothing ends would fail here, not hang
         with ListeningScope(party, WATCH_AFTER, held=True) as request:
             set_at = _counting_timers(monkeypatch)
@@ -184,7 +192,7 @@ async def test_in_the_requests_scope_a_first_receive_that_never_delivers_is_a_40
             # The scope's one timer, set for its mark and again for the read's bound: the read
             # made no timer of its own.
             assert [owner for _, owner in set_at] == [request, request] and set_at[0][0] < set_at[1][0]
-    assert 0.1 <= time.monotonic() - started < 3
+    assert 0.1 <= asyncio.get_running_loop().time() - started < 3
     assert not request.expired and party.told == ["done"]
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
@@ -201,13 +209,13 @@ async def test_in_the_requests_scope_a_body_trickling_past_the_mark_and_the_limi
             await parts.put(_request(b" ", more=True))
 
     sending = asyncio.ensure_future(client())
-    started = time.monotonic()
+    started = asyncio.get_running_loop().time()
     async with asyncio.timeout(5):
         with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
             refused = await read_body(_SCOPE, receive, 1024, 0.15, request)
     sending.cancel()
     assert isinstance(refused, RouterError) and refused.status == 408
-    assert 0.15 <= time.monotonic() - started < 1.5  # the limit, not the 2 s the body would take
+    assert 0.15 <= asyncio.get_running_loop().time() - started < 1.5  # the limit, not the 2 s the body would take
     assert not request.expired
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 

@@ -20,7 +20,7 @@ from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.fleet.shared_state import CLAIM_PAUSE, SharedState
 from asgi_router.resilience.breaker import Phase
 
-from ..resilient import FakeClock
+from ..doubles import FakeClock
 
 pytestmark = pytest.mark.anyio
 

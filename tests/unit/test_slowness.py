@@ -11,6 +11,8 @@ from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.router_state import InMemoryState
 from asgi_router.resilience.slowness import MAX_SAMPLES, Slowness
 
+from ..doubles import FakeClock
+
 _PROVIDERS = {"p": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k"}, "q": {"base_url": "http://127.0.0.1:1/v1"}}
 
 
@@ -91,16 +93,8 @@ def test_the_window_keeps_at_most_max_samples_calls() -> None:
     assert _feed(slowness, "p/m", [0.1] * MAX_SAMPLES) == "normal"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _gate(**breaker: Any) -> tuple[Gate, InMemoryState, _Clock]:
-    clock = _Clock()
+def _gate(**breaker: Any) -> tuple[Gate, InMemoryState, FakeClock]:
+    clock = FakeClock(100.0)
     state = InMemoryState(clock)
     return Gate(_settings({"latency_target": 1.0, "ramp": [], **breaker}), state, clock), state, clock
 

@@ -15,13 +15,7 @@ from asgi_router.resilience.stats import (
     utilisation,
 )
 
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from ..doubles import FakeClock
 
 
 def test_in_memory_stats_satisfies_the_protocol() -> None:

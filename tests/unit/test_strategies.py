@@ -17,15 +17,9 @@ from asgi_router.resilience.stats import InMemoryStats
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan, ResolveError, Resolver
 
+from ..doubles import FakeClock
+
 _PROVIDERS: dict[str, Any] = {name: {"base_url": f"https://{name}.example/v1"} for name in ("a", "b", "c", "d")}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _resolver(

@@ -1,0 +1,152 @@
+"""How long the suite sleeps: the seconds of every sleep that ran to its end, summed per session.
+
+A test that sleeps pays for it on every run, and a sleep that ends is time nobody asked for: a
+background effect is waited for with :func:`tests.waiting.eventually`, and time-driven behaviour
+is driven by the injected clock (:class:`tests.doubles.FakeClock`). This tally keeps the cost in
+view: for the whole session it wraps ``time.sleep``, ``asyncio.sleep`` and ``anyio.sleep`` and the
+fake upstream's scripted pauses, and adds up the seconds asked of those that completed; a sleep
+cut short (cancelled, interrupted, a pause the client left) is not counted. Each sleep is put down
+to who called it:
+
+- the suite (a test or a helper in ``tests/``) and the library (a router's backoff, a health
+  probe's interval, the fake upstream's pauses): the time tests spend sleeping, the sum to keep
+  small;
+- anyone else (uvicorn's idle tick in every served test server, a client library's pauses): shown
+  apart, as it runs alongside the tests and is no test's choice;
+- any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time.
+
+tests/conftest.py prints the lines in pytest's terminal summary. The wrappers hand every argument
+and result through, so nothing behaves differently while they are in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import asgi_router
+from asgi_router.testing.playback import PlayedCall
+
+from .doubles import FakeClockLoop
+
+__all__ = ["SleepTally"]
+
+_SUITE = str(Path(__file__).resolve().parent)
+_LIBRARY = str(Path(asgi_router.__file__).resolve().parent)
+
+
+@dataclass
+class _Sum:
+    count: int = 0
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.count} sleeps, {self.seconds:.1f} s"
+
+
+class SleepTally:
+    """Completed sleeps (count and seconds), by who called them, while installed."""
+
+    def __init__(self) -> None:
+        self.suite = _Sum()
+        self.library = _Sum()
+        self.elsewhere = _Sum()
+        self.fake_clock = _Sum()
+        self.sites: Counter[str] = Counter()
+        """Seconds slept by the suite and the library, per calling line: where the time goes."""
+        self._lock = threading.Lock()
+        self._undo: list[Callable[[], None]] = []
+
+    def _add(self, into: tuple[_Sum, str], seconds: float) -> None:
+        total, site = into
+        with self._lock:
+            total.count += 1
+            total.seconds += max(0.0, seconds)
+            if site:
+                self.sites[site] += max(0.0, seconds)
+
+    def _caller(self, on_fake_clock: bool = False) -> tuple[_Sum, str]:
+        """Whose sleep this is (and from which line, for the suite and the library): asked of the
+        frame that called the wrapper, before it sleeps."""
+        if on_fake_clock:
+            return self.fake_clock, ""
+        frame = inspect.currentframe()
+        try:  # the caller of the wrapper; this frame is let go at once (held, it would be a cycle)
+            caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+        finally:
+            del frame
+        if caller is None:
+            return self.elsewhere, ""
+        path = str(Path(caller.f_code.co_filename).resolve())
+        if path.startswith(_SUITE):
+            return self.suite, f"tests/{path[len(_SUITE) + 1 :]}:{caller.f_lineno}"
+        if path.startswith(_LIBRARY):
+            return self.library, f"asgi_router/{path[len(_LIBRARY) + 1 :]}:{caller.f_lineno}"
+        return self.elsewhere, ""
+
+    def install(self) -> None:
+        """Wrap the sleeps and the fake upstream's pauses until :meth:`uninstall`."""
+        tally = self
+        thread_sleep = time.sleep
+        asyncio_sleep = asyncio.sleep
+        anyio_sleep = anyio.sleep
+        pause = PlayedCall.pause
+
+        def on_fake_clock() -> bool:
+            return isinstance(asyncio.get_running_loop(), FakeClockLoop)
+
+        def timed_sleep(seconds: float) -> None:
+            into = tally._caller()
+            thread_sleep(seconds)
+            tally._add(into, seconds)
+
+        async def timed_asyncio_sleep(delay: float, result: Any = None) -> Any:
+            into = tally._caller(on_fake_clock())
+            value = await asyncio_sleep(delay, result)
+            tally._add(into, delay)
+            return value
+
+        async def timed_anyio_sleep(delay: float) -> None:
+            into = tally._caller(on_fake_clock())
+            await anyio_sleep(delay)
+            tally._add(into, delay)
+
+        async def timed_pause(call: PlayedCall, seconds: float) -> bool:
+            ended = await pause(call, seconds)
+            if ended and seconds > 0:
+                tally._add((tally.library, "the fake upstream's scripted pauses"), seconds)
+            return ended
+
+        self._swap(time, "sleep", timed_sleep)
+        self._swap(asyncio, "sleep", timed_asyncio_sleep)
+        self._swap(anyio, "sleep", timed_anyio_sleep)
+        self._swap(PlayedCall, "pause", timed_pause)
+
+    def _swap(self, owner: Any, name: str, replacement: object) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, replacement)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def uninstall(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def summary(self) -> list[str]:
+        spent = _Sum(self.suite.count + self.library.count, self.suite.seconds + self.library.seconds)
+        return [
+            f"sleeps that completed, asked by the suite or the library: {spent}",
+            f"  by the suite (tests/): {self.suite}; by the library (asgi_router/, the fake upstream's pauses): "
+            f"{self.library}",
+            f"  apart: by others (servers' idle ticks, client libraries): {self.elsewhere}; "
+            f"on a fake-clock loop (no real time): {self.fake_clock}",
+            "  most seconds: " + "; ".join(f"{site} {seconds:.1f} s" for site, seconds in self.sites.most_common(8)),
+        ]
