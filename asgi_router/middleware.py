@@ -62,7 +62,6 @@ from asgi_router.assembly import assemble
 from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.deadlines import Deadline
 from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.count_tokens import refuse_count_tokens
 from asgi_router.inbound.auth import Admitted
@@ -209,7 +208,7 @@ class ModelRouter:
                 if refused is not None:
                     await context.send_error(refused)
                     return
-                request = await self._read(context, listening)
+                request = await self._read(context)
                 if request is None:  # the client left mid-body: there is no one to answer
                     return
                 if isinstance(request, RouterError):
@@ -273,14 +272,12 @@ class ModelRouter:
         record.caller, record.caller_outcome, record.limit = ticket.caller, ticket.outcome, ticket.limit
         return refusal
 
-    async def _read(self, context: RequestContext, within: Deadline) -> InboundRequest | RouterError | None:
-        """Phase *read*: the body, bounded in size and time (timed by ``within``'s timer, the
-        request's one), parsed; ``None`` when the client left before it was complete."""
+    async def _read(self, context: RequestContext) -> InboundRequest | RouterError | None:
+        """Phase *read*: the body, bounded in size and time (timed by the request's one timer),
+        parsed; ``None`` when the client left before it was complete."""
         settings = self.settings
         try:
-            body = await read_body(
-                context.scope, context.receive, settings.max_body_bytes, settings.body_timeout, within
-            )
+            body = await read_body(context.scope, context.receive, settings.max_body_bytes, settings.body_timeout)
         except ClientGone:
             context.status = 499
             return None

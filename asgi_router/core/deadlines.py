@@ -15,7 +15,7 @@ and one timer per block, whatever the stream's length (``docs/performance.md`` h
 
 **One timer per request, not per block.** A loop timer is made, scheduled and cancelled for
 every block that has one, and most blocks end long before their limit. So a scope can *lend*
-its timer (:meth:`Deadline.lend`, for as long as the scope lasts): every :class:`Deadline`
+its timer (``Deadline(lends=True)``, for as long as the scope lasts): every :class:`Deadline`
 entered inside it, in its task or in a task started from it (a hedge's racer), keeps no timer
 of its own but has the lender's fire by its deadline. The lender's one timer is set for the
 earliest deadline of the lender and of the scopes riding on it; when it fires, it ends every
@@ -28,18 +28,19 @@ as its own timer's would have been. The lender is found through a context variab
 task started inside the scope inherits; scopes still open when the lender ends (a racer that
 outlives it) get timers of their own at that moment.
 
-**A bounded stretch, no scope of its own.** A block can also bound a stretch of itself
-(:meth:`Deadline.bound` ... :meth:`Deadline.unbound`): the stretch is timed by the scope's timer
-(or its lender's) like a riding scope's read, and the code that bounds it catches the
-``CancelledError`` and asks :meth:`Deadline.unbound` whether it was the bound's, which takes it
-back as a scope's exit would. It costs neither an object nor a ``with``: the request body's read,
-each attempt's reads and the relay's are bounded so inside the request's listening scope. A
-block finds that scope with :func:`bounding` (the lender, if it is the running task's); a block
-in a task of its own (a hedge's racer) or with no lender enters a :class:`Deadline` of its own
-and bounds its reads in that, since a bound cancels the scope's task. Read after read, a later
-:meth:`Deadline.bound` moves the bound, and :meth:`Deadline.lift` stops its count between reads
-(as :meth:`Deadline.disarm` does a scope's: a slow client is not upstream idleness); the same
-bytecodes per chunk as a scope's ``arm``/``disarm``.
+**Reads, bounded through one helper.** Code that waits on a read (the request body, an
+upstream's answer, each chunk a relay reads) does not hold a scope of its own: it runs its reads
+in a :func:`reading` block, which bounds them in the request's listening scope when the block
+runs in the request's task (no object with a timer, no ``with`` of a scope per attempt), and
+enters a :class:`Deadline` of its own otherwise (a hedge's racer, whose bound on the request's
+scope would cancel the request's task, or code outside a request). The block as a whole is
+bounded (``seconds``: the body's ``body_timeout``, an attempt's first byte), and each read made
+in ``with reads:`` is bounded by ``idle``, never past ``deadline``; between reads nothing is
+timed (a slow client is backpressure, not upstream idleness). A read that overruns cuts the
+block short: it ends without an exception and :attr:`Reads.expired` says so. Underneath, a
+stretch is bounded on the scope (:meth:`Deadline.bound`, moved read after read, stopped between
+reads by :meth:`Deadline.lift`, ended by :meth:`Deadline.unbound`), timed by the scope's timer
+or its lender's; :func:`reading` is the only caller of those (a unit test scans the package).
 
 The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
 does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
@@ -55,10 +56,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from types import TracebackType
 
-__all__ = ["Deadline", "bounding"]
+__all__ = ["Deadline", "Reads", "reading"]
 
 # The scope lending its timer to the scopes entered inside it (see the module docstring); a
 # value per task context, set and reset by the lending scope itself.
@@ -78,6 +81,7 @@ def bounding() -> Deadline | None:
 
 class Deadline:
     """``with Deadline() as deadline:`` inside an asyncio task; see the module docstring.
+    ``lends``: the scopes entered inside it ride on its timer.
 
     :meth:`cancel` (from another task or a callback, never from the block's own task) ends the
     block at its next ``await``; :meth:`arm` makes the scope cancel itself once that much time
@@ -94,6 +98,7 @@ class Deadline:
         "_expires",
         "_handle",
         "_host",
+        "_lends",
         "_loop",
         "_riders",
         "_task",
@@ -102,7 +107,8 @@ class Deadline:
         "expired",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, lends: bool = False) -> None:
+        self._lends = lends
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[object] | None = None
         self._base = 0
@@ -136,14 +142,10 @@ class Deadline:
         if host is not None and host._riders is not None and host._loop is loop:
             self._host = host
             host._riders.append(self)
+        if self._lends:  # from now until this scope ends, scopes entered inside ride on its timer
+            self._riders = []
+            self._token = _lender.set(self)
         return self
-
-    def lend(self) -> None:
-        """From now until this scope ends, scopes entered inside it ride on its timer (inside
-        the block, before entering them; once)."""
-        assert self._task is not None and self._riders is None, "lend() once, inside the block"
-        self._riders = []
-        self._token = _lender.set(self)
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
@@ -289,3 +291,89 @@ class Deadline:
             when = min(rider._expires, rider._bound)
             if when < math.inf:
                 rider._schedule(when)
+
+
+class Reads:
+    """The reads of a :func:`reading` block: ``with reads:`` around one read bounds it by
+    ``idle``, never past ``deadline`` (on ``clock``); :attr:`expired` once the block was cut."""
+
+    __slots__ = ("_clock", "_scope", "deadline", "expired", "idle")
+
+    def __init__(self, scope: Deadline, idle: float, deadline: float, clock: Callable[[], float]) -> None:
+        self._scope = scope
+        self._clock = clock
+        #: How long each read may take, and by when (on ``clock``) the last one must be done; a
+        #: block may move them between reads (an attempt's reads after its first byte).
+        self.idle = idle
+        self.deadline = deadline
+        #: Whether a read (or the block's own limit) overran and cut the block short.
+        self.expired = False
+
+    def __enter__(self) -> None:
+        # Deadline.bound's work, inline: one Python call per read (docs/performance.md).
+        scope = self._scope
+        left = self.deadline - self._clock()
+        idle = self.idle
+        assert scope._loop is not None
+        expires = scope._bound = scope._loop.time() + (idle if idle < left else left)
+        owner = scope._host or scope
+        if expires < owner._when:  # as bound(): the timer only ever moves earlier
+            mark = owner._expires
+            owner._schedule(expires if expires <= mark else mark)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._scope._bound = math.inf  # the read is done: nothing counts until the next one
+
+
+class _Reading:
+    """The block :func:`reading` returns: its reads bounded in the request's scope, or in a
+    scope of its own; the block's own limit set on entry; a cut taken back on exit."""
+
+    __slots__ = ("_own", "_reads", "_seconds")
+
+    def __init__(self, seconds: float, idle: float, deadline: float, clock: Callable[[], float]) -> None:
+        self._seconds = seconds
+        self._own: Deadline | None = None
+        scope = bounding()
+        if scope is None:  # a task of its own (a hedge's racer), or no request: a scope of its own
+            scope = self._own = Deadline()
+        self._reads = Reads(scope, idle, deadline, clock)
+
+    def __enter__(self) -> Reads:
+        own = self._own
+        if own is not None:
+            own.__enter__()
+        if self._seconds < math.inf:
+            self._reads._scope.bound(self._seconds)
+        return self._reads
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        reads = self._reads
+        cut = reads._scope.unbound()  # whether a bound of this block cut it, taken back either way
+        own = self._own
+        if own is not None:
+            own.__exit__(exc_type, exc, tb)
+        if cut and exc_type is asyncio.CancelledError:
+            reads.expired = True
+            return True
+        return False
+
+
+def reading(
+    seconds: float = math.inf,
+    *,
+    idle: float = math.inf,
+    deadline: float = math.inf,
+    clock: Callable[[], float] = time.monotonic,
+) -> _Reading:
+    """``with reading(...) as reads:`` a block of reads done within ``seconds`` of entering it,
+    each read made in ``with reads:`` within ``idle`` and before ``deadline`` (on ``clock``).
+
+    A read that overruns ends the block without an exception, :attr:`Reads.expired` set; any
+    other cancellation (the client leaving, the server) goes through it. Enter it in the task
+    that reads (see the module docstring)."""
+    return _Reading(seconds, idle, deadline, clock)

@@ -1,52 +1,49 @@
-"""Relay a committed upstream's bytes to the client: unparsed, unbuffered, byte-exact.
+"""Relay a committed upstream's stream to the client: one read loop, two ways of cutting it.
 
-This is the default relay, for every plan without a candidate that may continue a broken stream
-(``resume = "none"``, the default): once ``http.response.start`` has gone out there is no
-failover, since sent bytes cannot be recalled. If the upstream breaks or stalls past ``idle``
-after commit, the relay writes one in-band event ``data: {"error": {...}}`` and ends the
-response *without* ``data: [DONE]``, so the ``openai`` SDK raises ``APIError`` rather than
-returning a truncated answer as if it were whole. A plan with a resumable candidate is relayed by
-``resume_relay.py`` instead: whole events only, and a break continued by another call.
+Once ``http.response.start`` has gone out there is no failover (sent bytes cannot be recalled).
+:func:`relay_call` relays one call's stream, cut one of two ways:
+
+* **byte-exact** (every plan without a candidate that may continue a broken stream: ``resume =
+  "none"``, the default): unparsed, unbuffered, each chunk as it came (a UTF-8 character split
+  across chunks stays split);
+* **whole events** (:class:`~asgi_router.responses.whole_events.WholeEvents`, for a plan that may
+  continue the stream: ``resume_relay.py``): each chunk up to its last event boundary, the tail
+  held until its event completes, so a break never leaves half an event at the client.
+
+A translated stream (a chat completion answered by an Anthropic provider) is the one exception
+to "unparsed": each chunk read is fed to the committed attempt's
+:class:`~asgi_router.protocols.from_anthropic.StreamTranslation` and what it gives back is sent
+at once (re-encoded as it arrives, never buffered). An ``error`` event, or an upstream that ends
+before ``message_stop``, is a break like a cut connection.
+
+A break the relay cannot repair (:func:`relay_stream`: any) ends the response with one in-band
+event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
+``error_event`` says which) and *without* ``data: [DONE]``, so the ``openai`` and ``anthropic``
+SDKs raise rather than return a truncated answer as if it were whole; its words come from
+``relay_failures.py``.
+
+Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
+upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The reads
+are one :func:`~asgi_router.core.deadlines.reading` block: each within ``idle``, never past the
+attempt's ``total``, timed by the request's own scope; time spent waiting on a slow *client* is
+not upstream idleness.
 
 Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
 whole answer, so a client that closes its connection before the response's final empty message
 leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
 the last chunk sent on its :class:`Progress` (the request's context), and only when something asks
 (the client left, a send failed, the upstream broke) is that chunk tested (:func:`ends_stream`).
-
-Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
-upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits bound each read (:meth:`Deadline.bound
-<asgi_router.core.deadlines.Deadline.bound>` before it, ``lift()`` after it): time spent
-waiting on a slow *client* does not count as upstream idleness. The bound is set on the
-request's own scope (:func:`~asgi_router.core.deadlines.bounding`) and timed by its one timer:
-the relay enters no scope of its own, and a read that overruns is cut short and the bound's
-cancellation taken back (``unbound()``), as a scope's exit would. A relay outside a request's
-scope enters a :class:`~asgi_router.core.deadlines.Deadline` of its own and bounds its reads in
-that.
-
-A translated stream (a chat completion answered by an Anthropic provider) is the one exception
-to "unparsed": each chunk read is fed to the committed attempt's
-:class:`~asgi_router.protocols.from_anthropic.StreamTranslation` and what it gives back is sent
-at once, so it is re-encoded as it arrives, never buffered. An ``error`` event, or an upstream
-that ends before ``message_stop``, is a break like a cut connection.
-
-On an Anthropic client's route the in-band error is Anthropic's ``event: error`` (``error_event``
-says which shape to write), so the ``anthropic`` SDK raises too.
-
-The only looks at the bytes are at the end: at a break, the last chunk's final bytes say whether
-the stream's end already went out (then nothing is lost) and whether the error event needs a blank
-line first to start on an event boundary. The result names
-the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
-``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
-:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
-sent (where an upstream whose writes arrive in pieces states its usage), so that token usage can be
-read *after* the stream has ended.
+The result (:class:`RelayResult`, built in one place: :meth:`Sent.result`) names the last two
+chunks sent (where a stream's final ``usage`` is) and how many there were; a ``tail``
+(:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
+:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last
+chunks sent (where an upstream whose writes arrive in pieces states its usage), so that token
+usage can be read *after* the stream has ended.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -55,22 +52,24 @@ from starlette.types import Send
 
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import LastChunks, Tail
-from asgi_router.core.classify import UnrecognisedFailure, classify_exception
-from asgi_router.core.deadlines import Deadline, bounding
+from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.observability.events import logger
+from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
+from asgi_router.responses.whole_events import WholeEvents
 from asgi_router.transports.transport import close_response
 
 __all__ = [
     "ENDINGS",
     "MAY_END",
+    "Break",
     "Progress",
     "RelayResult",
-    "UpstreamSaid",
+    "Sent",
+    "end_with_error",
     "ends_stream",
     "event_boundary",
-    "late_reason",
+    "relay_call",
     "relay_stream",
     "send_whole",
 ]
@@ -82,7 +81,7 @@ ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"
 #: Above the fourth byte from the end of every one of :data:`ENDINGS` (``E`` of ``[DONE]``, the
 #: quote of ``"message_stop"``, ``\r`` of a CRLF ending). A chunk whose fourth byte from the end
 #: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
-#: test, a tuple ``endswith`` (dear in CPython: its argument parsing), runs only on the few that may.
+#: test runs only on the few that may (docs/performance.md).
 MAY_END: Final = b"F"
 
 
@@ -90,6 +89,15 @@ def ends_stream(chunk: bytes) -> bool:
     """Whether ``chunk``, the last one sent, ends with the stream's last event: the client has
     the whole answer."""
     return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
+
+
+def event_boundary(last: bytes) -> bytes:
+    """What to write before the error event so that it starts a new SSE event."""
+    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if last.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,31 +126,109 @@ class Progress(Protocol):
     def complete(self) -> None: ...
 
 
-def event_boundary(last: bytes) -> bytes:
-    """What to write before the error event so that it starts a new SSE event."""
-    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
-        return b""
-    if last.endswith((b"\n", b"\r")):
-        return b"\n"
-    return b"\n\n"
+class Sent:
+    """What the client has been sent over a response's life (however many calls fed it): bytes,
+    chunks, the last two chunks; and the one place a :class:`RelayResult` is made from it."""
+
+    __slots__ = ("before_last", "bytes", "chunks", "last")
+
+    def __init__(self) -> None:
+        self.bytes = self.chunks = 0
+        self.before_last = self.last = b""
+
+    def result(self, reason: Reason) -> RelayResult:
+        return RelayResult(self.bytes, reason, self.chunks, self.before_last, self.last)
+
+    def told(self, progress: Progress) -> None:
+        """The request learns what was sent (also when the relay is cancelled)."""
+        progress.bytes_relayed, progress.chunks_relayed = self.bytes, self.chunks
 
 
-class UpstreamSaid(Exception):
-    """A translated stream that broke in its own words: an ``error`` event, or an early end."""
+@dataclass(frozen=True, slots=True)
+class Break:
+    """How one call's stream ended, when not at its end: what was raised (``None``: a read
+    overran ``idle`` or ``total``), and whether the attempt's ``total`` had run out."""
 
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"the upstream sent {kind}: {message}" if kind else message)
+    failure: Exception | None
+    past_total: bool
+
+    def reason(self, candidate: str) -> Reason:
+        """The reason the break is recorded with."""
+        return "timeout" if self.failure is None else late_reason(self.failure, candidate)
 
 
-def late_reason(exc: Exception, candidate: str) -> Reason:
-    if isinstance(exc, UpstreamSaid):
-        return "stream_interrupted"
+async def relay_call(
+    send: Send,
+    committed: Committed,
+    clock: Callable[[], float],
+    sent: Sent,
+    tail: LastChunks | Tail | None,
+    progress: Progress,
+    whole: WholeEvents | None = None,
+) -> Break | None:
+    """Relay ``committed``'s stream, its first bytes included, until it ends (``None``) or breaks.
+
+    Byte-exact (the chunks held for commit sent as they came), or cut into whole events by
+    ``whole`` (the first bytes as one). ``sent``, ``tail`` and ``progress`` learn each chunk sent.
+    """
+    chunks = committed.response.chunks
+    translation = committed.translation
+    deadline = committed.deadline
+    held_for_commit = deque(committed.parts) if committed.parts and whole is None else None
+    data = held_for_commit.popleft() if held_for_commit else committed.body
+    failure: Exception | None = None
+    # Kept in locals while relaying, written back on the way out (docs/performance.md).
+    size, count, before_last, last = sent.bytes, sent.chunks, sent.before_last, sent.last
     try:
-        reason = classify_exception(exc)
-    except UnrecognisedFailure:  # the router's own failure: not held against the upstream
-        logger.exception("the router failed relaying %s", candidate)
-        return "router_error"
-    return "timeout" if reason == "timeout" else "stream_interrupted"
+        with reading(idle=committed.provider.timeouts.idle, deadline=deadline, clock=clock) as reads:
+            while True:
+                if whole is not None and data:
+                    if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
+                        data = whole.cut(data)
+                    if data and whole.splice is not None:
+                        data = whole.splice.feed(data)
+                    if data:
+                        whole.events.append(data)
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    size += len(data)
+                    count += 1
+                    before_last = last
+                    last = progress.last_sent = data
+                    if tail is not None:
+                        tail.add(data)
+                if failure is not None:
+                    break
+                if held_for_commit:
+                    data = held_for_commit.popleft()
+                    continue
+                try:
+                    with reads:
+                        data = await chunks.__anext__()  # no anext() wrapper held while idle
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    failure = exc
+                    break
+                if translation is not None:
+                    data = translation.feed(data)
+                    if translation.failure is not None:
+                        failure = UpstreamSaid(*translation.failure)
+    finally:
+        sent.bytes, sent.chunks, sent.before_last, sent.last = size, count, before_last, last
+    if reads.expired:
+        return Break(None, clock() >= deadline)
+    if failure is None and translation is not None and not translation.finished:
+        failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
+    return None if failure is None else Break(failure, clock() >= deadline)
+
+
+async def end_with_error(
+    send: Send, sent: Sent, reason: Reason, text: str, candidate: str, error_event: Callable[[str, Reason, str], bytes]
+) -> None:
+    """End the response with the in-band error (on an event boundary), and no end-of-stream."""
+    body = event_boundary(sent.last) + error_event(candidate, reason, text)
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def relay_stream(
@@ -153,111 +239,35 @@ async def relay_stream(
     tail: LastChunks | Tail | None,
     progress: Progress,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
-    within: Deadline | None = None,
 ) -> RelayResult:
-    """Send the response start, the first chunk, and every chunk after it as it arrives.
+    """Send the response start and relay ``committed`` byte-exact; a break ends it in-band.
 
     ``progress`` learns the bytes and chunks sent (kept current even when the relay is cancelled:
     the client left, so the request's log line says how much it did receive, and an estimate
     counts what it was sent) and the last chunk sent, and is told once the response's last
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
-    in-band error in the route's protocol. The reads are bounded in ``within``: the request's
-    scope, found when not given; with none, a scope of the relay's own.
+    in-band error in the route's protocol.
     """
-    if within is None:
-        within = bounding()
-        if within is None:  # outside a request's scope: a scope of its own to bound the reads in
-            with Deadline() as own:
-                return await relay_stream(send, committed, headers, clock, tail, progress, error_event, own)
-            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
-    response = committed.response
-    translation = committed.translation
-    chunks = response.chunks
-    idle = committed.provider.timeouts.idle
-    deadline = committed.deadline
-    last = before_last = b""
-    sent = count = 0
+    sent = Sent()
     try:
         try:
-            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            # The first chunk, or the chunks held for commit, as they came.
-            for part in committed.parts or (committed.body,):
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                sent += len(part)
-                count += 1
-                before_last, last = last, part
-                if tail is not None:
-                    tail.add(part)
-            progress.last_sent = last
-            failure: Exception | None = None
-            # Whether a read overran its bound (idle or total), which cut it short.
-            expired = False
-            # Each read bounded in the request's scope (core/deadlines.py): no scope of its own.
-            try:
-                while True:
-                    left = deadline - clock()
-                    within.bound(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
-                    try:
-                        chunk = await chunks.__anext__()  # no anext() wrapper held while idle
-                    except StopAsyncIteration:
-                        break
-                    except Exception as exc:
-                        failure = exc
-                        break
-                    within.lift()  # a slow client is backpressure, not upstream idleness
-                    if translation is not None:
-                        chunk = translation.feed(chunk)
-                        if translation.failure is not None:
-                            failure = UpstreamSaid(*translation.failure)
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        sent += len(chunk)
-                        count += 1
-                        before_last = last
-                        last = progress.last_sent = chunk
-                        if tail is not None:
-                            tail.add(chunk)
-                    if failure is not None:
-                        break
-            except asyncio.CancelledError:  # where a scope's exit would take its own back
-                if not within.unbound():  # not the bound's: the client left, the server cancels
-                    raise
-                expired = True
-            finally:
-                within.unbound()  # however the loop ends, its last read is no longer bounded
-            if failure is None and translation is not None and not translation.finished and not expired:
-                failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-            if (failure is not None or expired) and not ends_stream(last):  # after the end, nothing is lost
-                reason = "timeout" if failure is None else late_reason(failure, committed.candidate.key)
-                detail = (
-                    str(failure)
-                    if isinstance(failure, UpstreamSaid)
-                    else "the router failed; see the server log"
-                    if reason == "router_error"
-                    else "upstream connection broke"
-                    if reason != "timeout"
-                    else "the attempt's total timeout ran out"
-                    if clock() >= deadline
-                    else "no data within the idle timeout"
-                )
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": event_boundary(last) + error_event(committed.candidate.key, reason, detail),
-                        "more_body": False,
-                    }
-                )
+            broke = await relay_call(send, committed, clock, sent, tail, progress)
+            if broke is not None and not ends_stream(sent.last):  # after the end, nothing is lost
+                reason = broke.reason(committed.candidate.key)
+                text = failure_text(broke.failure, reason, broke.past_total)
+                await end_with_error(send, sent, reason, text, committed.candidate.key, error_event)
                 progress.complete()
-                return RelayResult(sent, reason, count, before_last, last)
+                return sent.result(reason)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             progress.complete()
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return RelayResult(sent, "served" if ends_stream(last) else "client_disconnected", count, before_last, last)
-        return RelayResult(sent, "served", count, before_last, last)
+            return sent.result("served" if ends_stream(sent.last) else "client_disconnected")
+        return sent.result("served")
     finally:
-        progress.bytes_relayed, progress.chunks_relayed = sent, count
-        closing = close_response(response)
+        sent.told(progress)
+        closing = close_response(committed.response)
         if closing is not None:
             await closing
 
