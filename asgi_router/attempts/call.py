@@ -81,8 +81,7 @@ async def read_to_end(chunks: AsyncIterator[bytes], parts: list[bytes], limit: i
         return None
     while True:
         try:
-            with reads:
-                chunk = await anext(chunks)
+            chunk = await reads.next(chunks)
         except StopAsyncIteration:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         size += len(chunk)
@@ -122,7 +121,7 @@ async def call(
         # Up to the first byte, the whole stretch within first_byte; after it, each read within
         # idle. The client leaving or a lost hedge race cancels the request or the racer's task
         # instead: not the block's, so it goes on.
-        with reading(first_byte_by - clock(), idle=timeouts.idle, deadline=first_byte_by, clock=clock) as reads:
+        with reading(first_byte_by - clock(), timeouts.idle, first_byte_by, clock) as reads:
             sending = context.transport.send(provider, url, headers, ready.body)
             # The headers are the transport's now (aiohttp copies them): not held across the
             # wait for the upstream, nor is the finished send after it.

@@ -29,18 +29,19 @@ task started inside the scope inherits; scopes still open when the lender ends (
 outlives it) get timers of their own at that moment.
 
 **Reads, bounded through one helper.** Code that waits on a read (the request body, an
-upstream's answer, each chunk a relay reads) does not hold a scope of its own: it runs its reads
-in a :func:`reading` block, which bounds them in the request's listening scope when the block
-runs in the request's task (no object with a timer, no ``with`` of a scope per attempt), and
-enters a :class:`Deadline` of its own otherwise (a hedge's racer, whose bound on the request's
-scope would cancel the request's task, or code outside a request). The block as a whole is
-bounded (``seconds``: the body's ``body_timeout``, an attempt's first byte), and each read made
-in ``with reads:`` is bounded by ``idle``, never past ``deadline``; between reads nothing is
-timed (a slow client is backpressure, not upstream idleness). A read that overruns cuts the
-block short: it ends without an exception and :attr:`Reads.expired` says so. Underneath, a
-stretch is bounded on the scope (:meth:`Deadline.bound`, moved read after read, stopped between
-reads by :meth:`Deadline.lift`, ended by :meth:`Deadline.unbound`), timed by the scope's timer
-or its lender's; :func:`reading` is the only caller of those (a unit test scans the package).
+upstream's answer, each chunk a relay reads) holds no scope of its own: it runs its reads in a
+:func:`reading` block, which bounds them in the request's listening scope when the block runs in
+the request's task (no timer, no scope per attempt), and in a :class:`Deadline` of its own
+otherwise (a hedge's racer, whose bound on the request's scope would cancel the request's task,
+or code outside a request). The block as a whole may be bounded (``seconds``: the body's
+``body_timeout``, an attempt's first byte), and each read made through :meth:`Reads.next` is
+bounded by ``idle``, never past ``deadline``, until :meth:`Reads.done` says it came: between
+reads nothing is timed (a slow client is backpressure, not upstream idleness). A read that
+overruns cuts the block short: it ends without an exception and :attr:`Reads.expired` says so.
+Underneath, a stretch of the block is bounded on the scope (:meth:`Deadline.bound`, moved read
+after read, stopped between reads, ended by :meth:`Deadline.unbound`), timed by the scope's
+timer or its lender's; :func:`reading` is the only user of those (a unit test scans the
+package).
 
 The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
 does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
@@ -57,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar, Token
 from types import TracebackType
 
@@ -66,17 +67,6 @@ __all__ = ["Deadline", "Reads", "reading"]
 # The scope lending its timer to the scopes entered inside it (see the module docstring); a
 # value per task context, set and reset by the lending scope itself.
 _lender: ContextVar[Deadline | None] = ContextVar("asgi_router_deadline_lender", default=None)
-
-
-def bounding() -> Deadline | None:
-    """The scope a stretch of the running block can be bound in (:meth:`Deadline.bound`): the
-    lender (the request's listening scope), when its task is the running one; ``None`` when
-    there is none, or it lends to a task of its own (a hedge's racer: a bound on the lender
-    would cancel the request's task, not the racer's)."""
-    host = _lender.get()
-    if host is not None and host._task is asyncio.current_task():
-        return host
-    return None
 
 
 class Deadline:
@@ -100,6 +90,7 @@ class Deadline:
         "_host",
         "_lends",
         "_loop",
+        "_reads",
         "_riders",
         "_task",
         "_token",
@@ -125,6 +116,8 @@ class Deadline:
         # The scopes riding on this one's timer, while it lends it.
         self._riders: list[Deadline] | None = None
         self._token: Token[Deadline | None] | None = None
+        # A lender's block of reads, made once and used by each block in its task in turn.
+        self._reads: Reads | None = None
         self._cancelled = False
         self._exited = False
         #: Whether this scope's own cancellation ended the block (a read overran, or
@@ -284,6 +277,7 @@ class Deadline:
         their own, and the context variable is as it was."""
         riders, self._riders = self._riders, None
         token, self._token = self._token, None
+        self._reads = None  # its block of reads refers back to it: no cycle left behind
         if token is not None:
             _lender.reset(token)
         for rider in riders or ():
@@ -294,86 +288,95 @@ class Deadline:
 
 
 class Reads:
-    """The reads of a :func:`reading` block: ``with reads:`` around one read bounds it by
-    ``idle``, never past ``deadline`` (on ``clock``); :attr:`expired` once the block was cut."""
+    """A block of reads (:func:`reading` makes it): ``with reading(...) as reads:``; each read
+    made through :meth:`next` is bounded, a read that overruns ends the block without an
+    exception (:attr:`expired`), any other cancellation (the client leaving, the server) goes
+    through it."""
 
-    __slots__ = ("_clock", "_scope", "deadline", "expired", "idle")
+    __slots__ = ("_clock", "_own", "_scope", "_seconds", "deadline", "expired", "idle")
 
-    def __init__(self, scope: Deadline, idle: float, deadline: float, clock: Callable[[], float]) -> None:
-        self._scope = scope
-        self._clock = clock
-        #: How long each read may take, and by when (on ``clock``) the last one must be done; a
-        #: block may move them between reads (an attempt's reads after its first byte).
-        self.idle = idle
-        self.deadline = deadline
-        #: Whether a read (or the block's own limit) overran and cut the block short.
-        self.expired = False
+    # Set by reading(), which makes the block (no __init__ to call: docs/performance.md).
+    _scope: Deadline
+    #: Whether the scope is the block's own (entered and left with it).
+    _own: bool
+    _seconds: float
+    _clock: Callable[[], float]
+    #: How long each read may take, and by when (on the block's clock) the last one must be
+    #: done; a block may move them between reads (an attempt's reads after its first byte).
+    idle: float
+    deadline: float
+    #: Whether a read (or the block's own limit) overran and cut the block short.
+    expired: bool
 
-    def __enter__(self) -> None:
-        # Deadline.bound's work, inline: one Python call per read (docs/performance.md).
+    def __enter__(self) -> Reads:
+        if self._own:
+            self._scope.__enter__()
+        if self._seconds < math.inf:
+            self._scope.bound(self._seconds)
+        return self
+
+    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
+        """The next of ``chunks``, to await: cut once ``idle`` has passed or ``deadline`` has come,
+        and not counted once it came (call :meth:`done`: a slow client is not upstream idleness)."""
+        # Deadline.bound's work inline, once per chunk of a stream (docs/performance.md).
         scope = self._scope
         left = self.deadline - self._clock()
         idle = self.idle
-        assert scope._loop is not None
-        expires = scope._bound = scope._loop.time() + (idle if idle < left else left)
+        expires = scope._bound = scope._loop.time() + (idle if idle < left else left)  # type: ignore[union-attr]
         owner = scope._host or scope
         if expires < owner._when:  # as bound(): the timer only ever moves earlier
             mark = owner._expires
             owner._schedule(expires if expires <= mark else mark)
+        return chunks.__anext__()  # no anext() wrapper held while idle
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._scope._bound = math.inf  # the read is done: nothing counts until the next one
-
-
-class _Reading:
-    """The block :func:`reading` returns: its reads bounded in the request's scope, or in a
-    scope of its own; the block's own limit set on entry; a cut taken back on exit."""
-
-    __slots__ = ("_own", "_reads", "_seconds")
-
-    def __init__(self, seconds: float, idle: float, deadline: float, clock: Callable[[], float]) -> None:
-        self._seconds = seconds
-        self._own: Deadline | None = None
-        scope = bounding()
-        if scope is None:  # a task of its own (a hedge's racer), or no request: a scope of its own
-            scope = self._own = Deadline()
-        self._reads = Reads(scope, idle, deadline, clock)
-
-    def __enter__(self) -> Reads:
-        own = self._own
-        if own is not None:
-            own.__enter__()
-        if self._seconds < math.inf:
-            self._reads._scope.bound(self._seconds)
-        return self._reads
+    def done(self) -> None:
+        """The read made by :meth:`next` came in: from now until the next one, nothing is timed."""
+        self._scope._bound = math.inf  # Deadline.lift's work inline
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        reads = self._reads
-        cut = reads._scope.unbound()  # whether a bound of this block cut it, taken back either way
-        own = self._own
-        if own is not None:
-            own.__exit__(exc_type, exc, tb)
+        scope = self._scope
+        scope._bound = math.inf
+        cut = scope._bound_cut and scope.unbound()  # a bound of this block cut it: taken back
+        if self._own:
+            scope.__exit__(exc_type, exc, tb)
         if cut and exc_type is asyncio.CancelledError:
-            reads.expired = True
+            self.expired = True
             return True
         return False
 
 
 def reading(
     seconds: float = math.inf,
-    *,
     idle: float = math.inf,
     deadline: float = math.inf,
     clock: Callable[[], float] = time.monotonic,
-) -> _Reading:
-    """``with reading(...) as reads:`` a block of reads done within ``seconds`` of entering it,
-    each read made in ``with reads:`` within ``idle`` and before ``deadline`` (on ``clock``).
+) -> Reads:
+    """``with reading(seconds, idle, deadline, clock) as reads:`` a block of reads done within
+    ``seconds`` of entering it, each read made through :meth:`Reads.next` within ``idle`` and
+    before ``deadline`` (on ``clock``); ``math.inf``: no such limit. Enter it in the task that
+    reads (see the module docstring).
 
-    A read that overruns ends the block without an exception, :attr:`Reads.expired` set; any
-    other cancellation (the client leaving, the server) goes through it. Enter it in the task
-    that reads (see the module docstring)."""
-    return _Reading(seconds, idle, deadline, clock)
+    In the request's task the block is the request's own (one per request, its blocks one after
+    another: docs/performance.md), bounded on its scope; elsewhere (a hedge's racer, whose bound
+    on the request's scope would cancel the request's task, or no request) a block with a scope
+    of its own.
+    """
+    scope = _lender.get()
+    if scope is not None and scope._task is asyncio.current_task():
+        reads = scope._reads
+        if reads is None:
+            reads = scope._reads = Reads()
+            reads._scope = scope
+            reads._own = False
+    else:
+        reads = Reads()
+        reads._scope = Deadline()
+        reads._own = True
+    reads._seconds = seconds
+    reads.idle = idle
+    reads.deadline = deadline
+    reads._clock = clock
+    reads.expired = False
+    return reads

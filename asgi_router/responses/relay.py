@@ -1,14 +1,16 @@
 """Relay a committed upstream's stream to the client: one read loop, two ways of cutting it.
 
 Once ``http.response.start`` has gone out there is no failover (sent bytes cannot be recalled).
-:func:`relay_call` relays one call's stream, cut one of two ways:
+:func:`relay_stream` relays the stream, cut one of two ways:
 
 * **byte-exact** (every plan without a candidate that may continue a broken stream: ``resume =
   "none"``, the default): unparsed, unbuffered, each chunk as it came (a UTF-8 character split
   across chunks stays split);
 * **whole events** (:class:`~asgi_router.responses.whole_events.WholeEvents`, for a plan that may
-  continue the stream: ``resume_relay.py``): each chunk up to its last event boundary, the tail
-  held until its event completes, so a break never leaves half an event at the client.
+  continue the stream): each chunk up to its last event boundary, the tail held until its event
+  completes, so a break never leaves half an event at the client. A :class:`Continuer`
+  (``resume_relay.py``) is told of each break and may hand the relay another call to relay on,
+  in the same stream; the relay decides nothing about it.
 
 A translated stream (a chat completion answered by an Anthropic provider) is the one exception
 to "unparsed": each chunk read is fed to the committed attempt's
@@ -16,7 +18,7 @@ to "unparsed": each chunk read is fed to the committed attempt's
 at once (re-encoded as it arrives, never buffered). An ``error`` event, or an upstream that ends
 before ``message_stop``, is a break like a cut connection.
 
-A break the relay cannot repair (:func:`relay_stream`: any) ends the response with one in-band
+A break nothing continues ends the response with one in-band
 event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
 ``error_event`` says which) and *without* ``data: [DONE]``, so the ``openai`` and ``anthropic``
 SDKs raise rather than return a truncated answer as if it were whole; its words come from
@@ -33,7 +35,7 @@ whole answer, so a client that closes its connection before the response's final
 leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
 the last chunk sent on its :class:`Progress` (the request's context), and only when something asks
 (the client left, a send failed, the upstream broke) is that chunk tested (:func:`ends_stream`).
-The result (:class:`RelayResult`, built in one place: :meth:`Sent.result`) names the last two
+The result (:class:`RelayResult`, made in one place) names the last two
 chunks sent (where a stream's final ``usage`` is) and how many there were; a ``tail``
 (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
 :class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last
@@ -43,6 +45,7 @@ usage can be read *after* the stream has ended.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,20 +59,17 @@ from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
-from asgi_router.responses.whole_events import WholeEvents
+from asgi_router.responses.whole_events import Spliced, WholeEvents
 from asgi_router.transports.transport import close_response
 
 __all__ = [
     "ENDINGS",
     "MAY_END",
-    "Break",
+    "Continuer",
     "Progress",
     "RelayResult",
-    "Sent",
-    "end_with_error",
     "ends_stream",
     "event_boundary",
-    "relay_call",
     "relay_stream",
     "send_whole",
 ]
@@ -126,109 +126,23 @@ class Progress(Protocol):
     def complete(self) -> None: ...
 
 
-class Sent:
-    """What the client has been sent over a response's life (however many calls fed it): bytes,
-    chunks, the last two chunks; and the one place a :class:`RelayResult` is made from it."""
+class Continuer(Protocol):
+    """What may continue a stream after a break (``resume_relay.py``), asked by the relay at each
+    break it cannot leave be: the relay reports, the continuer decides."""
 
-    __slots__ = ("before_last", "bytes", "chunks", "last")
+    async def after_break(
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+    ) -> tuple[Committed, Spliced] | None:
+        """The call that continues ``broken``'s stream and how to rewrite its events, or
+        ``None``; ``said``: every complete event the client has."""
 
-    def __init__(self) -> None:
-        self.bytes = self.chunks = 0
-        self.before_last = self.last = b""
-
-    def result(self, reason: Reason) -> RelayResult:
-        return RelayResult(self.bytes, reason, self.chunks, self.before_last, self.last)
-
-    def told(self, progress: Progress) -> None:
-        """The request learns what was sent (also when the relay is cancelled)."""
-        progress.bytes_relayed, progress.chunks_relayed = self.bytes, self.chunks
+    def ended(self, served: bool) -> None:
+        """The stream ended: finished (``served``), or with the in-band error."""
 
 
-@dataclass(frozen=True, slots=True)
-class Break:
-    """How one call's stream ended, when not at its end: what was raised (``None``: a read
-    overran ``idle`` or ``total``), and whether the attempt's ``total`` had run out."""
-
-    failure: Exception | None
-    past_total: bool
-
-    def reason(self, candidate: str) -> Reason:
-        """The reason the break is recorded with."""
-        return "timeout" if self.failure is None else late_reason(self.failure, candidate)
-
-
-async def relay_call(
-    send: Send,
-    committed: Committed,
-    clock: Callable[[], float],
-    sent: Sent,
-    tail: LastChunks | Tail | None,
-    progress: Progress,
-    whole: WholeEvents | None = None,
-) -> Break | None:
-    """Relay ``committed``'s stream, its first bytes included, until it ends (``None``) or breaks.
-
-    Byte-exact (the chunks held for commit sent as they came), or cut into whole events by
-    ``whole`` (the first bytes as one). ``sent``, ``tail`` and ``progress`` learn each chunk sent.
-    """
-    chunks = committed.response.chunks
-    translation = committed.translation
-    deadline = committed.deadline
-    held_for_commit = deque(committed.parts) if committed.parts and whole is None else None
-    data = held_for_commit.popleft() if held_for_commit else committed.body
-    failure: Exception | None = None
-    # Kept in locals while relaying, written back on the way out (docs/performance.md).
-    size, count, before_last, last = sent.bytes, sent.chunks, sent.before_last, sent.last
-    try:
-        with reading(idle=committed.provider.timeouts.idle, deadline=deadline, clock=clock) as reads:
-            while True:
-                if whole is not None and data:
-                    if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
-                        data = whole.cut(data)
-                    if data and whole.splice is not None:
-                        data = whole.splice.feed(data)
-                    if data:
-                        whole.events.append(data)
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                    size += len(data)
-                    count += 1
-                    before_last = last
-                    last = progress.last_sent = data
-                    if tail is not None:
-                        tail.add(data)
-                if failure is not None:
-                    break
-                if held_for_commit:
-                    data = held_for_commit.popleft()
-                    continue
-                try:
-                    with reads:
-                        data = await chunks.__anext__()  # no anext() wrapper held while idle
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    failure = exc
-                    break
-                if translation is not None:
-                    data = translation.feed(data)
-                    if translation.failure is not None:
-                        failure = UpstreamSaid(*translation.failure)
-    finally:
-        sent.bytes, sent.chunks, sent.before_last, sent.last = size, count, before_last, last
-    if reads.expired:
-        return Break(None, clock() >= deadline)
-    if failure is None and translation is not None and not translation.finished:
-        failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-    return None if failure is None else Break(failure, clock() >= deadline)
-
-
-async def end_with_error(
-    send: Send, sent: Sent, reason: Reason, text: str, candidate: str, error_event: Callable[[str, Reason, str], bytes]
-) -> None:
-    """End the response with the in-band error (on an event boundary), and no end-of-stream."""
-    body = event_boundary(sent.last) + error_event(candidate, reason, text)
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def _result(reason: Reason, size: int, count: int, before_last: bytes, last: bytes) -> RelayResult:
+    """The one place a relay's result is made."""
+    return RelayResult(size, reason, count, before_last, last)
 
 
 async def relay_stream(
@@ -239,35 +153,111 @@ async def relay_stream(
     tail: LastChunks | Tail | None,
     progress: Progress,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
+    continuer: Continuer | None = None,
 ) -> RelayResult:
-    """Send the response start and relay ``committed`` byte-exact; a break ends it in-band.
+    """Send the response start, then relay ``committed``'s stream until it ends or breaks.
 
+    Byte-exact (the chunks held for commit sent as they came), or, with a ``continuer``, cut
+    into whole events (the first bytes as one) and continued after a break when it says so.
     ``progress`` learns the bytes and chunks sent (kept current even when the relay is cancelled:
     the client left, so the request's log line says how much it did receive, and an estimate
     counts what it was sent) and the last chunk sent, and is told once the response's last
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
     in-band error in the route's protocol.
     """
-    sent = Sent()
+    whole = None if continuer is None else WholeEvents()
+    current = committed
+    # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
+    size = count = 0
+    before_last = last = b""
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            broke = await relay_call(send, committed, clock, sent, tail, progress)
-            if broke is not None and not ends_stream(sent.last):  # after the end, nothing is lost
-                reason = broke.reason(committed.candidate.key)
-                text = failure_text(broke.failure, reason, broke.past_total)
-                await end_with_error(send, sent, reason, text, committed.candidate.key, error_event)
+            while True:  # a pass per call feeding the stream: the committed one, then any continuation
+                chunks = current.response.chunks
+                translation = current.translation
+                deadline = current.deadline
+                held_for_commit = deque(current.parts) if current.parts and whole is None else None
+                data = held_for_commit.popleft() if held_for_commit else current.body
+                failure: Exception | None = None
+                with reading(math.inf, current.provider.timeouts.idle, deadline, clock) as reads:  # per read only
+                    while True:
+                        if whole is not None and data:
+                            if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
+                                data = whole.cut(data)
+                            if data and whole.splice is not None:
+                                data = whole.splice.feed(data)
+                            if data:
+                                whole.events.append(data)
+                        if data:
+                            await send({"type": "http.response.body", "body": data, "more_body": True})
+                            size += len(data)
+                            count += 1
+                            before_last = last
+                            last = progress.last_sent = data
+                            if tail is not None:
+                                tail.add(data)
+                        if failure is not None:
+                            break
+                        if held_for_commit:
+                            data = held_for_commit.popleft()
+                            continue
+                        try:
+                            data = await reads.next(chunks)
+                        except StopAsyncIteration:
+                            break
+                        except Exception as exc:
+                            failure = exc
+                            break
+                        reads.done()  # a slow client is backpressure, not upstream idleness
+                        if translation is not None:
+                            data = translation.feed(data)
+                            if translation.failure is not None:
+                                failure = UpstreamSaid(*translation.failure)
+                if failure is None and not reads.expired:
+                    if translation is not None and not translation.finished:
+                        failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
+                    elif whole is not None and whole.held.strip():
+                        failure = UpstreamSaid("", "the upstream's stream ended inside an event")
+                    else:
+                        break  # its end
+                if ends_stream(last):  # the client has the whole answer: nothing is lost
+                    break
+                reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
+                past_total = clock() >= deadline
+                if whole is not None and continuer is not None:
+                    stalled_past_total = past_total and failure is None
+                    continued = await continuer.after_break(current, reason, stalled_past_total, whole.said())
+                    if continued is not None:
+                        closing = close_response(current.response)
+                        if closing is not None:
+                            await closing
+                        current, splice = continued
+                        whole.continued(splice)
+                        continue
+                    continuer.ended(served=False)
+                text = failure_text(failure, reason, past_total)
+                body = event_boundary(last) + error_event(current.candidate.key, reason, text)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
                 progress.complete()
-                return sent.result(reason)
+                return _result(reason, size, count, before_last, last)
+            if whole is not None and whole.held:  # ended without a final blank line: its last event as it is
+                await send({"type": "http.response.body", "body": whole.held, "more_body": True})
+                size += len(whole.held)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             progress.complete()
+            if continuer is not None:
+                continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return sent.result("served" if ends_stream(sent.last) else "client_disconnected")
-        return sent.result("served")
+            ended = ends_stream(last)
+            if ended and continuer is not None:
+                continuer.ended(served=True)
+            return _result("served" if ended else "client_disconnected", size, count, before_last, last)
+        return _result("served", size, count, before_last, last)
     finally:
-        sent.told(progress)
-        closing = close_response(committed.response)
+        progress.bytes_relayed, progress.chunks_relayed = size, count
+        closing = close_response(current.response)
         if closing is not None:
             await closing
 

@@ -2,10 +2,11 @@
 
 Used instead of :func:`~asgi_router.responses.relay.relay_stream` when (and only when) the plan
 has a candidate whose ``resume`` is not ``"none"`` and the request can be continued at all
-(chat completions, ``n`` of 1, no ``logprobs``). The same relay runs
-(:func:`~asgi_router.responses.relay.relay_call`), cutting the stream into whole events
+(chat completions, ``n`` of 1, no ``logprobs``). The same relay runs, given a
+:class:`~asgi_router.responses.relay.Continuer`: it cuts the stream into whole events
 (:class:`~asgi_router.responses.whole_events.WholeEvents`), so that when the upstream breaks the
-client never has half an event and a continuation's events can follow on an event boundary.
+client never has half an event and a continuation's events can follow on an event boundary, and
+reports each break here.
 
 When the stream breaks (``stream_interrupted``) or stalls (the ``idle`` timeout; not ``total``)
 before its end, the events sent so far are read
@@ -30,24 +31,47 @@ from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import Tail
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said
-from asgi_router.responses.relay import Break, Progress, RelayResult, Sent, end_with_error, ends_stream, relay_call
-from asgi_router.responses.relay_failures import UpstreamSaid, failure_text
+from asgi_router.responses.relay import Progress, RelayResult, relay_stream
 from asgi_router.responses.resuming import StreamResumer
-from asgi_router.responses.whole_events import WholeEvents
-from asgi_router.transports.transport import close_response
+from asgi_router.responses.whole_events import Spliced
 
 __all__ = ["relay_resumable"]
 
 
-def _continuable(resumer: StreamResumer, reason: Reason, broke: Break, events: WholeEvents) -> Said | None:
+def _continuable(resumer: StreamResumer, reason: Reason, stalled_past_total: bool, said: bytes) -> Said | None:
     """The text said so far, when a break of ``reason`` may be asked to be continued: a break or
     a stall (not one past the attempt's ``total``) of a plain-text answer, resumes left."""
-    if reason not in ("stream_interrupted", "timeout"):
+    if reason not in ("stream_interrupted", "timeout") or stalled_past_total:
         return None
-    if broke.failure is None and broke.past_total:
-        return None
-    said = resumer.said(events.said())
-    return said if isinstance(said, Said) and resumer.can_resume() else None
+    text = resumer.said(said)
+    return text if isinstance(text, Said) and resumer.can_resume() else None
+
+
+class _Continuing:
+    """The relay's :class:`~asgi_router.responses.relay.Continuer` for one request: its
+    :class:`~asgi_router.responses.resuming.StreamResumer` asked at each break."""
+
+    __slots__ = ("resumer",)
+
+    def __init__(self, resumer: StreamResumer) -> None:
+        self.resumer = resumer
+
+    async def after_break(
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+    ) -> tuple[Committed, Spliced] | None:
+        text = _continuable(self.resumer, reason, stalled_past_total, said)
+        if text is None:
+            return None
+        continued = await self.resumer.resume(broken, reason, text.text)
+        if continued is None:
+            return None
+        return continued.committed, self.resumer.splice(text, continued.skip)
+
+    def ended(self, served: bool) -> None:
+        if served:
+            self.resumer.served()
+        else:
+            self.resumer.failed()
 
 
 async def relay_resumable(
@@ -63,49 +87,6 @@ async def relay_resumable(
     """Relay ``committed`` whole event by whole event, continuing it after a break; the result
     and the call that ended the stream (``committed`` itself when it was never continued).
     ``progress`` as :func:`~asgi_router.responses.relay.relay_stream`'s."""
-    sent = Sent()
-    events = WholeEvents()
-    current = committed
-    try:
-        try:
-            await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
-            del headers
-            while True:
-                broke = await relay_call(send, current, clock, sent, tail, progress, events)
-                if ends_stream(sent.last):  # the client has the whole answer: nothing is lost
-                    break
-                if broke is None:
-                    if not events.held.strip():
-                        break
-                    broke = Break(UpstreamSaid("", "the upstream's stream ended inside an event"), False)
-                reason = broke.reason(current.candidate.key)
-                said = _continuable(resumer, reason, broke, events)
-                continued = None if said is None else await resumer.resume(current, reason, said.text)
-                if continued is None or said is None:
-                    resumer.failed()
-                    text = failure_text(broke.failure, reason, broke.past_total)
-                    await end_with_error(send, sent, reason, text, current.candidate.key, error_event)
-                    progress.complete()
-                    return sent.result(reason), current
-                closing = close_response(current.response)
-                if closing is not None:
-                    await closing
-                current = continued.committed
-                events.continued(resumer.splice(said, continued.skip))
-            if events.held:  # an upstream that ended without a final blank line: its last event as it is
-                await send({"type": "http.response.body", "body": events.held, "more_body": True})
-                sent.bytes += len(events.held)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            progress.complete()
-            resumer.served()
-        except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            ended = ends_stream(sent.last)
-            if ended:
-                resumer.served()
-            return sent.result("served" if ended else "client_disconnected"), current
-        return sent.result("served"), current
-    finally:
-        sent.told(progress)
-        closing = close_response(current.response)
-        if closing is not None:
-            await closing
+    relaying = relay_stream(send, committed, headers, clock, tail, progress, error_event, _Continuing(resumer))
+    del headers  # the relay's own: not held here for the stream's life
+    return await relaying, resumer.current
