@@ -66,7 +66,6 @@ from asgi_router.assembly import assemble
 from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
-from asgi_router.core.deadlines import Deadline
 from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.count_tokens import refuse_count_tokens
 from asgi_router.inbound.auth import Admitted
@@ -216,7 +215,7 @@ class ModelRouter:
                     await send_error(state, admitted)
                     return
                 ticket = admitted
-                request = await self._read(state, listening)
+                request = await self._read(state)
                 if request is None:  # the client left mid-body: there is no one to answer
                     return
                 if isinstance(request, RouterError):
@@ -271,12 +270,12 @@ class ModelRouter:
         state.downgrade_to = ticket.downgrade_to
         return refusal if refusal is not None else ticket
 
-    async def _read(self, state: RequestState, within: Deadline) -> InboundRequest | RouterError | None:
-        """Phase *read*: the body, bounded in size and time (timed by ``within``'s timer, the
-        request's one), parsed; ``None`` when the client left before it was complete."""
+    async def _read(self, state: RequestState) -> InboundRequest | RouterError | None:
+        """Phase *read*: the body, bounded in size and time (timed by the request's one timer),
+        parsed; ``None`` when the client left before it was complete."""
         settings = self.settings
         try:
-            body = await read_body(state.scope, state.receive, settings.max_body_bytes, settings.body_timeout, within)
+            body = await read_body(state.scope, state.receive, settings.max_body_bytes, settings.body_timeout)
         except ClientGone:
             state.status = 499
             return None

@@ -34,6 +34,7 @@ from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.classify import classify_exception, classify_status
 from asgi_router.inbound.body import InboundRequest, parse_request
 from asgi_router.routing.plan import Resolver
+from asgi_router.testing.memory_transport import MemoryResponse, MemoryTransport
 from asgi_router.transports.aiohttp_transport import translate
 from asgi_router.transports.provider import ProviderRuntime
 from asgi_router.transports.request_headers import request_headers_for_upstream
@@ -103,70 +104,17 @@ def micro(scale: float = 1.0) -> dict[str, float]:
     }
 
 
-class _Parts:
-    """A response body's chunks from memory, an async iterator object as aiohttp's transport's
-    is: an async *generator* left unfinished (a JSON answer is read once, never to its end) would
-    have asyncio schedule a task per request to finalise it, a cost of the bench, not the router."""
+def _memory_transport(stream: bool) -> MemoryTransport:
+    """The bench's upstream in memory: 20 SSE chunks or one JSON answer at once; an Anthropic
+    provider's Messages stream where the URL ends in ``/messages``."""
+    parts = sse_events() if stream else [COMPLETION]
+    messages = messages_events()
+    content_type = b"text/event-stream" if stream else b"application/json"
 
-    __slots__ = ("left",)
+    def answer(url: str) -> MemoryResponse:
+        return MemoryResponse(messages if url.endswith("/messages") else parts, content_type)
 
-    def __init__(self, parts: list[bytes]) -> None:
-        self.left = list(reversed(parts))
-
-    def __aiter__(self) -> _Parts:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if not self.left:
-            raise StopAsyncIteration
-        return self.left.pop()
-
-
-class _Canned:
-    """An upstream response from memory; ``drained`` once its last part is read, as aiohttp's."""
-
-    __slots__ = ("chunks", "raw_headers", "status")
-
-    def __init__(self, parts: list[bytes], content_type: bytes) -> None:
-        self.status = 200
-        self.raw_headers = [(b"content-type", content_type)]
-        self.chunks = _Parts(parts)
-
-    @property
-    def drained(self) -> bool:
-        return not self.chunks.left
-
-    def close_now(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
-
-
-class _MemoryTransport:
-    """A :class:`~asgi_router.transports.transport.Transport` that answers from memory at once.
-
-    Like the aiohttp transport (the default), it is asyncio-native and closes responses without
-    awaiting, so the router runs it under the same cancel scopes.
-    """
-
-    def __init__(self, stream: bool) -> None:
-        self._parts = sse_events() if stream else [COMPLETION]
-        self._messages = messages_events()  # an Anthropic provider's stream (its URL ends in /messages)
-        self._type = b"text/event-stream" if stream else b"application/json"
-        self.is_open = True
-
-    def start(self) -> None:
-        pass
-
-    def is_quiet(self) -> bool:
-        return True
-
-    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> _Canned:
-        return _Canned(self._messages if url.endswith("/messages") else self._parts, self._type)
-
-    async def aclose(self) -> None:
-        pass
+    return MemoryTransport(answer)
 
 
 def bench_router(
@@ -199,7 +147,7 @@ def bench_router(
         callers=callers,
         sticky=sticky,
     )
-    router = ModelRouter(host, settings=settings, transport=_MemoryTransport(stream))
+    router = ModelRouter(host, settings=settings, transport=_memory_transport(stream))
     body = chat_body(stream, group=group)
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if callers or sticky if session is None else session:

@@ -30,17 +30,15 @@ body commits once it has translated to a ``chat.completion`` (one that does not 
 ``upstream_5xx``); a refusal is passed through in OpenAI's error shape.
 
 Every response that is not handed on is closed here, also on cancellation. An attempt's time
-limits (first byte, ``idle``, ``total``) bound its reads (:meth:`Deadline.bound
-<asgi_router.core.deadlines.Deadline.bound>`), not a timer per read: in the request's own scope
-when the attempt runs in the request's task (:func:`~asgi_router.core.deadlines.bounding`: no
-scope of its own), in a :class:`~asgi_router.core.deadlines.Deadline` of its own when it runs in
-a task of its own (a hedge's racer) or outside a request.
+limits (first byte, ``idle``, ``total``) bound its reads as one
+:func:`~asgi_router.core.deadlines.reading` block, not a timer per read: timed by the request's
+own scope when the attempt runs in the request's task, by a scope of its own when it runs in a
+task of its own (a hedge's racer) or outside a request.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
 from asgi_router.attempts.context import AttemptContext
@@ -55,7 +53,7 @@ from asgi_router.core.classify import (
     refine_client_error,
     refine_rate_limited,
 )
-from asgi_router.core.deadlines import Deadline, bounding
+from asgi_router.core.deadlines import Reads, reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
@@ -70,19 +68,11 @@ __all__ = ["call", "read_to_end"]
 _FAILURE_BODY_CAP: Final = 64 * 1024
 
 
-async def read_to_end(
-    chunks: AsyncIterator[bytes],
-    parts: list[bytes],
-    limit: int,
-    idle: float,
-    deadline: float,
-    clock: Callable[[], float],
-    scope: Deadline,
-) -> bytes | None:
+async def read_to_end(chunks: AsyncIterator[bytes], parts: list[bytes], limit: int, reads: Reads) -> bytes | None:
     """Append the remaining chunks to ``parts`` and join them; ``None`` past ``limit`` bytes.
 
-    Each read must arrive within ``idle`` seconds and before ``deadline``: each is bounded on
-    ``scope`` (the caller's, which takes the bound's cancellation back), and cut short otherwise.
+    Each read is one of ``reads`` (within its ``idle``, before its ``deadline``); one that
+    overruns cuts the caller's block short.
     """
     size = 0
     for part in parts:
@@ -90,9 +80,8 @@ async def read_to_end(
     if size > limit:  # the first chunk alone may be over it
         return None
     while True:
-        scope.bound(min(idle, deadline - clock()))
         try:
-            chunk = await anext(chunks)
+            chunk = await reads.next(chunks)
         except StopAsyncIteration:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         size += len(chunk)
@@ -112,32 +101,12 @@ async def call(
     commit_by: float,
     translation: StreamTranslation | None = None,
     anthropic_events: bool | None = None,
-    within: Deadline | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
     whole, here too); a relayed stream (``anthropic_events`` says which protocol its events are
-    in) commits once an event a client shows has come (the commit point). The reads are bounded
-    in ``within``: the request's scope when the call runs in its task, else a scope of its own."""
-    if within is None:
-        within = bounding()
-        if within is None:  # a task of its own (a hedge's racer), or no request scope
-            with Deadline() as own:
-                return await call(
-                    context,
-                    ready,
-                    url,
-                    headers,
-                    stream,
-                    failover_on,
-                    attempts,
-                    commit_by,
-                    translation,
-                    anthropic_events,
-                    own,
-                )
-            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
+    in) commits once an event a client shows has come (the commit point)."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -149,11 +118,10 @@ async def call(
     response: UpstreamResponse | None = None
     handed_off = False
     try:
-        # One bound at a time on ``within``, moved per read: not a scope per attempt or per read.
-        # The client leaving or a lost hedge race cancels the request or the racer's task
-        # instead: not the bound's, so it goes on.
-        try:
-            within.bound(first_byte_by - clock())
+        # Up to the first byte, the whole stretch within first_byte; after it, each read within
+        # idle. The client leaving or a lost hedge race cancels the request or the racer's task
+        # instead: not the block's, so it goes on.
+        with reading(first_byte_by - clock(), timeouts.idle, first_byte_by, clock) as reads:
             sending = context.transport.send(provider, url, headers, ready.body)
             # The headers are the transport's now (aiohttp copies them): not held across the
             # wait for the upstream, nor is the finished send after it.
@@ -164,9 +132,7 @@ async def call(
             status = response.status
             reason = classify_status(status)
             if reason != "served":
-                unserved = await _unserved(
-                    context, candidate, response, reason, failover_on, attempts, timeouts.idle, first_byte_by, within
-                )
+                unserved = await _unserved(context, candidate, response, reason, failover_on, attempts, reads)
                 return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
             held: tuple[bytes, ...] | None = None
@@ -198,7 +164,8 @@ async def call(
                 if response.drained:  # all of it came with the first chunk
                     whole: bytes | None = first if len(first) <= limit else None
                 else:
-                    whole = await read_to_end(chunks, [first], limit, timeouts.idle, deadline, clock, within)
+                    reads.deadline = deadline  # the body after its first byte: the attempt's own
+                    whole = await read_to_end(chunks, [first], limit, reads)
                 if whole is not None and ready.target.translated:
                     whole = completion_from_message(whole)
                 if whole is None:
@@ -217,10 +184,7 @@ async def call(
                 translation=translation,
                 parts=held if held is not None and len(held) > 1 and stream else None,
             )
-        except asyncio.CancelledError:  # where a scope's exit would take its own back
-            if not within.unbound():  # not the bound's cancellation: someone else's goes on
-                raise
-        # Only reached when a read overran its time and the bound cut it short.
+        # Only reached when a read overran its time and cut the block short.
         return Failed("timeout", response.status if response else None)
     except Exception as exc:
         try:
@@ -231,7 +195,6 @@ async def call(
             logger.exception("the router failed calling %s; not retried", candidate)
             return Failed("router_error", response.status if response else None, fatal=True)
     finally:
-        within.unbound()  # the bound ends with the call, however it ends (first: before any await)
         if response is not None and (not handed_off or not stream):
             closing = close_response(response)  # closed even when cancelled: never leak it
             if closing is not None:
@@ -293,19 +256,17 @@ async def _unserved(
     reason: Reason,
     failover_on: frozenset[Reason],
     attempts: int,
-    idle: float,
-    first_byte_by: float,
-    scope: Deadline,
+    reads: Reads,
 ) -> Failed | Refused:
-    """A non-2xx answer: read its body (bounded, by the first-byte time), as the decision point
-    says it is to be used: refined and failed over, or kept to be passed through."""
-    clock, status = context.clock, response.status
+    """A non-2xx answer: read its body (in ``reads``: by the first-byte time), as the decision
+    point says it is to be used: refined and failed over, or kept to be passed through."""
+    status = response.status
     passes_through = context.decisions.passes_through
     if not passes_through(reason, failover_on):
-        failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, idle, first_byte_by, clock, scope)
+        failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, reads)
         reason, retry_after = _read_failure(reason, response.raw_headers, failure)
         return Failed(reason, status, retry_after)
-    refusal = await read_to_end(response.chunks, [], context.max_response_bytes, idle, first_byte_by, clock, scope)
+    refusal = await read_to_end(response.chunks, [], context.max_response_bytes, reads)
     if refusal is None:
         return Failed("upstream_5xx", status)
     if reason == "client_error":

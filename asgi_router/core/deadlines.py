@@ -15,7 +15,7 @@ and one timer per block, whatever the stream's length (``docs/performance.md`` h
 
 **One timer per request, not per block.** A loop timer is made, scheduled and cancelled for
 every block that has one, and most blocks end long before their limit. So a scope can *lend*
-its timer (:meth:`Deadline.lend`, for as long as the scope lasts): every :class:`Deadline`
+its timer (``Deadline(lends=True)``, for as long as the scope lasts): every :class:`Deadline`
 entered inside it, in its task or in a task started from it (a hedge's racer), keeps no timer
 of its own but has the lender's fire by its deadline. The lender's one timer is set for the
 earliest deadline of the lender and of the scopes riding on it; when it fires, it ends every
@@ -28,18 +28,20 @@ as its own timer's would have been. The lender is found through a context variab
 task started inside the scope inherits; scopes still open when the lender ends (a racer that
 outlives it) get timers of their own at that moment.
 
-**A bounded stretch, no scope of its own.** A block can also bound a stretch of itself
-(:meth:`Deadline.bound` ... :meth:`Deadline.unbound`): the stretch is timed by the scope's timer
-(or its lender's) like a riding scope's read, and the code that bounds it catches the
-``CancelledError`` and asks :meth:`Deadline.unbound` whether it was the bound's, which takes it
-back as a scope's exit would. It costs neither an object nor a ``with``: the request body's read,
-each attempt's reads and the relay's are bounded so inside the request's listening scope. A
-block finds that scope with :func:`bounding` (the lender, if it is the running task's); a block
-in a task of its own (a hedge's racer) or with no lender enters a :class:`Deadline` of its own
-and bounds its reads in that, since a bound cancels the scope's task. Read after read, a later
-:meth:`Deadline.bound` moves the bound, and :meth:`Deadline.lift` stops its count between reads
-(as :meth:`Deadline.disarm` does a scope's: a slow client is not upstream idleness); the same
-bytecodes per chunk as a scope's ``arm``/``disarm``.
+**Reads, bounded through one helper.** Code that waits on a read (the request body, an
+upstream's answer, each chunk a relay reads) holds no scope of its own: it runs its reads in a
+:func:`reading` block, which bounds them in the request's listening scope when the block runs in
+the request's task (no timer, no scope per attempt), and in a :class:`Deadline` of its own
+otherwise (a hedge's racer, whose bound on the request's scope would cancel the request's task,
+or code outside a request). The block as a whole may be bounded (``seconds``: the body's
+``body_timeout``, an attempt's first byte), and each read made through :meth:`Reads.next` is
+bounded by ``idle``, never past ``deadline``, until :meth:`Reads.done` says it came: between
+reads nothing is timed (a slow client is backpressure, not upstream idleness). A read that
+overruns cuts the block short: it ends without an exception and :attr:`Reads.expired` says so.
+Underneath, a stretch of the block is bounded on the scope (:meth:`Deadline.bound`, moved read
+after read, stopped between reads, ended by :meth:`Deadline.unbound`), timed by the scope's
+timer or its lender's; :func:`reading` is the only user of those (a unit test scans the
+package).
 
 The cancellation itself is asyncio's own, told apart from anyone else's as ``asyncio.timeout``
 does (``Task.cancelling`` / ``Task.uncancel``): a client that leaves, or a server that cancels
@@ -55,29 +57,21 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar, Token
 from types import TracebackType
 
-__all__ = ["Deadline", "bounding"]
+__all__ = ["Deadline", "Reads", "reading"]
 
 # The scope lending its timer to the scopes entered inside it (see the module docstring); a
 # value per task context, set and reset by the lending scope itself.
 _lender: ContextVar[Deadline | None] = ContextVar("asgi_router_deadline_lender", default=None)
 
 
-def bounding() -> Deadline | None:
-    """The scope a stretch of the running block can be bound in (:meth:`Deadline.bound`): the
-    lender (the request's listening scope), when its task is the running one; ``None`` when
-    there is none, or it lends to a task of its own (a hedge's racer: a bound on the lender
-    would cancel the request's task, not the racer's)."""
-    host = _lender.get()
-    if host is not None and host._task is asyncio.current_task():
-        return host
-    return None
-
-
 class Deadline:
     """``with Deadline() as deadline:`` inside an asyncio task; see the module docstring.
+    ``lends``: the scopes entered inside it ride on its timer.
 
     :meth:`cancel` (from another task or a callback, never from the block's own task) ends the
     block at its next ``await``; :meth:`arm` makes the scope cancel itself once that much time
@@ -94,7 +88,9 @@ class Deadline:
         "_expires",
         "_handle",
         "_host",
+        "_lends",
         "_loop",
+        "_reads",
         "_riders",
         "_task",
         "_token",
@@ -102,7 +98,8 @@ class Deadline:
         "expired",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, lends: bool = False) -> None:
+        self._lends = lends
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[object] | None = None
         self._base = 0
@@ -119,6 +116,8 @@ class Deadline:
         # The scopes riding on this one's timer, while it lends it.
         self._riders: list[Deadline] | None = None
         self._token: Token[Deadline | None] | None = None
+        # A lender's block of reads, made once and used by each block in its task in turn.
+        self._reads: Reads | None = None
         self._cancelled = False
         self._exited = False
         #: Whether this scope's own cancellation ended the block (a read overran, or
@@ -136,14 +135,10 @@ class Deadline:
         if host is not None and host._riders is not None and host._loop is loop:
             self._host = host
             host._riders.append(self)
+        if self._lends:  # from now until this scope ends, scopes entered inside ride on its timer
+            self._riders = []
+            self._token = _lender.set(self)
         return self
-
-    def lend(self) -> None:
-        """From now until this scope ends, scopes entered inside it ride on its timer (inside
-        the block, before entering them; once)."""
-        assert self._task is not None and self._riders is None, "lend() once, inside the block"
-        self._riders = []
-        self._token = _lender.set(self)
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
@@ -282,6 +277,7 @@ class Deadline:
         their own, and the context variable is as it was."""
         riders, self._riders = self._riders, None
         token, self._token = self._token, None
+        self._reads = None  # its block of reads refers back to it: no cycle left behind
         if token is not None:
             _lender.reset(token)
         for rider in riders or ():
@@ -289,3 +285,98 @@ class Deadline:
             when = min(rider._expires, rider._bound)
             if when < math.inf:
                 rider._schedule(when)
+
+
+class Reads:
+    """A block of reads (:func:`reading` makes it): ``with reading(...) as reads:``; each read
+    made through :meth:`next` is bounded, a read that overruns ends the block without an
+    exception (:attr:`expired`), any other cancellation (the client leaving, the server) goes
+    through it."""
+
+    __slots__ = ("_clock", "_own", "_scope", "_seconds", "deadline", "expired", "idle")
+
+    # Set by reading(), which makes the block (no __init__ to call: docs/performance.md).
+    _scope: Deadline
+    #: Whether the scope is the block's own (entered and left with it).
+    _own: bool
+    _seconds: float
+    _clock: Callable[[], float]
+    #: How long each read may take, and by when (on the block's clock) the last one must be
+    #: done; a block may move them between reads (an attempt's reads after its first byte).
+    idle: float
+    deadline: float
+    #: Whether a read (or the block's own limit) overran and cut the block short.
+    expired: bool
+
+    def __enter__(self) -> Reads:
+        if self._own:
+            self._scope.__enter__()
+        if self._seconds < math.inf:
+            self._scope.bound(self._seconds)
+        return self
+
+    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
+        """The next of ``chunks``, to await: cut once ``idle`` has passed or ``deadline`` has come,
+        and not counted once it came (call :meth:`done`: a slow client is not upstream idleness)."""
+        # Deadline.bound's work inline, once per chunk of a stream (docs/performance.md).
+        scope = self._scope
+        left = self.deadline - self._clock()
+        idle = self.idle
+        expires = scope._bound = scope._loop.time() + (idle if idle < left else left)  # type: ignore[union-attr]
+        owner = scope._host or scope
+        if expires < owner._when:  # as bound(): the timer only ever moves earlier
+            mark = owner._expires
+            owner._schedule(expires if expires <= mark else mark)
+        return chunks.__anext__()  # no anext() wrapper held while idle
+
+    def done(self) -> None:
+        """The read made by :meth:`next` came in: from now until the next one, nothing is timed."""
+        self._scope._bound = math.inf  # Deadline.lift's work inline
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        scope = self._scope
+        scope._bound = math.inf
+        cut = scope._bound_cut and scope.unbound()  # a bound of this block cut it: taken back
+        if self._own:
+            scope.__exit__(exc_type, exc, tb)
+        if cut and exc_type is asyncio.CancelledError:
+            self.expired = True
+            return True
+        return False
+
+
+def reading(
+    seconds: float = math.inf,
+    idle: float = math.inf,
+    deadline: float = math.inf,
+    clock: Callable[[], float] = time.monotonic,
+) -> Reads:
+    """``with reading(seconds, idle, deadline, clock) as reads:`` a block of reads done within
+    ``seconds`` of entering it, each read made through :meth:`Reads.next` within ``idle`` and
+    before ``deadline`` (on ``clock``); ``math.inf``: no such limit. Enter it in the task that
+    reads (see the module docstring).
+
+    In the request's task the block is the request's own (one per request, its blocks one after
+    another: docs/performance.md), bounded on its scope; elsewhere (a hedge's racer, whose bound
+    on the request's scope would cancel the request's task, or no request) a block with a scope
+    of its own.
+    """
+    scope = _lender.get()
+    if scope is not None and scope._task is asyncio.current_task():
+        reads = scope._reads
+        if reads is None:
+            reads = scope._reads = Reads()
+            reads._scope = scope
+            reads._own = False
+    else:
+        reads = Reads()
+        reads._scope = Deadline()
+        reads._own = True
+    reads._seconds = seconds
+    reads.idle = idle
+    reads.deadline = deadline
+    reads._clock = clock
+    reads.expired = False
+    return reads

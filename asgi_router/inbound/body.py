@@ -12,7 +12,6 @@ would redirect traffic or swap credentials (:mod:`.screen`). Every refusal is a
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any, Final
 
 from starlette.types import Receive, Scope
 
-from asgi_router.core.deadlines import Deadline
+from asgi_router.core.deadlines import reading
 from asgi_router.core.header_names import is_sane_request_id
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.safejson import JsonRefused, Span, loads_with_span
@@ -90,30 +89,21 @@ def _too_large(limit: int) -> RouterError:
     return RouterError(413, "request_too_large", f"request body is larger than {limit} bytes")
 
 
-async def read_body(
-    scope: Scope, receive: Receive, limit: int, time_limit: float = math.inf, within: Deadline | None = None
-) -> bytes | RouterError:
+async def read_body(scope: Scope, receive: Receive, limit: int, time_limit: float = math.inf) -> bytes | RouterError:
     """The whole request body; a 413 once it is known to exceed ``limit`` bytes, a 408 when it
     has not all arrived within ``time_limit`` seconds. Neither reads the rest of the body.
 
-    The time limit is a bound (:meth:`~asgi_router.core.deadlines.Deadline.bound`) on the read
-    inside ``within``, the request's scope when it has one (the middleware's listening scope):
-    the read is timed by that scope's timer, with no scope or timer of its own; with none, the
-    read gets a :class:`~asgi_router.core.deadlines.Deadline` of its own. Either way only the
-    bound's own cancellation is a 408: the server cancelling the request still propagates. A
-    client that leaves mid-body is :class:`ClientGone`: there is no one to answer.
+    The read is one :func:`~asgi_router.core.deadlines.reading` block: in a request, timed by
+    the request's own scope (the middleware's listening scope), with no timer of its own. Only
+    the limit's own cut is a 408: the server cancelling the request still propagates. A client
+    that leaves mid-body is :class:`ClientGone`: there is no one to answer.
     """
-    if within is None:
-        with Deadline() as own:
-            return await read_body(scope, receive, limit, time_limit, own)
-        raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         return _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    within.bound(time_limit)
-    try:
+    with reading(time_limit):
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -126,12 +116,7 @@ async def read_body(
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    except asyncio.CancelledError:
-        if not within.unbound():  # not the bound's: the request itself is cancelled
-            raise
-    finally:
-        within.unbound()
-    return _timed_out(time_limit)  # only reached when the bound cut the read short
+    return _timed_out(time_limit)  # only reached when the limit cut the read short
 
 
 def _timed_out(time_limit: float) -> RouterError:

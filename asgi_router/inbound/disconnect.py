@@ -18,9 +18,9 @@ The middleware enters the scope when the request arrives, ``held``: the body is 
 read through ``receive()``, so nothing listens before :meth:`ListeningScope.listen` (called
 once upstreams are involved), and a mark passed by then starts the listener at once. Entered
 that early, its timer is the request's only one: it bounds the body read, the attempts' reads
-and the relay's (:meth:`~asgi_router.core.deadlines.Deadline.bound`, in the request's own task),
-and the deadlines of a hedge's racers, in tasks of their own, ride on it
-(:meth:`~asgi_router.core.deadlines.Deadline.lend`).
+and the relay's (each a :func:`~asgi_router.core.deadlines.reading` block in the request's own
+task), and the deadlines of a hedge's racers, in tasks of their own, ride on it (it lends its
+timer).
 
 The scope is the request's :class:`~asgi_router.core.deadlines.Deadline` too: the client
 leaving cancels it, which cancels whatever the request is waiting on (an attempt, the hedging
@@ -62,7 +62,7 @@ class ListeningScope(Deadline):
     __slots__ = ("_after", "_held", "_listener", "_overdue", "_party")
 
     def __init__(self, party: RequestState, after: float = WATCH_AFTER, *, held: bool = False) -> None:
-        super().__init__()
+        super().__init__(lends=True)  # the request's one timer: what is entered inside rides on it
         self._party: RequestState | None = party
         self._after = after
         # Not listening before :meth:`listen` (the block reads the request body first), and
@@ -78,7 +78,6 @@ class ListeningScope(Deadline):
 
     def __enter__(self) -> ListeningScope:
         super().__enter__()
-        self.lend()  # the request's one timer: the deadlines entered inside (racers') ride on it
         if self._held:
             # The mark is only noted: the first deadline armed inside, or listen(), sets the
             # timer, so a request refused before reading its body makes none.

@@ -1,76 +1,86 @@
-"""Relay a committed upstream's bytes to the client: unparsed, unbuffered, byte-exact.
+"""Relay a committed upstream's stream to the client: one read loop, two ways of cutting it.
 
-This is the default relay, for every plan without a candidate that may continue a broken stream
-(``resume = "none"``, the default): once ``http.response.start`` has gone out there is no
-failover, since sent bytes cannot be recalled. If the upstream breaks or stalls past ``idle``
-after commit, the relay writes one in-band event ``data: {"error": {...}}`` and ends the
-response *without* ``data: [DONE]``, so the ``openai`` SDK raises ``APIError`` rather than
-returning a truncated answer as if it were whole. A plan with a resumable candidate is relayed by
-``resume_relay.py`` instead: whole events only, and a break continued by another call.
+Once ``http.response.start`` has gone out there is no failover (sent bytes cannot be recalled).
+:func:`relay_stream` relays the stream, cut one of two ways:
 
-Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
-whole answer, so a client that closes its connection before the response's final empty message
-leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
-the last chunk sent on the request's state, and only when something asks
-(the client left, a send failed, the upstream broke) is that chunk tested (:func:`ends_stream`).
-
-Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
-upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The
-``idle`` and ``total`` limits bound each read (:meth:`Deadline.bound
-<asgi_router.core.deadlines.Deadline.bound>` before it, ``lift()`` after it): time spent
-waiting on a slow *client* does not count as upstream idleness. The bound is set on the
-request's own scope (:func:`~asgi_router.core.deadlines.bounding`) and timed by its one timer:
-the relay enters no scope of its own, and a read that overruns is cut short and the bound's
-cancellation taken back (``unbound()``), as a scope's exit would. A relay outside a request's
-scope enters a :class:`~asgi_router.core.deadlines.Deadline` of its own and bounds its reads in
-that.
+* **byte-exact** (every plan without a candidate that may continue a broken stream: ``resume =
+  "none"``, the default): unparsed, unbuffered, each chunk as it came (a UTF-8 character split
+  across chunks stays split);
+* **whole events** (:class:`~asgi_router.responses.whole_events.WholeEvents`, for a plan that may
+  continue the stream): each chunk up to its last event boundary, the tail held until its event
+  completes, so a break never leaves half an event at the client. A :class:`Continuer`
+  (``resume_relay.py``) is told of each break and may hand the relay another call to relay on,
+  in the same stream; the relay decides nothing about it.
 
 A translated stream (a chat completion answered by an Anthropic provider) is the one exception
 to "unparsed": each chunk read is fed to the committed attempt's
 :class:`~asgi_router.protocols.from_anthropic.StreamTranslation` and what it gives back is sent
-at once, so it is re-encoded as it arrives, never buffered. An ``error`` event, or an upstream
-that ends before ``message_stop``, is a break like a cut connection.
+at once (re-encoded as it arrives, never buffered). An ``error`` event, or an upstream that ends
+before ``message_stop``, is a break like a cut connection.
 
-On an Anthropic client's route the in-band error is Anthropic's ``event: error`` (``error_event``
-says which shape to write), so the ``anthropic`` SDK raises too.
+A break nothing continues ends the response with one in-band
+event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
+``error_event`` says which) and *without* ``data: [DONE]``, so the ``openai`` and ``anthropic``
+SDKs raise rather than return a truncated answer as if it were whole; its words come from
+``relay_failures.py``.
 
-The only looks at the bytes are at the end: at a break, the last chunk's final bytes say whether
-the stream's end already went out (then nothing is lost) and whether the error event needs a blank
-line first to start on an event boundary. The result names
-the last two chunks sent (where a stream's final ``usage`` is) and how many there were; a
-``tail`` (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
-:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last chunks
-sent (where an upstream whose writes arrive in pieces states its usage), so that token usage can be
-read *after* the stream has ended.
+Each chunk is awaited into ``send`` before the next one is read: a slow client slows the
+upstream read (TCP backpressure end to end), and at most one chunk is held at a time. The reads
+are one :func:`~asgi_router.core.deadlines.reading` block: each within ``idle``, never past the
+attempt's ``total``, timed by the request's own scope; time spent waiting on a slow *client* is
+not upstream idleness.
+
+Once the stream's last event (``data: [DONE]``, ``message_stop``) has been sent the client has the
+whole answer, so a client that closes its connection before the response's final empty message
+leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
+the last chunk sent on the request's state, and only when something asks (the client left, a
+send failed, the upstream broke) is that chunk tested
+(:func:`~asgi_router.protocols.stream_end.ends_stream`).
+The result (:class:`RelayResult`, made in one place) names the last two
+chunks sent (where a stream's final ``usage`` is) and how many there were; a ``tail``
+(:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
+:class:`~asgi_router.attempts.usage.Tail`), when given, keeps references to more of the last
+chunks sent (where an upstream whose writes arrive in pieces states its usage), so that token
+usage can be read *after* the stream has ended.
 """
 
 from __future__ import annotations
 
-import asyncio
+import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from starlette.types import Send
 
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.attempts.usage import LastChunks, Tail
-from asgi_router.core.classify import UnrecognisedFailure, classify_exception
-from asgi_router.core.deadlines import Deadline, bounding
+from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.observability.events import logger
 from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.request_state import RequestState
+from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
+from asgi_router.responses.whole_events import Spliced, WholeEvents
 from asgi_router.transports.transport import close_response
 
 __all__ = [
+    "Continuer",
     "RelayResult",
-    "UpstreamSaid",
     "event_boundary",
-    "late_reason",
     "relay_stream",
     "send_whole",
 ]
+
+
+def event_boundary(last: bytes) -> bytes:
+    """What to write before the error event so that it starts a new SSE event."""
+    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if last.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,31 +95,23 @@ class RelayResult:
     last: bytes = b""
 
 
-def event_boundary(last: bytes) -> bytes:
-    """What to write before the error event so that it starts a new SSE event."""
-    if last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
-        return b""
-    if last.endswith((b"\n", b"\r")):
-        return b"\n"
-    return b"\n\n"
+class Continuer(Protocol):
+    """What may continue a stream after a break (``resume_relay.py``), asked by the relay at each
+    break it cannot leave be: the relay reports, the continuer decides."""
+
+    async def after_break(
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+    ) -> tuple[Committed, Spliced] | None:
+        """The call that continues ``broken``'s stream and how to rewrite its events, or
+        ``None``; ``said``: every complete event the client has."""
+
+    def ended(self, served: bool) -> None:
+        """The stream ended: finished (``served``), or with the in-band error."""
 
 
-class UpstreamSaid(Exception):
-    """A translated stream that broke in its own words: an ``error`` event, or an early end."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"the upstream sent {kind}: {message}" if kind else message)
-
-
-def late_reason(exc: Exception, candidate: str) -> Reason:
-    if isinstance(exc, UpstreamSaid):
-        return "stream_interrupted"
-    try:
-        reason = classify_exception(exc)
-    except UnrecognisedFailure:  # the router's own failure: not held against the upstream
-        logger.exception("the router failed relaying %s", candidate)
-        return "router_error"
-    return "timeout" if reason == "timeout" else "stream_interrupted"
+def _result(reason: Reason, size: int, count: int, before_last: bytes, last: bytes) -> RelayResult:
+    """The one place a relay's result is made."""
+    return RelayResult(size, reason, count, before_last, last)
 
 
 async def relay_stream(
@@ -120,111 +122,111 @@ async def relay_stream(
     tail: LastChunks | Tail | None,
     progress: RequestState,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
-    within: Deadline | None = None,
+    continuer: Continuer | None = None,
 ) -> RelayResult:
-    """Send the response start, the first chunk, and every chunk after it as it arrives.
+    """Send the response start, then relay ``committed``'s stream until it ends or breaks.
 
+    Byte-exact (the chunks held for commit sent as they came), or, with a ``continuer``, cut
+    into whole events (the first bytes as one) and continued after a break when it says so.
     ``progress`` learns the bytes and chunks sent (kept current even when the relay is cancelled:
     the client left, so the request's log line says how much it did receive, and an estimate
     counts what it was sent) and the last chunk sent, and is told once the response's last
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
-    in-band error in the route's protocol. The reads are bounded in ``within``: the request's
-    scope, found when not given; with none, a scope of the relay's own.
+    in-band error in the route's protocol.
     """
-    if within is None:
-        within = bounding()
-        if within is None:  # outside a request's scope: a scope of its own to bound the reads in
-            with Deadline() as own:
-                return await relay_stream(send, committed, headers, clock, tail, progress, error_event, own)
-            raise AssertionError("unreachable: the block has no cancellation of its own")  # pragma: no cover
-    response = committed.response
-    translation = committed.translation
-    chunks = response.chunks
-    idle = committed.provider.timeouts.idle
-    deadline = committed.deadline
-    last = before_last = b""
-    sent = count = 0
+    whole = None if continuer is None else WholeEvents()
+    current = committed
+    # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
+    size = count = 0
+    before_last = last = b""
     try:
         try:
-            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
             del headers  # sent: not held for the stream's life
-            # The first chunk, or the chunks held for commit, as they came.
-            for part in committed.parts or (committed.body,):
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                sent += len(part)
-                count += 1
-                before_last, last = last, part
-                if tail is not None:
-                    tail.add(part)
-            progress.last_sent = last
-            failure: Exception | None = None
-            # Whether a read overran its bound (idle or total), which cut it short.
-            expired = False
-            # Each read bounded in the request's scope (core/deadlines.py): no scope of its own.
-            try:
-                while True:
-                    left = deadline - clock()
-                    within.bound(idle if idle < left else left)  # not min(): a builtin call per chunk is dear
-                    try:
-                        chunk = await chunks.__anext__()  # no anext() wrapper held while idle
-                    except StopAsyncIteration:
-                        break
-                    except Exception as exc:
-                        failure = exc
-                        break
-                    within.lift()  # a slow client is backpressure, not upstream idleness
-                    if translation is not None:
-                        chunk = translation.feed(chunk)
-                        if translation.failure is not None:
-                            failure = UpstreamSaid(*translation.failure)
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        sent += len(chunk)
-                        count += 1
-                        before_last = last
-                        last = progress.last_sent = chunk
-                        if tail is not None:
-                            tail.add(chunk)
-                    if failure is not None:
-                        break
-            except asyncio.CancelledError:  # where a scope's exit would take its own back
-                if not within.unbound():  # not the bound's: the client left, the server cancels
-                    raise
-                expired = True
-            finally:
-                within.unbound()  # however the loop ends, its last read is no longer bounded
-            if failure is None and translation is not None and not translation.finished and not expired:
-                failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
-            if (failure is not None or expired) and not ends_stream(last):  # after the end, nothing is lost
-                reason = "timeout" if failure is None else late_reason(failure, committed.candidate.key)
-                detail = (
-                    str(failure)
-                    if isinstance(failure, UpstreamSaid)
-                    else "the router failed; see the server log"
-                    if reason == "router_error"
-                    else "upstream connection broke"
-                    if reason != "timeout"
-                    else "the attempt's total timeout ran out"
-                    if clock() >= deadline
-                    else "no data within the idle timeout"
-                )
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": event_boundary(last) + error_event(committed.candidate.key, reason, detail),
-                        "more_body": False,
-                    }
-                )
+            while True:  # a pass per call feeding the stream: the committed one, then any continuation
+                chunks = current.response.chunks
+                translation = current.translation
+                deadline = current.deadline
+                held_for_commit = deque(current.parts) if current.parts and whole is None else None
+                data = held_for_commit.popleft() if held_for_commit else current.body
+                failure: Exception | None = None
+                with reading(math.inf, current.provider.timeouts.idle, deadline, clock) as reads:  # per read only
+                    while True:
+                        if whole is not None and data:
+                            if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
+                                data = whole.cut(data)
+                            if data and whole.splice is not None:
+                                data = whole.splice.feed(data)
+                            if data:
+                                whole.events.append(data)
+                        if data:
+                            await send({"type": "http.response.body", "body": data, "more_body": True})
+                            size += len(data)
+                            count += 1
+                            before_last = last
+                            last = progress.last_sent = data
+                            if tail is not None:
+                                tail.add(data)
+                        if failure is not None:
+                            break
+                        if held_for_commit:
+                            data = held_for_commit.popleft()
+                            continue
+                        try:
+                            data = await reads.next(chunks)
+                        except StopAsyncIteration:
+                            break
+                        except Exception as exc:
+                            failure = exc
+                            break
+                        reads.done()  # a slow client is backpressure, not upstream idleness
+                        if translation is not None:
+                            data = translation.feed(data)
+                            if translation.failure is not None:
+                                failure = UpstreamSaid(*translation.failure)
+                if failure is None and not reads.expired:
+                    if translation is not None and not translation.finished:
+                        failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
+                    elif whole is not None and whole.held.strip():
+                        failure = UpstreamSaid("", "the upstream's stream ended inside an event")
+                    else:
+                        break  # its end
+                if ends_stream(last):  # the client has the whole answer: nothing is lost
+                    break
+                reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
+                past_total = clock() >= deadline
+                if whole is not None and continuer is not None:
+                    stalled_past_total = past_total and failure is None
+                    continued = await continuer.after_break(current, reason, stalled_past_total, whole.said())
+                    if continued is not None:
+                        closing = close_response(current.response)
+                        if closing is not None:
+                            await closing
+                        current, splice = continued
+                        whole.continued(splice)
+                        continue
+                    continuer.ended(served=False)
+                text = failure_text(failure, reason, past_total)
+                body = event_boundary(last) + error_event(current.candidate.key, reason, text)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
                 progress.complete()
-                return RelayResult(sent, reason, count, before_last, last)
+                return _result(reason, size, count, before_last, last)
+            if whole is not None and whole.held:  # ended without a final blank line: its last event as it is
+                await send({"type": "http.response.body", "body": whole.held, "more_body": True})
+                size += len(whole.held)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             progress.complete()
+            if continuer is not None:
+                continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            return RelayResult(sent, "served" if ends_stream(last) else "client_disconnected", count, before_last, last)
-        return RelayResult(sent, "served", count, before_last, last)
+            ended = ends_stream(last)
+            if ended and continuer is not None:
+                continuer.ended(served=True)
+            return _result("served" if ended else "client_disconnected", size, count, before_last, last)
+        return _result("served", size, count, before_last, last)
     finally:
-        progress.bytes_relayed, progress.chunks_relayed = sent, count
-        closing = close_response(response)
+        progress.bytes_relayed, progress.chunks_relayed = size, count
+        closing = close_response(current.response)
         if closing is not None:
             await closing
 

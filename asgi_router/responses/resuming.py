@@ -14,22 +14,15 @@ client got the in-band error.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from asgi_router.attempts.outcomes import Committed, Continuation, Continues
 from asgi_router.core.reasons import Reason
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.continuation_messages import MessagesSplice, said_in_messages
 from asgi_router.request.request_state import RequestState
+from asgi_router.responses.whole_events import Spliced
 from asgi_router.routing.facts import RequestFacts
 
-__all__ = ["Spliced", "StreamResumer"]
-
-
-class Spliced(Protocol):
-    """Rewrites a continuation's complete events into the stream the client already has."""
-
-    def feed(self, events: bytes) -> bytes: ...
+__all__ = ["StreamResumer"]
 
 
 class StreamResumer:

@@ -23,7 +23,9 @@ Modules: ``reply`` (what a fake answers), ``fake_upstream`` (the server, its scr
 ``hits`` (:class:`Hit`), ``playback`` (a reply played on one request), ``wire_format`` (the
 protocol seam), ``openai_wire`` and ``anthropic_wire`` (the two wire formats), ``captured``
 (:class:`CapturedEvents`), ``server`` (:class:`AppServer`), ``scripted_serve`` (the ``serve``
-command and its script grammar; ``__main__`` runs it). The library never imports this package.
+command and its script grammar; ``__main__`` runs it), ``memory_transport`` (an upstream in
+memory, with no socket: the project's own relay tests and benchmark drive the router through
+it; not part of the kit's stable names). The library never imports this package.
 """
 
 from asgi_router.testing import reply

@@ -2,7 +2,7 @@
 
 The request's listening scope (``inbound/disconnect.py``) is a lender whose one timer times every
 limit of the request. In the request's own task, a call (``attempts/call.py``) and the relay
-(``responses/relay.py``) bound their reads on it (``Deadline.bound``) instead of entering a
+(``responses/relay.py``) bound their reads on it (a ``reading`` block) instead of entering a
 ``Deadline`` each; in a task of its own (a hedge's racer) a call still enters one, since a bound
 on the request's scope would cancel the request's task. These pin that every limit still holds
 (first byte, ``idle`` before and after commit, ``total``), that a limit that overruns ends the
@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from asgi_router.attempts import call as call_module
 from asgi_router.attempts.call import call
 from asgi_router.attempts.outcomes import Committed, Failed
+from asgi_router.core import deadlines
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.deadlines import Deadline
 from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
-from asgi_router.responses import relay as relay_module
 from asgi_router.responses.relay import relay_stream
 
 from ..doubles import FAKE_CLOCK_BACKEND
@@ -118,8 +117,8 @@ def _call(response: _Response, stream: bool, **timeouts: float) -> Any:
     )  # type: ignore[arg-type]
 
 
-def _counting_deadlines(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[Deadline]:
-    """The ``Deadline`` scopes ``module`` makes from now on."""
+def _counting_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[Deadline]:
+    """The ``Deadline`` scopes the reads' blocks make from now on."""
     made: list[Deadline] = []
 
     class Counted(Deadline):
@@ -129,7 +128,7 @@ def _counting_deadlines(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[De
             super().__init__()
             made.append(self)
 
-    monkeypatch.setattr(module, "Deadline", Counted)
+    monkeypatch.setattr(deadlines, "Deadline", Counted)
     return made
 
 
@@ -168,7 +167,7 @@ async def _client_leaves_during(read: Callable[[], Awaitable[object]]) -> None:
 async def test_in_the_requests_task_a_first_byte_that_never_comes_is_a_timeout_and_the_request_goes_on(
     monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
-    made = _counting_deadlines(monkeypatch, call_module)
+    made = _counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"late"))
     started = _loop_time()
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
@@ -213,7 +212,7 @@ async def test_a_call_in_a_task_of_its_own_times_out_in_its_own_scope_not_the_re
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A hedge's racer: a bound on the request's scope would cancel the request's task.
-    made = _counting_deadlines(monkeypatch, call_module)
+    made = _counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"late"))
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
         racer = asyncio.ensure_future(_call(response, True, first_byte=0.1))
@@ -273,7 +272,7 @@ async def _relay(response: _Response, client: _Client, **timeouts: float) -> Any
 async def test_in_the_requests_task_a_stream_stalling_past_idle_ends_with_the_timeout_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch, relay_module)
+    made = _counting_deadlines(monkeypatch)
     response = _Response((0, b"data: 2\n\n"), (_NEVER, b"data: 3\n\n"))
     client = _Client()
     started = _loop_time()
@@ -321,7 +320,7 @@ async def test_a_client_leaving_during_a_relay_read_cancels_it_and_is_no_timeout
 async def test_a_relay_outside_a_requests_scope_bounds_its_reads_in_a_scope_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch, relay_module)
+    made = _counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"data: 2\n\n"))
     client = _Client()
     result = await _relay(response, client, idle=0.1)

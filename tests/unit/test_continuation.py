@@ -11,7 +11,7 @@ from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
-from asgi_router.responses.resume_relay import complete_events
+from asgi_router.responses.whole_events import complete_events
 
 A, B, C, D = (Candidate(name, "m") for name in "abcd")
 

@@ -8,13 +8,17 @@ not never does, and re-arming moves the deadline either way.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from asgi_router.core.deadlines import Deadline, bounding
+from asgi_router.core import deadlines
+from asgi_router.core.deadlines import Deadline, Reads, reading
 
 from ..doubles import FAKE_CLOCK_BACKEND
+from ..waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -140,18 +144,18 @@ async def test_an_armed_read_that_overruns_ends_the_block_and_not_before() -> No
 
 
 async def test_reads_that_come_in_time_keep_the_block_going_however_many() -> None:
-    # Ten reads, each within its 50 ms but 200 ms in all: only the last, stuck one ends it.
-    scope, took = await _stuck_read(*([0.05] * 10), 0.05)
+    # Ten reads, each well within its 100 ms but 200 ms in all: only the last, stuck one ends it.
+    scope, took = await _stuck_read(*([0.1] * 10), 0.05)
     assert scope.expired
     assert took >= 0.2 + 0.05
 
 
 async def test_a_later_deadline_than_the_pending_timer_is_honoured_when_the_timer_fires() -> None:
-    # The first arm sets the timer for 30 ms; the second, 20 ms in, asks for 100 ms more: the
+    # The first arm sets the timer for 100 ms; the second, 20 ms in, asks for 200 ms more: the
     # timer fires early, finds the read not yet due, and waits for the new time.
-    scope, took = await _stuck_read(0.03, 0.1)
+    scope, took = await _stuck_read(0.1, 0.2)
     assert scope.expired
-    assert took >= 0.02 + 0.1
+    assert took >= 0.02 + 0.2
 
 
 async def test_an_earlier_deadline_than_the_pending_timer_moves_the_timer() -> None:
@@ -204,12 +208,11 @@ class _Lender(Deadline):
     __slots__ = ("overruns",)
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(lends=True)
         self.overruns = 0
 
     def __enter__(self) -> _Lender:
         super().__enter__()
-        self.lend()
         return self
 
     def _overrun(self) -> None:
@@ -403,25 +406,117 @@ async def test_a_lifted_bound_no_longer_counts_until_the_next_bound() -> None:
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-# --- where a stretch can be bound: the lender, in its own task only ---------------------------
+# --- Reads: a block of reads, bounded on the lender in its own task only ---------------------
 
 
-async def test_bounding_is_the_lender_in_its_task_and_none_without_one() -> None:
-    assert bounding() is None
+def _counting_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[Deadline]:
+    """The scopes of their own that ``Reads`` blocks make from now on."""
+    made: list[Deadline] = []
+
+    class Counted(Deadline):
+        __slots__ = ()
+
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(deadlines, "Deadline", Counted)
+    return made
+
+
+async def _stuck_reads(idle: float, chunks: _Chunks | None = None) -> Reads:
+    """A block whose second read never comes (the first within ``idle``)."""
+    chunks = chunks or _Chunks()
+    with reading(idle=idle) as reads:
+        await reads.next(chunks)
+        reads.done()
+        await reads.next(chunks)
+    return reads
+
+
+class _Chunks:
+    """One chunk at once, then nothing ever."""
+
+    def __init__(self) -> None:
+        self.given = 0
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self.given += 1
+        if self.given > 1:
+            await asyncio.get_running_loop().create_future()
+        return b"x"
+
+
+async def test_reads_in_the_lenders_task_are_cut_by_its_timer_with_no_scope_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _counting_deadlines(monkeypatch)
     with _Lender() as lender:
-        assert bounding() is lender
-        with Deadline():  # a scope that does not lend: the lender is still the one
-            assert bounding() is lender
-    assert bounding() is None
-    with Deadline():  # no lender at all
-        assert bounding() is None
+        reads = await _stuck_reads(0.02)
+        await asyncio.sleep(0)  # the lender's block goes on
+    assert reads.expired and made == [] and not lender.expired
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-async def test_bounding_is_none_in_a_task_started_inside_the_lender() -> None:
+async def test_reads_outside_a_lender_or_in_a_task_started_inside_it_use_a_scope_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _counting_deadlines(monkeypatch)
+    assert (await _stuck_reads(0.02)).expired and len(made) == 1
     # A hedge's racer: it inherits the lender, but a bound on it would cancel the request's task.
-    async def racer() -> Deadline | None:
-        return bounding()
-
     with _Lender() as lender:
-        assert await asyncio.get_running_loop().create_task(racer()) is None
-        assert bounding() is lender
+        racer = asyncio.get_running_loop().create_task(_stuck_reads(0.02))
+        assert (await racer).expired
+    assert len(made) == 2 and not lender.expired
+
+
+async def test_a_reads_block_lets_someone_elses_cancellation_through() -> None:
+    chunks = _Chunks()
+
+    async def read() -> Reads:
+        with _Lender():
+            return await _stuck_reads(30, chunks)
+
+    task = asyncio.get_running_loop().create_task(read())
+    await eventually(lambda: chunks.given == 2)  # in the read that never comes
+    task.cancel()  # the client leaving, the server shutting down
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_reads_block_is_cut_by_its_own_limit_however_its_reads_go() -> None:
+    with reading(0.02) as reads:
+        await asyncio.get_running_loop().create_future()
+    assert reads.expired
+
+
+# --- the lending's API is the helper's alone ----------------------------------------------------
+
+_PACKAGE = Path(deadlines.__file__).resolve().parent.parent
+#: What bounds a read on a scope (a scope's methods), and what finds the scope to bound it on.
+_BOUNDING = {"bound", "unbound", "lift"}
+_FINDING = {"_bounding", "bounding", "_lender"}
+
+
+def _uses_of_bounding(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in _BOUNDING | _FINDING:
+            found.append(f"{path.relative_to(_PACKAGE.parent)}:{node.lineno} {node.attr}")
+        if isinstance(node, ast.Name) and node.id in _FINDING:
+            found.append(f"{path.relative_to(_PACKAGE.parent)}:{node.lineno} {node.id}")
+        if isinstance(node, ast.keyword) and node.arg == "lends":
+            found.append(f"{path.relative_to(_PACKAGE.parent)}:{node.value.lineno} lends=")
+    return found
+
+
+def test_no_module_but_the_helpers_own_bounds_a_read_and_only_the_requests_scope_lends() -> None:
+    helper = _PACKAGE / "core" / "deadlines.py"
+    uses = [use for path in sorted(_PACKAGE.rglob("*.py")) if path != helper for use in _uses_of_bounding(path)]
+    # The request's listening scope is the one lender (its timer is the request's one timer).
+    assert [use.split(":")[0] for use in uses] == ["asgi_router/inbound/disconnect.py"], uses
+    assert uses[0].endswith("lends=")
+    assert _uses_of_bounding(helper), "the scan no longer finds the helper's own uses"

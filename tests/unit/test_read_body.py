@@ -185,7 +185,7 @@ async def test_in_the_requests_scope_a_first_receive_that_never_delivers_is_a_40
     async with asyncio.timeout(5):  # a read nothing ends would fail here, not hang
         with ListeningScope(party, WATCH_AFTER, held=True) as request:
             set_at = _counting_timers(monkeypatch)
-            refused = await read_body(_SCOPE, receive, 1024, 0.1, request)
+            refused = await read_body(_SCOPE, receive, 1024, 0.1)
             assert isinstance(refused, RouterError) and refused.status == 408
             assert receive.ended == ["cancelled"]
             await asyncio.sleep(0)  # the request goes on to answer: its task is not cancelled
@@ -212,7 +212,7 @@ async def test_in_the_requests_scope_a_body_trickling_past_the_mark_and_the_limi
     started = asyncio.get_running_loop().time()
     async with asyncio.timeout(5):
         with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
-            refused = await read_body(_SCOPE, receive, 1024, 0.15, request)
+            refused = await read_body(_SCOPE, receive, 1024, 0.15)
     sending.cancel()
     assert isinstance(refused, RouterError) and refused.status == 408
     assert 0.15 <= asyncio.get_running_loop().time() - started < 1.5  # the limit, not the 2 s the body would take
@@ -226,7 +226,7 @@ async def test_in_the_requests_scope_a_read_done_in_time_is_never_cut_afterwards
         return _request(b"{}")
 
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
-        assert await read_body(_SCOPE, receive, 1024, 0.05, request) == b"{}"
+        assert await read_body(_SCOPE, receive, 1024, 0.05) == b"{}"
         await asyncio.sleep(0.15)  # well past the read's limit: nothing cancels the request
     assert not request.expired
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
@@ -241,7 +241,7 @@ async def test_in_the_requests_scope_a_client_gone_mid_body_is_reported() -> Non
 
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
         with pytest.raises(ClientGone):
-            await read_body(_SCOPE, receive, 1024, 0.1, request)
+            await read_body(_SCOPE, receive, 1024, 0.1)
         await asyncio.sleep(0.15)  # the bound ended with the read
     assert not request.expired
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
@@ -251,8 +251,8 @@ async def test_in_the_requests_scope_a_cancelled_request_propagates_through_the_
     receive = _NeverDelivers()
 
     async def request() -> bytes | RouterError:
-        with ListeningScope(_Request(), WATCH_AFTER, held=True) as scope:
-            return await read_body(_SCOPE, receive, 1024, 30.0, scope)
+        with ListeningScope(_Request(), WATCH_AFTER, held=True):
+            return await read_body(_SCOPE, receive, 1024, 30.0)
         raise AssertionError("the scope swallowed a cancellation that was not its own")
 
     reading = asyncio.ensure_future(request())

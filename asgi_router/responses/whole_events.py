@@ -1,0 +1,65 @@
+"""Cutting a stream at event boundaries, for a relay whose stream may be continued after a break.
+
+When the plan has a candidate that may continue a broken stream, the client must never hold
+half an event: the continuation's events are spliced on at an event boundary, and the text said
+so far is read from the events sent. So each chunk goes out up to its last event delimiter (a
+blank line) and the tail after it is held until its event completes. A scan for the delimiter,
+not a parse; a chunk that ends on a blank line (nearly every one) is sent whole, untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["Spliced", "WholeEvents", "complete_events"]
+
+
+class Spliced(Protocol):
+    """Rewrites a continuation's complete events into the stream the client already has."""
+
+    def feed(self, events: bytes) -> bytes: ...
+
+
+def complete_events(data: bytes) -> int:
+    """Where the complete events of ``data`` end: just past its last blank line (0: none)."""
+    at = data.rfind(b"\n\n")
+    cut = at + 2 if at >= 0 else 0
+    if b"\r" in data:  # CRLF line ends: a blank line is \r\n\r\n
+        crlf = data.rfind(b"\r\n\r\n")
+        if crlf >= 0 and crlf + 4 > cut:
+            cut = crlf + 4
+    return cut
+
+
+class WholeEvents:
+    """One stream's cut into whole events: the unfinished event held, the events sent kept (the
+    text so far, read at a break), and the continuation's rewriting once a call continues it."""
+
+    __slots__ = ("events", "held", "splice")
+
+    def __init__(self) -> None:
+        #: The tail of the stream after its last complete event, not sent yet.
+        self.held = b""
+        #: What went to the client, chunk by chunk (complete events only).
+        self.events: list[bytes] = []
+        #: Rewrites a continuation's events into the stream the client already has.
+        self.splice: Spliced | None = None
+
+    def cut(self, data: bytes) -> bytes:
+        """The complete events of the held tail and ``data``; the rest is held."""
+        held = self.held
+        if held:
+            data = held + data
+        at = complete_events(data)
+        self.held = data[at:]
+        return data[:at]
+
+    def continued(self, splice: Spliced) -> None:
+        """Another call continues the stream: its unfinished tail is dropped (the call that
+        broke never finished that event), its events rewritten by ``splice``."""
+        self.held = b""
+        self.splice = splice
+
+    def said(self) -> bytes:
+        """Every complete event sent so far, joined."""
+        return b"".join(self.events)
