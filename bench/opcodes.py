@@ -54,7 +54,7 @@ def _package_dirs() -> tuple[tuple[str, Path], ...]:
     """Each of :data:`PACKAGES` with the directory it is imported from, found through the import
     system (a folder's name says nothing: a checkout named ``asgi_router`` holds a venv whose
     site-packages are no part of the router)."""
-    found = []
+    found: list[tuple[str, Path]] = []
     for name in PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
