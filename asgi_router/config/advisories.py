@@ -11,11 +11,15 @@ the router logs each at start-up, ``check`` prints them and ``check --strict`` f
 
 from __future__ import annotations
 
-from typing import Final
+import difflib
+import os
+from collections.abc import Collection, Mapping
+from typing import Any, Final
 
+from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
 from asgi_router.config.settings import RouterSettings
 
-__all__ = ["advisories", "kind_mismatches", "unset_keys"]
+__all__ = ["advisories", "kind_mismatches", "stray_environment", "unset_key_lines", "unset_keys"]
 
 #: Headers only Anthropic's API reads: an OpenAI-kind provider sending them was meant to be Anthropic.
 _ANTHROPIC_HEADERS: Final = ("x-api-key", "anthropic-version")
@@ -24,10 +28,48 @@ _ANTHROPIC_HEADERS: Final = ("x-api-key", "anthropic-version")
 def unset_keys(settings: RouterSettings) -> list[str]:
     """One line per provider whose ``api_key_env`` names an unset variable (it is skipped)."""
     return [
-        f"provider {name!r} is skipped (provider_not_configured): its api_key_env {provider.api_key_env} is not set"
+        _unset(name, provider.api_key_env)
         for name, provider in sorted(settings.providers.items())
         if not provider.is_configured
     ]
+
+
+def unset_key_lines(providers: object, environ: Mapping[str, str] | None = None) -> list[str]:
+    """:func:`unset_keys` for a configuration that did not load: its ``providers`` table as the file
+    has it (whatever it holds), so that ``check`` says these beside the errors."""
+    environ = os.environ if environ is None else environ
+    if not isinstance(providers, Mapping):
+        return []
+    found = []
+    for name, provider in sorted(providers.items(), key=lambda item: str(item[0])):
+        table: Mapping[str, Any] = provider if isinstance(provider, Mapping) else {}
+        variable = table.get("api_key_env")
+        if table.get("api_key") is None and isinstance(variable, str) and variable and not environ.get(variable):
+            found.append(_unset(str(name), variable))
+    return found
+
+
+def _unset(name: str, variable: str | None) -> str:
+    return f"provider {name!r} is skipped (provider_not_configured): its api_key_env {variable} is not set"
+
+
+def stray_environment(environ: Mapping[str, str] | None = None, also: Collection[str] = ()) -> list[str]:
+    """One line per ``ASGI_ROUTER_...`` variable that sets nothing (no setting has its name, and it
+    is not one of ``also``, read by a command): the settings ignore it, so a misspelt
+    ``ASGI_ROUTER_API_KEY`` would leave the router without the keys it was meant to give."""
+    environ = os.environ if environ is None else environ
+    fields = list(RouterSettings.model_fields)
+    found = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in also:
+            continue
+        field = upper[len(ENV_PREFIX) :].split(ENV_DELIMITER, 1)[0].lower()
+        if field not in fields:
+            close = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
+            hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}?)" if close else ""
+            found.append(f"environment variable {variable} names no router setting and is ignored{hint}")
+    return found
 
 
 def kind_mismatches(settings: RouterSettings) -> list[str]:
@@ -47,6 +89,7 @@ def kind_mismatches(settings: RouterSettings) -> list[str]:
     return found
 
 
-def advisories(settings: RouterSettings) -> list[str]:
-    """Every warning a valid ``settings`` deserves, in the order ``check`` prints them."""
-    return unset_keys(settings) + kind_mismatches(settings)
+def advisories(settings: RouterSettings, also: Collection[str] = ()) -> list[str]:
+    """Every warning a valid ``settings`` deserves, in the order ``check`` prints them (``also``:
+    ``ASGI_ROUTER_...`` variables a command reads besides the settings)."""
+    return unset_keys(settings) + kind_mismatches(settings) + stray_environment(also=also)
