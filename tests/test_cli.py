@@ -479,3 +479,21 @@ def test_explain_of_a_group_without_rules_prints_no_empty_section(tmp_path: Path
     assert explain.returncode == 0, explain.stderr
     assert "\n\n\n" not in explain.stdout
     assert "\n\nplan (route 'default', group/chat" in explain.stdout
+
+
+def test_check_warns_of_a_downgrade_to_that_cannot_serve_a_route(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        _KEYED.format(required="").replace(
+            "allow_unauthenticated = true\n", f'api_keys = {{team-a = "{CLIENT_KEY}"}}\n'
+        )
+        + '\n[groups.cheap]\nmembers = ["openai/gpt-4o-mini"]\n'
+        + '\n[callers.team-a]\nusd_per_day = 1.0\ndowngrade_to = "group/cheap"\n'
+    )
+    result = _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "  callers.team-a.downgrade_to group/cheap has no member that serves /v1/messages: its clients past the "
+        "cap would be refused with protocol_mismatch"
+    ) in result.stdout
+    assert "serves /v1/chat/completions" not in result.stdout

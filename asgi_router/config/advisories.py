@@ -18,8 +18,17 @@ from typing import Any, Final
 
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
 from asgi_router.config.settings import RouterSettings
+from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
+from asgi_router.core.route_paths import RouteKind, route_kind
 
-__all__ = ["advisories", "kind_mismatches", "stray_environment", "unset_key_lines", "unset_keys"]
+__all__ = [
+    "advisories",
+    "downgrade_mismatches",
+    "kind_mismatches",
+    "stray_environment",
+    "unset_key_lines",
+    "unset_keys",
+]
 
 #: Headers only Anthropic's API reads: an OpenAI-kind provider sending them was meant to be Anthropic.
 _ANTHROPIC_HEADERS: Final = ("x-api-key", "anthropic-version")
@@ -89,7 +98,65 @@ def kind_mismatches(settings: RouterSettings) -> list[str]:
     return found
 
 
+#: The provider kinds that can serve each kind of route (an Anthropic provider serves the chat
+#: route through translation; a Messages route needs an Anthropic provider; any other route is
+#: passed through to OpenAI providers only).
+_SERVED_BY: Final[dict[RouteKind, frozenset[str]]] = {
+    "chat": frozenset({"openai", "anthropic"}),
+    "messages": frozenset({"anthropic"}),
+    "openai": frozenset({"openai"}),
+}
+
+
+def _providers_of(settings: RouterSettings, ref: str) -> set[str] | None:
+    """The providers a ``downgrade_to`` ref can reach (a group's members, nested ones expanded;
+    an alias's target), or ``None`` when it names none (refused elsewhere)."""
+    for _ in range(2):  # an alias names a group or a model, never another alias
+        parsed = parse_model_ref(ref)
+        if isinstance(parsed, InvalidRef):
+            return None
+        if parsed.kind is RefKind.ALIAS:
+            target = settings.aliases.get(parsed.name)
+            if target is None:
+                return None
+            ref = target
+            continue
+        if parsed.kind is RefKind.GROUP:
+            if parsed.name not in settings.groups:
+                return None
+            return {member.split("/", 1)[0] for member in settings.flat_members(parsed.name)}
+        return {parsed.name}
+    return None
+
+
+def downgrade_mismatches(settings: RouterSettings) -> list[str]:
+    """One line per caps table whose ``downgrade_to`` cannot serve one of the router's routes: a
+    client of that route past the cap would be refused with ``protocol_mismatch``."""
+    tables: list[tuple[str, str]] = [
+        (f"callers.{name}", caps.downgrade_to)
+        for name, caps in sorted(settings.callers.items())
+        if caps.downgrade_to is not None
+    ]
+    if settings.sessions is not None and settings.sessions.downgrade_to is not None:
+        tables.append(("sessions", settings.sessions.downgrade_to))
+    found = []
+    for table, ref in tables:
+        providers = _providers_of(settings, ref)
+        if not providers:
+            continue
+        kinds = {settings.providers[name].kind for name in providers if name in settings.providers}
+        for route in settings.routes:
+            if not kinds & _SERVED_BY[route_kind(route)]:
+                found.append(
+                    f"{table}.downgrade_to {ref} has no member that serves {route}: its clients past the cap "
+                    "would be refused with protocol_mismatch"
+                )
+    return found
+
+
 def advisories(settings: RouterSettings, also: Collection[str] = ()) -> list[str]:
     """Every warning a valid ``settings`` deserves, in the order ``check`` prints them (``also``:
     ``ASGI_ROUTER_...`` variables a command reads besides the settings)."""
-    return unset_keys(settings) + kind_mismatches(settings) + stray_environment(also=also)
+    return (
+        unset_keys(settings) + kind_mismatches(settings) + downgrade_mismatches(settings) + stray_environment(also=also)
+    )
