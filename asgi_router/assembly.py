@@ -29,6 +29,7 @@ from asgi_router.config.advisories import kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
+from asgi_router.core.route_paths import route_kind
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_ledger_for
@@ -38,7 +39,7 @@ from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.protocols.routes import is_anthropic
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.overview import Overview

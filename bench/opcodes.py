@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
+import importlib.util
 import json
 import signal
 import sys
@@ -47,14 +49,27 @@ PACKAGES = ("aiohttp", "uvicorn", "starlette", "asgi_router", "bench")
 Counts = dict[tuple[str, str], tuple[int, int]]
 
 
+@functools.cache
+def _package_dirs() -> tuple[tuple[str, Path], ...]:
+    """Each of :data:`PACKAGES` with the directory it is imported from, found through the import
+    system (a folder's name says nothing: a checkout named ``asgi_router`` holds a venv whose
+    site-packages are no part of the router)."""
+    found: list[tuple[str, Path]] = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            found.extend((name, Path(where).resolve()) for where in spec.submodule_search_locations)
+    return tuple(found)
+
+
+@functools.cache
 def _located(filename: str) -> tuple[str, str]:
-    """The package a file belongs to (the innermost of :data:`PACKAGES` on its path, so that a
-    checkout or a venv inside a directory named like one still counts right, or "other") and its
-    name from that package on (``asgi_router/attempts/call.py``)."""
-    parts = Path(filename).parts
-    for index in range(len(parts) - 1, -1, -1):
-        if parts[index] in PACKAGES:
-            return parts[index], "/".join(parts[index:])
+    """The package a file belongs to (the one of :data:`PACKAGES` whose directory holds it, or
+    "other") and its name from that package on (``asgi_router/attempts/call.py``)."""
+    path = Path(filename).resolve()
+    for name, directory in _package_dirs():
+        if path.is_relative_to(directory):
+            return name, "/".join((name, *path.relative_to(directory).parts))
     return "other", filename
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import asyncio.tasks
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp.client
 import httpx2
 import pytest
 
+import asgi_router.attempts.call
 from bench import fleet as bench_fleet
 from bench import report, wrk
 from bench.__main__ import main as bench_main
@@ -220,11 +223,21 @@ def test_opcodes_command_counts_the_router_only_in_the_router_and_the_client_lib
 
 def test_opcode_counts_are_grouped_by_the_package_a_file_belongs_to() -> None:
     counts = {
-        ("/venv/site-packages/aiohttp/client.py", "_request"): (300, 3),
-        ("/checkout/asgi_router/attempts/call.py", "call"): (100, 2),
-        ("/usr/lib/python3.11/asyncio/tasks.py", "create_task"): (50, 1),
+        (aiohttp.client.__file__, "_request"): (300, 3),
+        (asgi_router.attempts.call.__file__, "call"): (100, 2),
+        (asyncio.tasks.__file__, "create_task"): (50, 1),
     }
     assert by_package(counts, 10) == {
         "aiohttp": 30.0, "uvicorn": 0.0, "starlette": 0.0, "asgi_router": 10.0, "bench": 0.0, "other": 5.0,
     }  # fmt: skip
     assert by_function(counts, 10)["asgi_router/attempts/call.py:call"] == (10.0, 0.2)
+
+
+def test_opcode_counts_credit_a_file_by_the_package_imported_not_by_folder_names() -> None:
+    # A clone in a folder named asgi_router with its .venv inside: a library there is not the router.
+    inside = "/home/me/asgi_router/.venv/lib/python3.11/site-packages/h11/_events.py"
+    bench_file = "/home/me/asgi_router/bench/elsewhere.py"  # not the bench package this run imports
+    counts = {(inside, "next_event"): (70, 7), (bench_file, "f"): (30, 3)}
+    assert by_package(counts, 10)["asgi_router"] == 0.0
+    assert by_package(counts, 10)["bench"] == 0.0
+    assert by_package(counts, 10)["other"] == 10.0

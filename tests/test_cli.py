@@ -410,3 +410,90 @@ def test_explain_refuses_a_body_nested_too_deep_as_the_router_does(tmp_path: Pat
     assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, result.stderr[-2000:]
     assert result.returncode != 0
     assert "nests deeper than" in result.stderr
+
+
+def test_check_prints_a_files_warnings_beside_its_errors(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required="") + '\n[groups.broken]\nmembers = ["nowhere/model"]\n')
+    result = _run_env({}, "check", config)
+    assert result.returncode == 1
+    assert "nowhere" in result.stderr  # the error
+    assert "provider 'openai' is skipped (provider_not_configured): its api_key_env I26_OPENAI_KEY is not set" in (
+        result.stderr
+    )  # and the warning, at once: fixing the error does not reveal it later
+
+
+def test_check_names_an_environment_variable_that_sets_nothing_and_suggests_the_setting(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    result = _run_env({"ASGI_ROUTER_API_KEY": CLIENT_KEY, "I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "  environment variable ASGI_ROUTER_API_KEY names no router setting and is ignored "
+        "(did you mean ASGI_ROUTER_API_KEYS?)"
+    ) in result.stdout
+    assert CLIENT_KEY not in result.stdout
+    strict = _run_env({"ASGI_ROUTER_API_KEY": CLIENT_KEY, "I26_OPENAI_KEY": "k"}, "check", "--strict", config)
+    assert strict.returncode == 1
+
+
+def test_check_lists_the_usage_route_caller_and_session_caps_sticky_and_queue(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        _KEYED.format(required="").replace(
+            "allow_unauthenticated = true\n",
+            f'usage_route = "/v1/router/usage"\napi_keys = {{team-a = "{CLIENT_KEY}"}}\n',
+        )
+        + """
+[groups.chat.sticky]
+key = "session"
+ttl = 600
+
+[groups.chat.queue]
+max_wait = 5
+
+[callers.team-a]
+usd_per_day = 2.5
+rpm = 60
+downgrade_to = "group/chat"
+hard_limit = 2
+
+[sessions]
+tokens_per_session = 10000
+"""
+    )
+    result = _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "  GET  /v1/router/usage  (each caller's own spend and caps, JSON)\n" in out
+    assert "caller caps:\n  team-a: $2.5/day, 60 rpm; past a cap: served by group/chat, refused past 2x\n" in out
+    assert "  sessions (header x-session-id): 10,000 tokens/session, kept 86400 s after the last request" in out
+    assert "    sticky: a session keeps the member that served it for 600 s (at most 100,000 kept)\n" in out
+    assert "    queue: waits up to 5 s for capacity, at most " in out
+
+
+def test_explain_of_a_group_without_rules_prints_no_empty_section(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(_KEYED.format(required=""))
+    explain = _run_env({}, "explain", config, "group/chat")
+    assert explain.returncode == 0, explain.stderr
+    assert "\n\n\n" not in explain.stdout
+    assert "\n\nplan (route 'default', group/chat" in explain.stdout
+
+
+def test_check_warns_of_a_downgrade_to_that_cannot_serve_a_route(tmp_path: Path) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        _KEYED.format(required="").replace(
+            "allow_unauthenticated = true\n", f'api_keys = {{team-a = "{CLIENT_KEY}"}}\n'
+        )
+        + '\n[groups.cheap]\nmembers = ["openai/gpt-4o-mini"]\n'
+        + '\n[callers.team-a]\nusd_per_day = 1.0\ndowngrade_to = "group/cheap"\n'
+    )
+    result = _run_env({"I26_OPENAI_KEY": "sk-0123456789abcdef"}, "check", config)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "  callers.team-a.downgrade_to group/cheap has no member that serves /v1/messages: its clients past the "
+        "cap would be refused with protocol_mismatch"
+    ) in result.stdout
+    assert "serves /v1/chat/completions" not in result.stdout

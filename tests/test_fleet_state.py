@@ -320,3 +320,14 @@ async def test_a_sentinel_url_reaches_the_primary_it_names(sentinel: int) -> Non
             await state.fleet_rotation("warm")()
         first = await a.fleet_rotation("s")()
         assert [await b.fleet_rotation("s")(), await a.fleet_rotation("s")()] == [first + 1, first + 2]
+
+
+async def test_a_skip_for_an_open_breaker_names_its_cause_in_a_fleet_as_in_one_process(
+    redis_server: RedisServer,
+) -> None:
+    async with states(redis_server.url, 2) as (a, b):
+        for _ in range(3):
+            fail(a)
+        await eventually(lambda: phase(a) is Phase.OPEN and phase(b) is Phase.OPEN)
+        # The log line writes a skip as circuit_open[failures]: the same words from every process.
+        assert [state.admit(KEY, POLICY, time.monotonic()).cause for state in (a, b)] == ["failures", "failures"]

@@ -636,7 +636,34 @@ def test_the_serve_command_answers_its_script_in_turn_the_last_reply_repeating()
     assert [choice["index"] for choice in other.json()["choices"]] == [0, 1]
     status, log = finished
     assert status == "0"
-    assert "POST /v1/chat/completions gpt-4o: 503\n" in log and "gpt-4o: 429:2.0\n" in log
+    assert "POST /v1/chat/completions gpt-4o: 503\n" in log and "gpt-4o: 429:2\n" in log
+
+
+def test_the_serve_command_escapes_a_clients_model_id_and_sends_whole_seconds_as_an_integer() -> None:
+    with _fake_command("--script", "big=429:1000000", "--script", "later=slow:0.3") as (url, finished):
+        refused = httpx2.post(f"{url}/chat/completions", json={"model": "big", "messages": _MESSAGES}, timeout=10)
+        odd = httpx2.post(f"{url}/chat/completions", json={"model": "a\x1b[2Jb", "messages": _MESSAGES}, timeout=10)
+        asked = time.monotonic()
+        slow = httpx2.post(f"{url}/chat/completions", json={"model": "later", "messages": _MESSAGES}, timeout=10)
+        waited = time.monotonic() - asked
+    assert refused.headers["retry-after"] == "1000000"
+    assert odd.status_code == 200
+    assert slow.status_code == 200 and waited >= 0.3
+    _, log = finished
+    assert "\x1b" not in log and "a\\x1b[2Jb: 200\n" in log
+    assert "big: 429:1000000\n" in log and "later: slow:0.3\n" in log
+
+
+def test_the_serve_command_refuses_a_port_out_of_range_without_a_traceback() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "asgi_router.testing", "serve", "--port", "99999"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "'99999' is not a port: use 0 to 65535" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_serve_command_speaks_anthropic_and_breaks_a_stream_as_scripted() -> None:
@@ -662,7 +689,10 @@ def test_the_serve_command_refuses_a_script_it_cannot_read() -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "'sometimes' is not a reply: use a status (200, 503), 429:2, stall, stall:5 or broken:3" in result.stderr
+    assert (
+        "'sometimes' is not a reply: use a status (200, 503), 429:2, stall, stall:5, broken:3 or slow:2"
+        in result.stderr
+    )
 
 
 def test_a_router_toml_with_fixed_urls_fails_over_across_two_served_fakes(tmp_path: Path) -> None:

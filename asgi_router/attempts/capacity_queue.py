@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Final
 
 from asgi_router.config.capacity_settings import PRIORITIES, Priority, QueueSettings
+from asgi_router.resilience.caller_limits import caller_name
 
 __all__ = ["RECENT_WAITS", "RECHECK", "CapacityQueue", "Ticket"]
 
@@ -65,8 +66,9 @@ class CapacityQueue:
         return sum(len(lane) for lane in self._lanes.values())
 
     def priority(self, header: str | None, principal: object) -> Priority:
-        """The request's priority: its header's, if its caller may set one, else ``normal``."""
-        if header is None or principal is None or str(principal) not in self.settings.priority_callers:
+        """The request's priority: its header's, if its caller may set one, else ``normal`` (a
+        request without a principal is the caller ``anonymous``, as caps and metrics name it)."""
+        if header is None or caller_name(principal) not in self.settings.priority_callers:
             return "normal"
         value = header.strip().lower()
         return value if value in ("high", "low") else "normal"  # type: ignore[return-value]

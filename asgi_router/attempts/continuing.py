@@ -31,9 +31,10 @@ from asgi_router.attempts.steps import RequestAttempts
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
+from asgi_router.core.route_paths import route_kind
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.protocols.continuation import continuation_request
-from asgi_router.protocols.routes import is_anthropic, route_kind
+from asgi_router.protocols.routes import is_anthropic
 from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan

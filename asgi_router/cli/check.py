@@ -13,12 +13,13 @@ provider that will be skipped for want of its key, one configured the pre-``kind
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Collection, Set
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
 from asgi_router.config.advisories import advisories
+from asgi_router.config.caller_settings import CallerCaps, SessionCaps
 from asgi_router.config.group_settings import GroupSettings, MemberSettings
 from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.rules_settings import RuleSettings
@@ -26,10 +27,10 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.config.state_settings import shared_store_url
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.reasons import Reason
+from asgi_router.core.route_paths import RouteKind, route_kind
 from asgi_router.core.store_url import mask_store_url
-from asgi_router.protocols.routes import RouteKind, route_kind
 
-__all__ = ["STRATEGY_NOTES", "describe", "describe_group", "describe_reasons", "describe_rule"]
+__all__ = ["STRATEGY_NOTES", "describe", "describe_group", "describe_reasons", "describe_rule", "warnings"]
 
 #: How each strategy orders a group's members, per request.
 STRATEGY_NOTES: Final = {
@@ -112,6 +113,18 @@ def describe_group(settings: RouterSettings, name: str, group: GroupSettings) ->
         lines.append(f"    hedges after {group.hedge_after:g} s (at most {group.hedge_budget:.0%} of its requests)")
     if group.degraded is not None:
         lines.append("    when every member fails with a 429 or 5xx: its canned reply")
+    if group.sticky is not None:
+        sticky = group.sticky
+        lines.append(
+            f"    sticky: a {sticky.key} keeps the member that served it for {sticky.ttl:g} s "
+            f"(at most {sticky.max_keys:,} kept)"
+        )
+    if group.queue is not None:
+        queue = group.queue
+        lines.append(
+            f"    queue: waits up to {queue.max_wait:g} s for capacity, at most {queue.max_size:,} waiting "
+            f"(priority from {queue.priority_header})"
+        )
     if group.rules:
         rules = [rule for rule in settings.rules if rule.applies_to is None or name in rule.applies_to]
         lines.append("    rules, the first that matches wins (else the members above):")
@@ -128,6 +141,36 @@ def _auth(settings: RouterSettings) -> str:
     return "none: allow_unauthenticated = true (development only)"
 
 
+def _caps(caps: CallerCaps | SessionCaps) -> str:
+    """A caps table said briefly: its caps, then what happens past them."""
+    if isinstance(caps, CallerCaps):
+        said = [
+            f"${caps.usd_per_day:g}/day" if caps.usd_per_day is not None else "",
+            f"{caps.tokens_per_day:,} tokens/day" if caps.tokens_per_day is not None else "",
+            f"{caps.rpm:,} rpm" if caps.rpm is not None else "",
+        ]
+    else:
+        said = [
+            f"${caps.usd_per_session:g}/session" if caps.usd_per_session is not None else "",
+            f"{caps.tokens_per_session:,} tokens/session" if caps.tokens_per_session is not None else "",
+            f"kept {caps.ttl:g} s after the last request",
+        ]
+    past = "refused (429)"
+    if caps.downgrade_to is not None:
+        past = f"served by {caps.downgrade_to}" + (
+            f", refused past {caps.hard_limit:g}x" if caps.hard_limit is not None else ""
+        )
+    return f"{', '.join(part for part in said if part)}; past a cap: {past}"
+
+
+def _callers(settings: RouterSettings) -> list[str]:
+    """One line per caller's caps table and one for the sessions', or none when nothing is capped."""
+    lines = [f"  {name}: {_caps(caps)}" for name, caps in sorted(settings.callers.items())]
+    if settings.sessions is not None:
+        lines.append(f"  sessions (header {settings.session_header}): {_caps(settings.sessions)}")
+    return ["", "caller caps:", *lines] if lines else []
+
+
 def _state(settings: RouterSettings) -> str:
     url = shared_store_url(settings.state_url)
     if url is None:
@@ -135,8 +178,9 @@ def _state(settings: RouterSettings) -> str:
     return f"shared through {mask_store_url(url)} (key prefix {settings.state_key_prefix!r})"
 
 
-def describe(settings: RouterSettings, path: Path) -> str:
-    """The report ``check`` prints for valid ``settings`` loaded from ``path``."""
+def describe(settings: RouterSettings, path: Path, also: Collection[str] = ()) -> str:
+    """The report ``check`` prints for valid ``settings`` loaded from ``path`` (``also``: the
+    ``ASGI_ROUTER_...`` variables the command line reads itself, not stray ones)."""
     lines = [f"{path}: valid", "", "providers:"]
     for name, provider in sorted(settings.providers.items()):
         lines.append(f"  {name}  {provider.kind}  {_url(provider.base_url)}  {_key_source(provider)}")
@@ -157,10 +201,17 @@ def describe(settings: RouterSettings, path: Path) -> str:
         lines.append(f"  GET  {settings.metrics_route}  (Prometheus metrics, {public})")
     if settings.status_route is not None:
         lines.append(f"  GET  {settings.status_route}  (status page; .json: its data)")
+    if settings.usage_route is not None:
+        lines.append(f"  GET  {settings.usage_route}  (each caller's own spend and caps, JSON)")
+    lines += _callers(settings)
     lines += ["", f"inbound auth: {_auth(settings)}"]
     lines.append(f"state: {_state(settings)}")
-    warned = advisories(settings)
-    if warned:
-        lines += ["", "warnings (check --strict fails on them):"]
-        lines += [f"  {advice}" for advice in warned]
+    lines += warnings(advisories(settings, also))
     return "\n".join(lines)
+
+
+def warnings(warned: list[str]) -> list[str]:
+    """The warnings' section of the report (none: no lines)."""
+    if not warned:
+        return []
+    return ["", "warnings (check --strict fails on them):", *(f"  {advice}" for advice in warned)]

@@ -159,6 +159,8 @@ def explain(settings: RouterSettings, model: str, header_args: Sequence[str], bo
         lines.append(f"refused: {plan.status} {plan.code}: {plan.message}")
         print("\n".join(lines), file=out)
         return 1
-    lines += ["", *_plan(settings, plan, facts)]
+    if lines[-1]:  # the rules' section said something: a blank line between it and the plan
+        lines.append("")
+    lines += _plan(settings, plan, facts)
     print("\n".join(lines), file=out)
     return 0

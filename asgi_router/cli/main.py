@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,12 +40,22 @@ def load_config(path: Path, *, serving: bool) -> RouterSettings:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from asgi_router.cli.check import describe
-    from asgi_router.config.advisories import advisories
+    from asgi_router.cli.check import describe, warnings
+    from asgi_router.cli.serve import CONFIG_VARIABLE, RECORD_VARIABLE
+    from asgi_router.config.advisories import advisories, stray_environment, unset_key_lines
 
-    settings = load_config(args.config, serving=True)
-    print(describe(settings, args.config))
-    warned = advisories(settings)
+    ours = (CONFIG_VARIABLE, RECORD_VARIABLE)
+    try:
+        settings = load_config(args.config, serving=True)
+    except ConfigError as refusal:
+        # Every mistake at once: the warnings the file would still deserve come with its errors.
+        print(f"asgi-router check: {args.config}: {refusal}", file=sys.stderr)
+        said = warnings(unset_key_lines(_raw_providers(args.config)) + stray_environment(also=ours))
+        if said:
+            print("\n".join(said[1:]), file=sys.stderr)
+        return 1
+    print(describe(settings, args.config, also=ours))
+    warned = advisories(settings, also=ours)
     if args.strict and warned:
         count = len(warned)
         print(
@@ -53,6 +64,15 @@ def _check(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _raw_providers(path: Path) -> object:
+    """The file's ``providers`` table as written (nothing when it cannot be read as TOML)."""
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file).get("providers")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -58,8 +58,8 @@ class QueueSettings(StrictSettings):
     )
     priority_callers: list[str] = Field(
         default_factory=list,
-        description="The principals whose `priority_header` is honoured (everyone else waits as `normal`: a "
-        "client cannot promote itself).",
+        description='The principals whose `priority_header` is honoured (`"anonymous"`: requests without '
+        "one; everyone else waits as `normal`: a client cannot promote itself).",
     )
 
     @field_validator("priority_header")

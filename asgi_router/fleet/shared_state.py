@@ -148,7 +148,7 @@ class SharedState(InMemoryState):
         # Open or half-open with the fleet: a probe needs one of the fleet's slots.
         opened_at = breaker.opened_at
         if breaker.phase is Phase.OPEN and opened_at is not None and now < opened_at + breaker.open_for:
-            return Admission(False, opened_at=opened_at)
+            return Admission(False, opened_at=opened_at, cause=breaker.cause)
         if key in self._slots:
             self._slots.discard(key)
             return breaker.admit(now, force=True)
@@ -156,7 +156,7 @@ class SharedState(InMemoryState):
             self._claiming.add(key)
             self._claim_after[key] = now + CLAIM_PAUSE  # the slots are taken: ask again a little later
             self._write(key, policy, "claim")
-        return Admission(False, opened_at=opened_at)
+        return Admission(False, opened_at=opened_at, cause=breaker.cause)
 
     def record(self, key: str, policy: BreakerSettings, now: float, verdict: Verdict, *, probe: bool) -> None:
         breaker = self._breakers.get(key)

@@ -155,6 +155,14 @@ def _attempt_text(event: AttemptEvent) -> str:
     return f"{event.candidate}:{event.outcome}:{event.reason}{cause}{status}"
 
 
+def _tokens_text(record: RequestRecord) -> str:
+    """``prompt+completion``, marked ``~`` when they are estimates (a resumed stream's, or an
+    upstream's that stated no usage), as ``tokens_measured`` says on the record."""
+    if record.prompt_tokens is None:
+        return "-"
+    return f"{'' if record.tokens_measured else '~'}{record.prompt_tokens}+{record.completion_tokens}"
+
+
 _SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")
 
 
@@ -191,7 +199,7 @@ def log_request(record: RequestRecord) -> None:
         record.route,
         " ".join(record.plan),
         "true" if record.degraded else "false",
-        f"{record.prompt_tokens}+{record.completion_tokens}" if record.prompt_tokens is not None else "-",
+        _tokens_text(record),
         f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
         principal_text(record.principal),
         extra={"asgi_router": record},

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.config.settings import RouterSettings
+from asgi_router.resilience.router_state import MAX_BREAKERS
 
 __all__ = ["MAX_SAMPLES", "Judgement", "Slowness", "latency_targets"]
 
@@ -76,7 +77,9 @@ class Slowness:
         self._members, self._providers, self._default = latency_targets(settings)
         #: Whether any candidate has a target (else nothing is ever recorded).
         self.enabled = bool(self._members or self._providers or self._default is not None)
-        self._samples: dict[str, deque[tuple[float, float]]] = {}
+        #: Bounded like the breaker table (a client may name a new direct-ref model id per
+        #: request): past it the candidate judged longest ago is forgotten.
+        self._samples: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
 
     def target(self, key: str) -> float | None:
         """``key``'s latency target in seconds, ``None`` when it has none."""
@@ -90,9 +93,14 @@ class Slowness:
         target = self.target(key)
         if target is None:
             return _UNKNOWN
-        samples = self._samples.get(key)
+        table = self._samples
+        samples = table.get(key)
         if samples is None:
-            samples = self._samples[key] = deque(maxlen=MAX_SAMPLES)
+            samples = table[key] = deque(maxlen=MAX_SAMPLES)
+            if len(table) > MAX_BREAKERS:
+                table.popitem(last=False)
+        else:
+            table.move_to_end(key)
         if failed or ttfb is None:
             samples.append((now, _FAILED))
         else:

@@ -39,6 +39,7 @@ from asgi_router.testing.reply import (
     Status,
     StreamError,
     ToolCall,
+    seconds_text,
 )
 from asgi_router.testing.wire_format import ScriptedAnswer, ToolUse, Wire, choices_asked, pieces
 
@@ -268,7 +269,7 @@ async def _status(call: PlayedCall, wire: Wire, reply: Status, message: str) -> 
     headers = dict(reply.headers)
     if reply.retry_after is not None:
         after = reply.retry_after
-        headers.setdefault("retry-after", after if isinstance(after, str) else f"{after:g}")
+        headers.setdefault("retry-after", after if isinstance(after, str) else seconds_text(after))
     body = reply.body if reply.body is not None else wire.error(reply.code, message)
     if isinstance(body, bytes):
         data, content_type = body, _JSON

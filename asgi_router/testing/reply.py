@@ -165,6 +165,14 @@ def _seconds(name: str, value: float) -> float:
     return float(value)
 
 
+def seconds_text(seconds: float) -> str:
+    """Seconds as a header or a script says them: a whole number as an integer (``1000000``, never
+    ``1e+06``, which no client reads as a number), else in plain decimals (``0.5``)."""
+    if float(seconds).is_integer():
+        return str(int(seconds))
+    return f"{seconds:.6f}".rstrip("0").rstrip(".")
+
+
 def _count(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a whole number, 0 or more, not {value!r}")

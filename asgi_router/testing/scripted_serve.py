@@ -13,10 +13,12 @@ purpose, one word per reply, comma-separated, in turn, the last one repeating (a
 ``429:2``       that status with ``Retry-After: 2`` (seconds)
 ``stall``       accept the request and send nothing (``stall:5``: for 5 seconds, then a 504)
 ``broken:N``    a streamed answer cut after N chunks (the connection dropped)
+``slow:2``      nothing for 2 seconds, then an answer (``reply.slow(2)``: a queue's test)
 ==============  ===========================================================================
 
 A model without a script answers ``200``. A request for ``GET .../models`` lists the models
-scripted. One line per request goes to stdout: the model asked for and the reply it got.
+scripted. One line per request goes to stdout: the model asked for (its control characters
+escaped: a client chose it, and the line reaches a terminal) and the reply it got.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Final
 from asgi_router.testing import reply
 from asgi_router.testing.fake_upstream import WIRES, FakeUpstream
 from asgi_router.testing.hits import Hit
-from asgi_router.testing.reply import Reply
+from asgi_router.testing.reply import Reply, seconds_text
 
 __all__ = ["STALL_FOREVER", "main", "parse_reply", "parse_script"]
 
@@ -60,9 +62,11 @@ def parse_reply(word: str) -> Reply:
             return reply.stall(float(argument) if colon else STALL_FOREVER)
         if name == "broken" and colon:
             return reply.broken_stream(int(argument))
+        if name == "slow" and colon:
+            return reply.slow(float(argument))
     except ValueError:
         pass
-    raise ValueError(f"{word!r} is not a reply: use a status (200, 503), 429:2, stall, stall:5 or broken:3")
+    raise ValueError(f"{word!r} is not a reply: use a status (200, 503), 429:2, stall, stall:5, broken:3 or slow:2")
 
 
 def parse_script(spec: str) -> tuple[str, list[Reply]]:
@@ -78,18 +82,31 @@ class _Announcing(FakeUpstream):
 
     def reply_for(self, hit: Hit) -> Reply:
         chosen = super().reply_for(hit)
-        print(f"{hit.method} {hit.path} {hit.model or '-'}: {_said(chosen)}", flush=True)
+        print(f"{hit.method} {_printable(hit.path)} {_printable(hit.model or '-')}: {_said(chosen)}", flush=True)
         return chosen
+
+
+def _printable(text: str) -> str:
+    """``text`` with what is not printable escaped (``\\x1b``): a client's string never drives the
+    terminal it is printed on."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def _said(chosen: Reply) -> str:
     """A reply in the script's own words."""
     if isinstance(chosen, reply.Status):
-        return f"{chosen.code}" + (f":{chosen.retry_after}" if chosen.retry_after is not None else "")
+        after = chosen.retry_after
+        return f"{chosen.code}" + (
+            f":{after if isinstance(after, str) else seconds_text(after)}" if after is not None else ""
+        )
     if isinstance(chosen, reply.Stall):
         return f"stall:{chosen.seconds:g}"
     if isinstance(chosen, reply.BrokenStream):
         return f"broken:{chosen.after_chunks}"
+    if isinstance(chosen, reply.Slow):
+        return f"slow:{seconds_text(chosen.seconds)}"
     return "200" if isinstance(chosen, reply.Ok) else type(chosen).__name__
 
 
@@ -102,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve a fake upstream", description=__doc__)
     serve.formatter_class = argparse.RawDescriptionHelpFormatter
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one, printed)")
+    serve.add_argument("--port", type=_port, default=0, help="port to listen on (default: a free one, printed)")
     serve.add_argument("--kind", choices=sorted(WIRES), default="openai", help="the protocol (default openai)")
     serve.add_argument(
         "--script",
@@ -112,6 +129,17 @@ def _parser() -> argparse.ArgumentParser:
         help="what a model answers, in turn, the last reply repeating (repeatable), e.g. gpt-4o=503,200",
     )
     return parser
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0 to 65535 (0: a free one); else the command line's error."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use 0 to 65535 (0: a free one)")
+    return port
 
 
 def main(argv: Sequence[str] | None = None) -> int:

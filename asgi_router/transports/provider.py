@@ -19,7 +19,7 @@ import httpx2
 
 from asgi_router.config.provider_settings import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
-from asgi_router.protocols.routes import route_kind
+from asgi_router.core.route_paths import route_kind
 from asgi_router.transports.request_headers import UpstreamHead
 
 __all__ = ["ProviderRuntime", "RouteTarget", "upstream_path"]

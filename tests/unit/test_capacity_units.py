@@ -274,3 +274,10 @@ def test_the_marks_in_force_say_what_is_limited_and_when_it_resets() -> None:
     ]
     clock.now += 31
     assert limits.in_force() == []
+
+
+def test_the_anonymous_caller_may_be_a_priority_caller_as_everywhere_else() -> None:
+    # No principal (allow_unauthenticated, or authorize= returning True) is the caller "anonymous".
+    queue = CapacityQueue(QueueSettings(priority_callers=["anonymous"]), FakeClock())
+    assert queue.priority("low", None) == "low"
+    assert queue.priority("high", None) == "high"

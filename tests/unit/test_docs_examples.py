@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from starlette.applications import Starlette
+from starlette.types import Message
 
 import asgi_router
 from asgi_router import ModelRouter, Reason, RouterSettings
@@ -351,3 +352,61 @@ def test_the_home_page_links_every_page_of_the_site() -> None:
     linked = set(re.findall(r"\]\(([\w-]+\.md)[#)]", (_DOCS / "index.md").read_text(encoding="utf-8")))
     missing = {page.name for page in _pages()} - {"index.md"} - linked
     assert not missing, f"docs/index.md's list does not link {sorted(missing)}"
+
+
+def test_the_readme_lists_every_page_of_the_site() -> None:
+    listed = set(re.findall(r"<docs/([\w-]+\.md)[#>]", _README.read_text(encoding="utf-8")))
+    missing = {page.name for page in _pages()} - {"index.md"} - listed
+    assert not missing, f"README.rst's Documentation list does not link {sorted(missing)}"
+
+
+def test_every_markdown_table_starts_with_its_header_and_separator() -> None:
+    # Rows cut off from their header by a paragraph render as a line of text with bars in it.
+    cut = []
+    for page in _pages():
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for at, line in enumerate(lines):
+            starts = line.startswith("|") and (at == 0 or not lines[at - 1].startswith("|"))
+            if starts and not (at + 1 < len(lines) and re.fullmatch(r"\|(?: *:?-+:? *\|)+", lines[at + 1])):
+                cut.append(f"{page.name}:{at + 1}")
+    assert not cut, f"table rows with no header row and separator above them: {cut}"
+
+
+def test_install_lines_name_a_checkout_the_package_is_on_no_index() -> None:
+    assert 'pip install "asgi-router[' not in _docs_text()
+
+
+@pytest.mark.anyio
+async def test_the_cors_example_answers_a_browsers_preflight_for_a_post(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "router.toml").write_text(_quick_start_file().text, encoding="utf-8")
+    [block] = [b for b in _blocks("python") if "CORSMiddleware" in b.text and b.source == "docs/deployment.md"]
+    _inbound_auth_for(block, monkeypatch)
+    namespace: dict[str, object] = {"app": _host_app()}
+    exec(compile(block.text, block.id, "exec"), namespace)
+    app = namespace["app"]
+    assert isinstance(app, Starlette)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    headers = [
+        (b"origin", b"https://app.example"),
+        (b"access-control-request-method", b"POST"),
+        (b"access-control-request-headers", b"authorization,content-type"),
+    ]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "OPTIONS", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "root_path": "", "query_string": b"",
+        "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    allowed = dict(sent[0]["headers"])[b"access-control-allow-methods"]
+    assert b"POST" in allowed

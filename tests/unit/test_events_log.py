@@ -28,3 +28,14 @@ def test_log_line_names_a_safe_principal_and_only_the_type_of_anything_else(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "asgi_router"]
     assert line.endswith(written)
     assert "\n" not in line and "secret-token-value" not in line
+
+
+@pytest.mark.parametrize(("measured", "written"), [(True, " tokens=7+4 "), (False, " tokens=~7+4 ")])
+def test_log_line_marks_estimated_tokens_as_the_record_does(
+    caplog: pytest.LogCaptureFixture, measured: bool, written: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_router")
+    record = RequestRecord("req-1", "group/g", prompt_tokens=7, completion_tokens=4, tokens_measured=measured)
+    log_request(record)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "asgi_router"]
+    assert written in line

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from asgi_router.core.route_paths import route_kind
 from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.protocols.anthropic_errors import (
     anthropic_error_body,
@@ -22,7 +23,6 @@ from asgi_router.protocols.anthropic_errors import (
     status_of_error_type,
 )
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
-from asgi_router.protocols.routes import route_kind
 from asgi_router.protocols.sse import EventSplitter
 
 _FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
