@@ -25,7 +25,7 @@ from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.plan_phase import PlanPhase
-from asgi_router.config.advisories import kind_mismatches
+from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
@@ -144,7 +144,9 @@ def assemble(
                 runtime.name,
                 runtime.missing_key_env,
             )
-    for advice in kind_mismatches(resolved):  # accepted, but every Messages request would fail
+    # Accepted, but some requests would fail: every Messages request to a provider of the wrong
+    # kind; a route's clients past a cap whose downgrade_to cannot serve that route.
+    for advice in kind_mismatches(resolved) + downgrade_mismatches(resolved):
         logger.warning(advice)
     if transport is not None and http_client is not None:
         raise ConfigError("pass either transport= or http_client=, not both")

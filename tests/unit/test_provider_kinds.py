@@ -156,3 +156,22 @@ def test_an_openai_kind_provider_with_anthropics_headers_is_warned_about_at_star
         "anthropic_version replaces the header); until then every /v1/messages request to it is refused with "
         "protocol_mismatch"
     ]
+
+
+def test_a_downgrade_to_that_cannot_serve_a_route_is_warned_about_at_start_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = RouterSettings(
+        providers={"openai": {"base_url": "https://api.openai.com/v1", "api_key": "sk-0123456789"}},
+        groups={"cheap": {"members": ["openai/gpt-4o-mini"]}},
+        routes=["/v1/chat/completions", "/v1/messages"],
+        api_keys={"team-a": "sk-inbound-key-0123456789abcdef"},
+        callers={"team-a": {"usd_per_day": 1.0, "downgrade_to": "group/cheap"}},
+    )
+    with caplog.at_level(logging.WARNING, logger="asgi_router"):
+        ModelRouter(Starlette(), settings=settings)
+    said = [record.getMessage() for record in caplog.records if "downgrade_to" in record.getMessage()]
+    assert said == [
+        "callers.team-a.downgrade_to group/cheap has no member that serves /v1/messages: its clients past the cap "
+        "would be refused with protocol_mismatch"
+    ]
