@@ -283,6 +283,9 @@ def test_the_usage_route_shows_an_unknown_session_as_zeros_and_keeps_no_tally(
     headers = {"authorization": f"Bearer {TEAM_A}"}
     known = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": "known"}).json()
     assert [(cap["cap"], cap["used"]) for cap in known["session"]] == [("tokens_per_session", 103)]
+    too_long = {**headers, "x-session-id": "s" * 257}
+    refused = httpx2.get(f"{server.url}/v1/router/usage", headers=too_long)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_session_id")
     for n in range(20):
         unknown = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": f"new-{n}"}).json()
         assert [(cap["cap"], cap["used"]) for cap in unknown["session"]] == [("tokens_per_session", 0)]

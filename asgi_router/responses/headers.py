@@ -51,7 +51,7 @@ def response_headers_for_client(upstream: Iterable[tuple[bytes, bytes]]) -> list
 def relayed_headers(upstream: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
     """:func:`response_headers_for_client`, and how many were dropped for a control byte."""
     relayed = _filtered(upstream)
-    if _CONTROL.search(b"".join(value for _, value in relayed)) is None:
+    if _CONTROL.search(b"".join([value for _, value in relayed])) is None:
         return relayed, 0  # the usual answer: one scan, nothing dropped
     clean = [(name, value) for name, value in relayed if _CONTROL.search(value) is None]
     return clean, len(relayed) - len(clean)
