@@ -160,6 +160,7 @@ def assemble(
             providers=providers,
             max_response_bytes=resolved.max_response_bytes,
             max_event_bytes=resolved.max_event_bytes,
+            max_rate_limit_reset=resolved.max_rate_limit_reset,
             clock=clock,
             book=book,
             gate=gate,

@@ -73,6 +73,7 @@ from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, 
 from asgi_router.inbound.disconnect import ListeningScope
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
+from asgi_router.inbound.session_id import read_session_header, session_refusal
 from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import Sink
 from asgi_router.request.request_state import RequestState
@@ -176,6 +177,8 @@ class ModelRouter:
         self._pages = parts.pages
         self._lifespan = parts.lifespan
         self._callers = parts.callers
+        #: The session header, when caps or a sticky group read it (its length is checked).
+        self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
 
     @property
@@ -253,6 +256,8 @@ class ModelRouter:
             return verdict
         state.principal = verdict.principal  # the attempt events carry it
         refused = screen_headers(state.scope)
+        if refused is None and self._session_header is not None:
+            refused = session_refusal(state.scope["headers"], self._session_header)
         if refused is not None or self._callers is None:
             return refused
         callers = self._callers

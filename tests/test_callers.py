@@ -251,3 +251,42 @@ def test_a_downgraded_stream_says_which_cap_and_the_record_and_status_page_say_s
     assert 0 < row["caps"][0]["resets_in"] <= 60
     page = httpx2.get(f"{server.url}/router/status", headers=headers).text
     assert "<h2>Callers</h2>" in page
+
+
+@pytest.mark.parametrize("reader", ["sessions", "sticky"])
+def test_a_session_id_over_256_bytes_is_refused_with_a_400_naming_the_header(
+    upstream: MockUpstream, serve: Any, reader: str
+) -> None:
+    if reader == "sessions":
+        settings = _settings(upstream, sessions={"tokens_per_session": 1000})
+    else:
+        groups = {"main": {"members": ["mock/usage-100", "mock2/usage-10"], "sticky": {"key": "session"}}}
+        settings = make_settings(upstream.url, groups=groups, api_keys=KEYS)  # type: ignore[attr-defined]
+    server = serve(settings)
+    assert _ask(server, TEAM_A, **{"x-session-id": "s" * 256}).status_code == 200  # 256 bytes: kept
+    asked = sum(upstream.counts().values())
+    refused = _ask(server, TEAM_A, **{"x-session-id": "s" * 257})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_session_id")
+    assert "x-session-id" in error["message"] and "s" * 257 not in refused.text
+    assert sum(upstream.counts().values()) == asked  # the refused request reached no upstream
+
+
+def test_the_usage_route_shows_an_unknown_session_as_zeros_and_keeps_no_tally(
+    upstream: MockUpstream, serve: Any
+) -> None:
+    server = serve(_settings(upstream, sessions={"tokens_per_session": 1000}, usage_route="/v1/router/usage"))
+    router = cast(ModelRouter, server.server.config.app)
+    ledger = router._callers.ledger  # type: ignore[union-attr]  # how many session tallies are kept
+    assert _ask(server, TEAM_A, **{"x-session-id": "known"}).status_code == 200
+    headers = {"authorization": f"Bearer {TEAM_A}"}
+    known = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": "known"}).json()
+    assert [(cap["cap"], cap["used"]) for cap in known["session"]] == [("tokens_per_session", 103)]
+    too_long = {**headers, "x-session-id": "s" * 257}
+    refused = httpx2.get(f"{server.url}/v1/router/usage", headers=too_long)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_session_id")
+    for n in range(20):
+        unknown = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": f"new-{n}"}).json()
+        assert [(cap["cap"], cap["used"]) for cap in unknown["session"]] == [("tokens_per_session", 0)]
+    assert ledger.sessions_kept() == 1

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from asgi_router.attempts.rate_limits import RateLimits
+from asgi_router.attempts.rate_limits import MAX_RESET, RateLimits
 from asgi_router.attempts.usage import estimated, find_usage
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
@@ -62,11 +62,12 @@ class Bookkeeper:
         estimate_all: bool = False,
         honoured: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        longest_reset: float = MAX_RESET,
     ) -> None:
         self.stats = stats
         #: The providers whose rate-limit headers (and 429 waits) are read, and what they said.
         self._honoured = frozenset(honoured)
-        self.rate_limits = RateLimits(clock)
+        self.rate_limits = RateLimits(clock, longest=longest_reset)
         self._catalog = catalog
         #: Count every served response's reported tokens (the metrics report them), not only
         #: where a budget or a price needs them (:meth:`needs_estimate`).
@@ -111,6 +112,7 @@ class Bookkeeper:
             estimate_all=capped,
             honoured=honoured,
             clock=clock,
+            longest_reset=settings.max_rate_limit_reset,
         )
 
     def fits(self, key: str, facts: RequestFacts) -> bool:

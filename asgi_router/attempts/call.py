@@ -264,7 +264,7 @@ async def _unserved(
     passes_through = context.decisions.passes_through
     if not passes_through(reason, failover_on):
         failure = await read_to_end(response.chunks, [], _FAILURE_BODY_CAP, reads)
-        reason, retry_after = _read_failure(reason, response.raw_headers, failure)
+        reason, retry_after = _read_failure(reason, response.raw_headers, failure, context.max_rate_limit_reset)
         return Failed(reason, status, retry_after)
     refusal = await read_to_end(response.chunks, [], context.max_response_bytes, reads)
     if refusal is None:
@@ -283,13 +283,14 @@ async def _unserved(
 
 
 def _read_failure(
-    reason: Reason, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
+    reason: Reason, headers: Sequence[tuple[bytes, bytes]], body: bytes | None, longest: float
 ) -> tuple[Reason, float | None]:
-    """A failed-over answer's refined reason and its retry hint; never raises."""
+    """A failed-over answer's refined reason and its retry hint (at most ``longest``); never raises."""
     try:
         if reason == "rate_limited":
             reason = refine_rate_limited(body)
-        return reason, retry_hint(headers, body, rate_limited=reason == "rate_limited") if reason in HINTED else None
+        limited = reason == "rate_limited"
+        return reason, retry_hint(headers, body, rate_limited=limited, longest=longest) if reason in HINTED else None
     except Exception:
         logger.exception("could not read a %s answer's body or headers; its status decides", reason)
         return reason, None

@@ -34,6 +34,8 @@ class AttemptContext:
     max_response_bytes: int
     #: Largest stream event parsed (an Anthropic member's, translated); a larger one fails.
     max_event_bytes: int
+    #: The longest upstream wait hint believed (``max_rate_limit_reset``): a longer one is cut to it.
+    max_rate_limit_reset: float
     #: Monotonic seconds (tests move it by hand).
     clock: Callable[[], float]
     #: Statistics upkeep and the context-window and rpm/tpm admission checks.

@@ -12,11 +12,13 @@ Read in order, the first that says something wins:
 
 Only failure responses are read here: never a byte of a relayed stream. 3 and 4 apply to a
 429 only (see :func:`retry_hint`). Whatever bytes an upstream sends, the answer is a wait
-(finite, never negative) or ``None``, never an exception: the tests fuzz it.
+(finite, never negative, at most ``longest``: the router's ``max_rate_limit_reset``) or ``None``,
+never an exception: the tests fuzz it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -98,12 +100,21 @@ def retry_hint(
     *,
     rate_limited: bool = True,
     now: datetime | None = None,
+    longest: float = math.inf,
 ) -> float | None:
     """Seconds the upstream asked to wait before trying again, or ``None`` if it did not say.
 
     Only a rate-limited answer (429) is read past the ``Retry-After`` headers: providers send
     ``x-ratelimit-reset-*`` on every response, and on a 5xx they say nothing about the outage.
+    A wait longer than ``longest`` is cut to it: no upstream benches a member for years.
     """
+    seconds = _hint(headers, body, rate_limited, now)
+    return min(seconds, longest) if seconds is not None else None
+
+
+def _hint(
+    headers: Iterable[tuple[bytes, bytes]], body: bytes | None, rate_limited: bool, now: datetime | None
+) -> float | None:
     headers = list(headers)
     retry_after: str | None = None
     for name, value in headers:

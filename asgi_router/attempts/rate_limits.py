@@ -9,8 +9,10 @@ RFC 3339 time). Read from every upstream answer of a provider with
 requests reset, one whose remaining tokens cannot cover the request's estimate until the tokens
 reset. A 429's own wait hint (``Retry-After`` and the like) marks the member the same way.
 
-An over-budget member is skipped without a call, with the existing skip reason ``over_budget``
-and its reset as the Retry-After: it counts on no breaker, and a group's ``queue`` waits for it.
+A reset longer than the router's ``max_rate_limit_reset`` is cut to it (one absurd header must
+not bench a member for years). An over-budget member is skipped without a call, with the
+existing skip reason ``over_budget`` and its reset as the Retry-After: it counts on no breaker,
+and a group's ``queue`` waits for it.
 With ``state_url`` a mark that blocks a member is shared with the fleet (``fleet/shared_rate_limits.py``).
 Headers are only parsed when one is present: an answer that carries none costs a scan of its
 header names. The table is bounded (clients may name any model of a configured provider); an
@@ -26,10 +28,12 @@ from typing import Final
 
 from asgi_router.attempts.hints import parse_duration
 
-__all__ = ["MAX_MARKED", "RateLimits", "read_rate_limits"]
+__all__ = ["MAX_MARKED", "MAX_RESET", "RateLimits", "read_rate_limits"]
 
 #: Members whose limits are remembered at once; past it the least recently marked is forgotten.
 MAX_MARKED: Final = 4096
+#: The longest reset believed when no setting says otherwise (``max_rate_limit_reset``'s default).
+MAX_RESET: Final = 300.0
 
 # (kind, field) per header name: kind "requests" or "tokens", field "remaining" or "reset".
 _HEADERS: Final[dict[bytes, tuple[str, str]]] = {
@@ -106,10 +110,14 @@ class _Marks:
 class RateLimits:
     """Members over a provider's stated limits, until when; one per router, one event loop."""
 
-    __slots__ = ("_clock", "_publish", "_wall", "marks")
+    __slots__ = ("_clock", "_publish", "_wall", "longest", "marks")
 
-    def __init__(self, clock: Callable[[], float], wall: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], float], wall: Callable[[], datetime] | None = None, longest: float = MAX_RESET
+    ) -> None:
         self._clock = clock
+        #: The longest reset believed, in seconds (``max_rate_limit_reset``): a longer one is cut to it.
+        self.longest = longest
         self._wall = wall if wall is not None else (lambda: datetime.now(UTC))
         #: The members marked, by ``provider/model-id``: empty (false) while no provider said a word.
         self.marks: OrderedDict[str, _Marks] = OrderedDict()
@@ -124,6 +132,7 @@ class RateLimits:
 
         if isinstance(state, SharedState):
             state.rate_limits.adopt = self.adopt
+            state.rate_limits.longest = self.longest  # a mark past it is not believed from the fleet either
             self._publish = state.rate_limits.publish
 
     def adopt(self, key: str, requests_for: float, tokens: int, tokens_for: float) -> None:
@@ -176,14 +185,15 @@ class RateLimits:
             return
         now = self._clock()
         marks = self.marks.get(key) or _Marks()
+        longest = self.longest
         requests = limits.get("requests")
         if requests is not None and requests[0] is not None:  # the answer speaks of requests
             remaining, reset = requests
-            marks.requests_until = now + reset if remaining == 0 and reset is not None else 0.0
+            marks.requests_until = now + min(reset, longest) if remaining == 0 and reset is not None else 0.0
         tokens = limits.get("tokens")
         if tokens is not None and tokens[0] is not None:
             marks.tokens, reset = tokens[0], tokens[1]
-            marks.tokens_until = now + reset if reset is not None else 0.0
+            marks.tokens_until = now + min(reset, longest) if reset is not None else 0.0
         if marks.requests_until > now or marks.tokens_until > now:
             self._remember(key, marks)
             self._tell(key, marks, now)
@@ -196,7 +206,7 @@ class RateLimits:
             return
         marks = self.marks.get(key) or _Marks()
         now = self._clock()
-        marks.requests_until = max(marks.requests_until, now + seconds)
+        marks.requests_until = max(marks.requests_until, now + min(seconds, self.longest))
         self._remember(key, marks)
         self._tell(key, marks, now)
 

@@ -150,6 +150,14 @@ class RouterSettings(BaseSettings):
         description="The longest upstream wait hint (`Retry-After`, ...) waited out, in seconds; past it the "
         "router fails over at once (or answers 429).",
     )
+    max_rate_limit_reset: PositiveFloat = Field(
+        default=300.0,
+        description="The longest wait an upstream's rate-limit answer is believed for, in seconds: a `Retry-After`, "
+        "`x-ratelimit-reset-*` or `anthropic-ratelimit-*-reset` longer than this is cut to it, and so is the "
+        "router's own `Retry-After`. Providers' limits are per minute or per day and refill as they go: a few "
+        "minutes covers every honest answer, while one absurd header (a reset in year 9999) would otherwise keep "
+        "a member out for as long as it says, in every process of a fleet.",
+    )
     max_resumes: NonNegativeInt = Field(
         default=2,
         description='Continuations of a broken stream per request, on candidates whose `resume` is not `"none"` '

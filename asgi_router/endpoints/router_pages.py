@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from starlette.types import Receive, Scope, Send
@@ -38,6 +39,7 @@ from asgi_router.endpoints.status import StatusEndpoint
 from asgi_router.inbound.auth import Guard
 from asgi_router.inbound.body import request_id_for
 from asgi_router.inbound.mounting import route_path
+from asgi_router.inbound.session_id import read_session_header, session_refusal
 from asgi_router.observability.optional import metrics_for
 from asgi_router.observability.sinks import EventBus, RecentRequests
 from asgi_router.request.request_state import RequestState
@@ -68,6 +70,8 @@ class Page:
     headers: tuple[tuple[bytes, bytes], ...] = ()
     #: Renders for the admitted principal instead of :attr:`render` (the usage route).
     render_for: Callable[[object, Scope], tuple[bytes, bytes]] | None = None
+    #: Refuses a request before it is rendered (the usage route: an over-long session id).
+    screen: Callable[[Scope], RouterError | None] | None = None
 
 
 class Pages:
@@ -81,7 +85,8 @@ class Pages:
         models: ModelsEndpoint | None,
         metrics: tuple[str, MetricsEndpoint, bool] | None,
         status: tuple[str, str, StatusEndpoint] | None,
-        usage: tuple[str, Callable[[object, Scope], tuple[bytes, bytes]]] | None = None,
+        usage: Page | None = None,
+        usage_route: str = "",
     ) -> None:
         self._guard = guard
         self._models = models
@@ -95,7 +100,7 @@ class Pages:
             self._exact[route] = Page("browser", page.render_html, policy)
             self._exact[json_route] = Page("browser", page.render_json)
         if usage is not None:
-            self._exact[usage[0]] = Page("api", _nothing, render_for=usage[1])
+            self._exact[usage_route] = usage
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` (below ``root_path``) is one of the router's pages."""
@@ -119,6 +124,9 @@ class Pages:
                 assert self._models is not None
                 await self._models(scope, receive, state.send_tracked)
                 return
+            if page.screen is not None and (refused := page.screen(scope)) is not None:
+                await send_error(state, refused)
+                return
             content_type, body = page.render() if page.render_for is None else page.render_for(principal, scope)
             headers = [(b"content-type", content_type), *_PAGE_HEADERS, *page.headers]
             headers.append((b"content-length", str(len(body)).encode()))  # a HEAD's too: what a GET gets
@@ -130,6 +138,10 @@ class Pages:
 
 def _nothing() -> tuple[bytes, bytes]:
     return b"text/plain", b""
+
+
+def _session_screen(header: bytes, scope: Scope) -> RouterError | None:
+    return session_refusal(scope["headers"], header)
 
 
 def _usage(callers: CallerLimits | None) -> Callable[[object, Scope], tuple[bytes, bytes]]:
@@ -183,5 +195,9 @@ def build_pages(
             overview, recent, events, json_route, callers=callers, capacity=capacity, rate_limits=rate_limits
         )
         status = (settings.status_route, json_route, page)
-    usage = (settings.usage_route, _usage(callers)) if settings.usage_route is not None else None
-    return metrics, Pages(guard, models, metrics_page, status, usage), background
+    usage: Page | None = None
+    if settings.usage_route is not None:
+        header = read_session_header(settings)
+        screen = partial(_session_screen, header) if header is not None else None
+        usage = Page("api", _nothing, render_for=_usage(callers), screen=screen)
+    return metrics, Pages(guard, models, metrics_page, status, usage, settings.usage_route or ""), background

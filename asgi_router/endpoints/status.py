@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -66,6 +67,25 @@ def status_template() -> str:
 def _hashes(template: str, tag: str) -> str:
     found = re.findall(rf"<{tag}>(.*?)</{tag}>", template, re.DOTALL)
     return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in found)
+
+
+def _json_text(data: object) -> str:
+    """``data`` as JSON any parser reads: a figure that is not finite (never expected: the fleet's
+    messages are checked as they arrive) is written ``null``, not ``Infinity``."""
+    try:
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(data), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(data: object) -> object:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -234,11 +254,11 @@ class StatusEndpoint:
         }
 
     def render_json(self) -> tuple[bytes, bytes]:
-        return _JSON_TYPE, json.dumps(self.data(), separators=(",", ":")).encode()
+        return _JSON_TYPE, _json_text(self.data()).encode()
 
     def render_html(self) -> tuple[bytes, bytes]:
         data = {**self.data(), "json_path": self._json_path}
         # "<" escaped: nothing in the data can close the element it sits in.
-        text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+        text = _json_text(data).replace("<", "\\u003c")
         element = _DATA_ELEMENT.replace("{}", text)
         return _HTML_TYPE, self._template.replace(_DATA_ELEMENT, element, 1).encode()

@@ -16,7 +16,8 @@ Redis is never a single point of failure, so every call to it goes through :clas
 * **Freshness by pub/sub.** The same task listens to the fleet's channel and hands each message
   to ``on_message``: a breaker that opens in one process holds in the others as soon as the
   message arrives, one network hop, inside the 250 ms the docs promise. A message
-  lost while the subscription was down is made good by the resynchronisation.
+  lost while the subscription was down is made good by the resynchronisation. A message is
+  read with :func:`read_message`: one with a figure that is not finite is refused whole.
 * **Bounded background work.** At most :data:`MAX_BACKGROUND` background calls run at once per
   event loop; the rest wait their turn in a queue of at most :data:`MAX_WAITING` (past it a
   write is dropped: the store's view is then a little behind, never wrong for a request, and
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -65,6 +68,7 @@ __all__ = [
     "SLOW_CALLS",
     "Link",
     "usable_url",
+    "read_message",
 ]
 
 T = TypeVar("T")
@@ -87,6 +91,23 @@ MAX_BACKGROUND: Final = 8
 MAX_WAITING: Final = 20_000
 #: How often the listener looks up from the channel (to notice a failure elsewhere, to stop).
 _POLL: Final = 0.25
+
+
+def _not_finite(word: str) -> Any:
+    raise ValueError(f"{word} is not a figure")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: JSON's way to write Infinity without the word
+        raise ValueError(f"{text} is not a finite figure")
+    return value
+
+
+def read_message(data: bytes | str) -> Any:
+    """A fleet message as JSON whose every figure is finite; ``ValueError`` otherwise (no
+    ``Infinity`` or ``NaN`` reaches a breaker, a mark or a status page)."""
+    return json.loads(data, parse_constant=_not_finite, parse_float=_finite)
 
 
 def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, str | None]]:

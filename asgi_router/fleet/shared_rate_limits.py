@@ -7,17 +7,22 @@ publishes the mark on the fleet's channel, and every process adopts it as the me
 a publish in the background, nothing on any request's path. Marks travel as seconds from now,
 not as times, so hosts' clocks need not agree. A mark lost while the store was unreachable is
 only a missed early warning: the member's next answer (or 429) marks it again.
+
+A message is believed whole or not at all: one whose figures are not finite, are negative, or
+name a reset longer than the router's ``max_rate_limit_reset`` is ignored (a wrong or hostile
+publisher must not bench a member everywhere, nor put ``Infinity`` in a status page's JSON).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Final
 
 from redis.asyncio import Redis
 
-from asgi_router.fleet.link import Link
+from asgi_router.fleet.link import Link, read_message
 
 __all__ = ["FleetRateLimits", "Marked"]
 
@@ -31,13 +36,15 @@ Marked = Callable[[str, float, int, float], None]
 class FleetRateLimits:
     """Publishes this process's marks and hands the fleet's to ``adopt``."""
 
-    __slots__ = ("_channel", "_link", "adopt")
+    __slots__ = ("_channel", "_link", "adopt", "longest")
 
     def __init__(self, link: Link, channel: str) -> None:
         self._link = link
         self._channel = channel
         #: Where the fleet's marks go (the router's rate-limit table sets it).
         self.adopt: Marked | None = None
+        #: The longest reset a mark may name (``max_rate_limit_reset``, set with :attr:`adopt`).
+        self.longest = math.inf
 
     def publish(self, key: str, requests_for: float, tokens: int, tokens_for: float) -> None:
         message = json.dumps([_TAG, key, round(requests_for, 3), tokens, round(tokens_for, 3)])
@@ -52,9 +59,12 @@ class FleetRateLimits:
         if not data.startswith(b'["' + _TAG.encode()):
             return False
         try:
-            _, key, requests_for, tokens, tokens_for = json.loads(data)
+            _, key, requests_for, tokens, tokens_for = read_message(data)
+            seconds, left = (float(requests_for), float(tokens_for)), int(tokens)
+            if not all(0 <= value <= self.longest for value in seconds) or left < 0:
+                return True  # not believed: ignored whole
             if self.adopt is not None:
-                self.adopt(str(key), float(requests_for), int(tokens), float(tokens_for))
+                self.adopt(str(key), seconds[0], left, seconds[1])
         except (ValueError, TypeError):
             pass  # garbage: ignored (the member's next answer marks it again)
         return True

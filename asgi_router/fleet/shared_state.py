@@ -39,7 +39,6 @@ hedge credit protect or describe this process only.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -51,7 +50,7 @@ from redis.asyncio import Redis
 from asgi_router.config.resilience_settings import BreakerSettings
 from asgi_router.fleet.breaker_writes import NO_EXTRA, BreakerWrites, Extra
 from asgi_router.fleet.budgets import Leases
-from asgi_router.fleet.link import Link
+from asgi_router.fleet.link import Link, read_message
 from asgi_router.fleet.scripts import RESYNC
 from asgi_router.fleet.shared_rate_limits import FleetRateLimits
 from asgi_router.resilience.breaker import ADMITTED, Admission, Cause, Phase, Verdict
@@ -271,7 +270,9 @@ class SharedState(InMemoryState):
         if self.rate_limits.heard(data):
             return
         try:
-            key, phase, age, open_for, consecutive, version, *rest = json.loads(data)
+            key, phase, age, open_for, consecutive, version, *rest = read_message(data)
+            if any(float(figure) < 0 for figure in (age, open_for, consecutive, version)):
+                return  # not a breaker any process wrote: ignored whole
             self._adopt(str(key), str(phase), age, open_for, consecutive, version, *rest)
         except (ValueError, TypeError):
             return  # not ours, or garbage: the next resync puts things right

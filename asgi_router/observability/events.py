@@ -63,6 +63,8 @@ class AttemptEvent:
     principal: object = None
     #: A ``circuit_open`` skip: why that breaker opened (``failures`` or ``slow``).
     cause: str | None = None
+    #: Upstream response headers not relayed because their value held a control byte.
+    dropped_headers: int = 0
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class AttemptEvent:
         cost_usd: float | None = None,
         principal: object = None,
         cause: str | None = None,
+        dropped_headers: int = 0,
     ) -> None:
         fields = self.__dict__
         fields["request_id"] = request_id
@@ -90,6 +93,7 @@ class AttemptEvent:
         fields["cost_usd"] = cost_usd
         fields["principal"] = principal
         fields["cause"] = cause
+        fields["dropped_headers"] = dropped_headers
 
 
 @dataclass(slots=True)

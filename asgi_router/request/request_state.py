@@ -17,6 +17,7 @@ leaves (:class:`~asgi_router.inbound.disconnect.ListeningScope`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from starlette.types import Message, Receive, Scope, Send
@@ -176,6 +177,14 @@ class RequestState:
             )
         )
         return at
+
+    def dropped(self, candidate: str, headers: int) -> None:
+        """``candidate``'s latest event also says ``headers`` of its response were not relayed."""
+        events = self.events
+        for at in range(len(events) - 1, -1, -1):
+            if events[at].candidate == candidate:
+                events[at] = replace(events[at], dropped_headers=headers)
+                return
 
     def attempts(self) -> int:
         """How many candidates were tried (skips not counted)."""

@@ -36,6 +36,7 @@ from starlette.types import Scope
 from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCaps, SessionCaps
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.inbound.session_id import session_digest, session_value
 from asgi_router.resilience.caller_tally import Account, CallerLedger, Cap, CapKind, Table, Tally
 
 __all__ = [
@@ -149,14 +150,13 @@ class CallerLimits:
     def table(self, name: str) -> Table | None:
         return self._named.get(name, self._any)
 
-    def session_of(self, scope: Scope) -> str | None:
-        """The request's ``session_header``, when sessions are capped and it has one."""
+    def session_of(self, name: str, scope: Scope) -> str | None:
+        """The digest of caller ``name``'s session (its ``session_header``), when sessions are
+        capped and the request names one; the id itself is never kept (``inbound/session_id.py``)."""
         if self._sessions is None:
             return None
-        for key, value in scope["headers"]:
-            if key == self._header:
-                return value.decode("latin-1").strip() or None
-        return None
+        session = session_value(scope["headers"], self._header)
+        return session_digest(name, session) if session is not None else None
 
     def admit(self, principal: object, scope: Scope) -> CallerTicket:
         """The request's ticket, and when nothing is near a cap, the request counted as served.
@@ -169,13 +169,7 @@ class CallerLimits:
         the decision point to answer and :meth:`serve` or :meth:`refuse` to apply.
         """
         name = ANONYMOUS if principal is None else principal if type(principal) is str else str(principal)
-        session: str | None = None
-        if self._sessions is not None:
-            header = self._header
-            for key, value in scope["headers"]:  # as session_of, inline: every request
-                if key == header:
-                    session = value.decode("latin-1").strip() or None
-                    break
+        session = self.session_of(name, scope) if self._sessions is not None else None
         ticket = self._tickets.get((name, session))
         if ticket is not None and self.ledger.admit(ticket):
             return ticket
@@ -191,7 +185,8 @@ class CallerLimits:
     def judge(self, principal: object, scope: Scope) -> CallerTicket:
         """A ticket of the request's own: its caller, its tallies, and (``ticket.judged``) each cap
         of its caller's table, then of its session's, that stands past its limit (usually none)."""
-        return self._judge(caller_name(principal), self.session_of(scope))
+        name = caller_name(principal)
+        return self._judge(name, self.session_of(name, scope))
 
     def _judge(self, name: str, session: str | None) -> CallerTicket:
         ledger = self.ledger
@@ -209,7 +204,7 @@ class CallerLimits:
                 ticket.judged = ((cap, level, table),)
         sessions = self._sessions
         if sessions is not None and session is not None:
-            found = ledger.session(name, session, self._session_ttl)
+            found = ledger.session(session, self._session_ttl)
             ticket.with_session(found, sessions)
             level, cap = ledger.judge(found.subject, found, sessions)
             if cap is not None:
@@ -277,16 +272,19 @@ class CallerLimits:
         return rows
 
     def report(self, principal: object, scope: Scope) -> dict[str, object]:
-        """The caller's own figures (the usage route): its caps and, with a session header, its session's."""
+        """The caller's own figures (the usage route): its caps and, with a session header, its
+        session's. Reading keeps nothing: a caller or session not yet seen shows zeros."""
         name = caller_name(principal)
         table = self.table(name)
         report: dict[str, object] = {"caller": shown(name), "caps": [], "shared": self.ledger.shared}
         if table is not None:
-            report["caps"] = self.figures(f"c:{name}", self.ledger.caller(name, name in self._named), table)
-        session = self.session_of(scope)
+            named = name in self._named
+            tally = self.ledger.caller_kept(name, named) or Tally(self.ledger.today(), "c:" + name)
+            report["caps"] = self.figures(tally.subject, tally, table)
+        session = self.session_of(name, scope)
         if session is not None and self._sessions is not None:
-            tally = self.ledger.session(name, session, self._sessions.ttl or 0.0)
-            report["session"] = self.figures(f"s:{name}\x00{session}", tally, self._sessions)
+            found = self.ledger.session_kept(session, self._session_ttl) or Tally(self.ledger.today(), "s:" + session)
+            report["session"] = self.figures(found.subject, found, self._sessions)
         return report
 
     def rows(self, most: int) -> list[dict[str, object]]:
@@ -294,10 +292,10 @@ class CallerLimits:
         rows: list[dict[str, object]] = []
         for name, table in self._named.items():
             tally = self.ledger.caller(name, True)
-            rows.append({"caller": name, "caps": self.figures(f"c:{name}", tally, table)})
+            rows.append({"caller": name, "caps": self.figures(tally.subject, tally, table)})
         if self._any is not None:
             for name, tally in self.ledger.others()[:most]:
-                rows.append({"caller": shown(name), "caps": self.figures(f"c:{name}", tally, self._any)})
+                rows.append({"caller": shown(name), "caps": self.figures(tally.subject, tally, self._any)})
         return rows
 
 

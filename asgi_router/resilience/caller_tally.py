@@ -6,10 +6,10 @@ starts again from nothing when it is next read, so a daily cap resets at 00:00 U
 process alike. A session's tally is forgotten ``ttl`` seconds after its last request.
 
 The tables are bounded: callers with a table of their own (``callers.<name>``) are few and kept
-for good; every other caller (``callers."*"``) and every session is kept in a table of at most
-``max_callers`` entries, the least recently seen forgotten first (a forgotten caller starts from
-nothing: a bound on memory, not a way round a cap, since only ``max_callers`` other callers
-seen since can push it out).
+for good; every other caller (``callers."*"``) and every session (by a digest of its caller and
+id, never the id) is kept in a table of at most ``max_callers`` entries, the least recently seen
+forgotten first (a forgotten caller starts from nothing: a bound on memory, not a way round a
+cap, since only ``max_callers`` other callers seen since can push it out).
 
 :class:`CallerLedger` answers from this process's own view; a fleet sharing ``state_url``
 replaces :meth:`CallerLedger.level` and the two ways usage is counted with leased slices
@@ -117,7 +117,7 @@ class Tally:
 
     __slots__ = ("day", "day_ends", "seen", "slot", "starts", "subject", "tokens", "usd")
 
-    def __init__(self, day: int, subject: str = "", slot: str | tuple[str, str] | None = None) -> None:
+    def __init__(self, day: int, subject: str = "", slot: str | None = None) -> None:
         self.day = day
         #: The wall time its day ends: a charge from then on starts the day's count again (one
         #: comparison, where the day's number would need a division and two calls).
@@ -130,8 +130,8 @@ class Tally:
         #: Monotonic time of a session's last admitted request (it expires ``ttl`` after it); no
         #: caller's cap reads it, so a request admitted at once leaves a caller's as it was.
         self.seen = 0.0
-        #: The tally's key, made once with it: ``c:<caller>`` or ``s:<caller>\x00<session>`` (a
-        #: fleet keys its slices by it).
+        #: The tally's key, made once with it: ``c:<caller>`` or ``s:<digest>``, the digest of the
+        #: caller and the session (``inbound/session_id.py``; a fleet keys its slices by it).
         self.subject = subject
         #: Its key in its bounded table (``None``: a named caller's, kept for good).
         self.slot = slot
@@ -176,7 +176,7 @@ class CallerLedger:
         self.wall = wall
         self._named: dict[str, Tally] = {}
         self._others: OrderedDict[str, Tally] = OrderedDict()
-        self._sessions: OrderedDict[tuple[str, str], Tally] = OrderedDict()
+        self._sessions: OrderedDict[str, Tally] = OrderedDict()
         #: Called whenever a tally is forgotten: whoever keeps accounts made of tallies forgets them.
         self.forget: list[Callable[[], None]] = []
 
@@ -210,22 +210,32 @@ class CallerLedger:
             others.move_to_end(name)
         return tally
 
-    def session(self, caller: str, session: str, ttl: float) -> Tally:
-        """The tally of ``caller``'s ``session`` (a fresh one once ``ttl`` passed since its last request)."""
-        sessions, key = self._sessions, (caller, session)
-        found = sessions.get(key)
-        if found is not None and self.clock() - found.seen >= ttl:
-            del sessions[key]
-            self._forgot()
-            found = None
+    def session(self, digest: str, ttl: float) -> Tally:
+        """The tally of the session ``digest`` names (a fresh one once ``ttl`` passed since its
+        last request). ``digest`` is the caller's and the session's, never the session's text."""
+        sessions = self._sessions
+        found = self.session_kept(digest, ttl)
         if found is not None:
-            sessions.move_to_end(key)
+            sessions.move_to_end(digest)
             return found
-        tally = sessions[key] = Tally(self.today(), f"s:{caller}\x00{session}", key)
+        tally = sessions[digest] = Tally(self.today(), "s:" + digest, digest)
         if len(sessions) > self._max:
             sessions.popitem(last=False)
             self._forgot()
         return tally
+
+    def session_kept(self, digest: str, ttl: float) -> Tally | None:
+        """The session's tally if one is kept and alive; reading makes none (the usage route)."""
+        found = self._sessions.get(digest)
+        if found is not None and self.clock() - found.seen >= ttl:
+            del self._sessions[digest]
+            self._forgot()
+            return None
+        return found
+
+    def caller_kept(self, name: str, named: bool) -> Tally | None:
+        """``name``'s tally if one is kept; reading makes none (the usage route)."""
+        return self._named.get(name) if named else self._others.get(name)
 
     def used(self, tally: Tally, kind: CapKind) -> float:
         """What ``tally`` used of ``kind`` (today's, or in the last minute for ``rpm``)."""
@@ -342,7 +352,7 @@ class CallerLedger:
                     return False
                 tally.starts.append(now)
             if tally.slot is not None:
-                self._others.move_to_end(tally.slot)  # type: ignore[arg-type]
+                self._others.move_to_end(tally.slot)
         if session is not None:
             self._sessions.move_to_end(session.slot)  # type: ignore[arg-type]
             session.seen = now

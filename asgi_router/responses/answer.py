@@ -41,7 +41,7 @@ from asgi_router.request.router_headers import add_router_headers
 from asgi_router.request.spend import Spend
 from asgi_router.responses.degraded import degraded_reply, should_degrade
 from asgi_router.responses.error_reply import send_error
-from asgi_router.responses.headers import response_headers_for_client
+from asgi_router.responses.headers import relayed_headers
 from asgi_router.responses.relay import RelayResult, relay_stream, send_whole
 from asgi_router.responses.resume_relay import relay_resumable
 from asgi_router.responses.resuming import StreamResumer
@@ -79,7 +79,9 @@ class Answer:
             await send_error(state, result, attempts)
             return
         if isinstance(result, Refused):
-            headers = response_headers_for_client(result.headers)
+            headers, dropped = relayed_headers(result.headers)
+            if dropped:
+                state.dropped(result.candidate.key, dropped)
             add_router_headers(headers, state, result.candidate.key, result.attempts)
             state.status = result.status
             await send_whole(state.send_tracked, result.status, headers, result.body)
@@ -91,7 +93,8 @@ class Answer:
         resumer: StreamResumer | None = None
         try:
             upstream_headers = result.response.raw_headers
-            headers = add_router_headers(response_headers_for_client(upstream_headers), state, winner, result.attempts)
+            relayed, dropped = relayed_headers(upstream_headers)
+            headers = add_router_headers(relayed, state, winner, result.attempts)
             state.status = result.response.status
             state.winner = winner
             if state.trace is not None:  # the winner's span reports its model and usage
@@ -107,6 +110,8 @@ class Answer:
                 # The winner's statistics released; what it used kept for the record.
                 spend = state.spend = self._book.finished(winner, facts, result.body if wants_tokens else None)
                 self._note_served(state, result, "served", spend)
+                if dropped:
+                    state.dropped(winner, dropped)
                 return
             if result.continues is not None:  # the attempts continue it after a break
                 resumer = StreamResumer(result.continues, state, facts, result)
@@ -126,14 +131,14 @@ class Answer:
                 relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
-                del headers, upstream_headers
+                del headers, upstream_headers, relayed
                 outcome = await relay
             else:
                 resumed = tail = Tail() if estimate else None
                 resuming = relay_resumable(
                     state.send, result, headers, self._clock, resumer, error_event, resumed, state
                 )
-                del headers, upstream_headers
+                del headers, upstream_headers, relayed
                 outcome, final = await resuming
             state.in_flight = None
             if outcome.reason == "client_disconnected":
@@ -146,6 +151,8 @@ class Answer:
             if final is not result and spend.tokens is not None:  # two calls' usage, one estimated
                 spend = state.spend = spend._replace(tokens=spend.tokens._replace(measured=False))
             self._note_served(state, final, outcome.reason, spend, resumer is None or resumer.evented is not final)
+            if dropped:
+                state.dropped(winner, dropped)
         finally:
             if spend is None:  # cancelled (the client left): still finish, release and count it
                 if resumer is not None:

@@ -7,16 +7,24 @@ the headers the ASGI server or the router itself sets are dropped. The provider'
 ``x-request-id`` is the router's: it goes back as ``x-upstream-request-id`` when it is a sane
 token (the test the client's own id must pass too). The router's own headers are added after
 this filter (``request/router_headers.py``): an upstream's under the same prefix are dropped.
+
+A value holding a control byte (below 0x20 but TAB, or DEL) is dropped too, and counted (the
+attempt's event says how many): an ASGI server refuses to send it, and the client would get no
+response at all. Clean headers, the usual case, cost one scan of their values in C.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Final
 
 from asgi_router.core.header_names import HOP_BY_HOP, NO_TOKENS, connection_tokens, is_sane_request_id
 
-__all__ = ["response_headers_for_client"]
+__all__ = ["relayed_headers", "response_headers_for_client"]
+
+#: A byte no header value may hold on the wire (RFC 9110 field-value: TAB is allowed).
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 # Upstream response headers never relayed: hop-by-hop, cookies, framing the ASGI server
@@ -34,11 +42,22 @@ _DROPPED_RESPONSE_HEADERS: Final = HOP_BY_HOP | {
 }
 
 
-def response_headers_for_client(
-    upstream: Iterable[tuple[bytes, bytes]],
-) -> list[tuple[bytes, bytes]]:
+def response_headers_for_client(upstream: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Upstream response headers minus everything that must not be relayed (names lowercased),
     plus the provider's request id as ``x-upstream-request-id`` when it sent a sane one."""
+    return relayed_headers(upstream)[0]
+
+
+def relayed_headers(upstream: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
+    """:func:`response_headers_for_client`, and how many were dropped for a control byte."""
+    relayed = _filtered(upstream)
+    if _CONTROL.search(b"".join([value for _, value in relayed])) is None:
+        return relayed, 0  # the usual answer: one scan, nothing dropped
+    clean = [(name, value) for name, value in relayed if _CONTROL.search(value) is None]
+    return clean, len(relayed) - len(clean)
+
+
+def _filtered(upstream: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     relayed: list[tuple[bytes, bytes]] = []
     named = NO_TOKENS
     upstream_id: bytes | None = None

@@ -22,6 +22,7 @@ EVERY_FIELD: dict[str, object] = {
     "cost_usd": 0.001,
     "principal": "alice",
     "cause": "slow",
+    "dropped_headers": 1,
 }
 
 
