@@ -16,7 +16,8 @@ made of its committed stream. Every verdict is asked of it, with what it implies
   over or stop; a 429 marks the member over budget until its ``Retry-After``;
 * **after a break** (:meth:`RetryState.may_continue`, then :meth:`RetryState.after_break`):
   whether a committed stream that broke is continued (a cut or a stall, not past the attempt's
-  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order.
+  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order; the
+  candidates that broke are kept (:meth:`RetryState.take_broken`) for the request's record.
 
 The drivers (``loop.py``, ``hedging.py``, ``continuing.py``) and the relay do I/O and ask; none
 of them decides.
@@ -44,7 +45,17 @@ __all__ = ["RetryState"]
 class RetryState:
     """What the attempt policy knows of one request so far, and every verdict it gives it."""
 
-    __slots__ = ("_decisions", "_inbound", "_open_skips", "_policy", "_retried", "_token", "resumes", "retries")
+    __slots__ = (
+        "_broke",
+        "_decisions",
+        "_inbound",
+        "_open_skips",
+        "_policy",
+        "_retried",
+        "_token",
+        "resumes",
+        "retries",
+    )
 
     def __init__(self, decisions: Decisions, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> None:
         self._decisions = decisions
@@ -62,6 +73,8 @@ class RetryState:
         self._token: str | None = None
         #: Continuations of the committed stream made so far.
         self.resumes = 0
+        #: The candidates (keys) whose committed stream broke and were asked after, in order.
+        self._broke: list[str] = []
 
     def replanned(self, plan: Plan) -> None:
         """The request was planned again (after a wait for capacity): its retries are the new plan's."""
@@ -139,7 +152,9 @@ class RetryState:
         total: bool,
         max_resumes: int,
     ) -> Continue | None:
-        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table)."""
+        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table);
+        ``broken`` is kept among the candidates that broke (:meth:`take_broken`)."""
+        self._broke.append(broken.key)
         if total:
             return None
         return self._decisions.resume(candidates, modes, broken, reason, self.resumes, max_resumes)
@@ -147,3 +162,10 @@ class RetryState:
     def resumed(self) -> None:
         """A continuation committed."""
         self.resumes += 1
+
+    def take_broken(self) -> tuple[str, ...]:
+        """The candidates that broke since the last call, each once (their breaks' outcome is
+        known only when the answer ends: served, or the client's in-band error)."""
+        broke = tuple(self._broke)
+        self._broke.clear()
+        return broke

@@ -551,6 +551,8 @@ def test_after_a_break_the_retry_state_answers_as_the_resume_table_says(
     candidates, modes = (CANDIDATE, OTHER_RESUMABLE), ("prefill", "prefix")
     assert retry.may_continue(reason, total, 2) is (expected is not None)
     assert retry.after_break(candidates, modes, CANDIDATE, reason, total, 2) == expected  # type: ignore[arg-type]
+    assert retry.take_broken() == (CANDIDATE.key,)  # whatever the verdict, the break is the record's
+    assert retry.take_broken() == ()  # each once
 
 
 @pytest.mark.parametrize(
