@@ -35,7 +35,8 @@ the request's task (no timer, no scope per attempt), and in a :class:`Deadline` 
 otherwise (a hedge's racer, whose bound on the request's scope would cancel the request's task,
 or code outside a request). The block as a whole may be bounded (``seconds``: the body's
 ``body_timeout``, an attempt's first byte), and each read made through :meth:`Reads.next` is
-bounded by ``idle``, never past ``deadline``, until :meth:`Reads.done` says it came: between
+bounded by ``idle``, never past ``deadline`` (or each read begun by :meth:`Reads.start`, for a
+stream's reads), until :meth:`Reads.done` says it came: between
 reads nothing is timed (a slow client is backpressure, not upstream idleness). A read that
 overruns cuts the block short: it ends without an exception and :attr:`Reads.expired` says so.
 Underneath, a stretch of the block is bounded on the scope (:meth:`Deadline.bound`, moved read
@@ -330,9 +331,10 @@ class Reads:
             scope.bound(self._seconds)
         return self
 
-    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
-        """The next of ``chunks``, to await: cut once ``idle`` has passed or ``deadline`` has come,
-        and not counted once it came (call :meth:`done`: a slow client is not upstream idleness)."""
+    def start(self) -> None:
+        """A read starts now, to be awaited at once (``await chunks.__anext__()``): cut once
+        ``idle`` has passed or ``deadline`` has come, and not counted once it came (call
+        :meth:`done`: a slow client is not upstream idleness)."""
         # Deadline.bound's work inline, once per chunk of a stream (docs/performance.md).
         scope = self._scope
         now = self._clock()
@@ -346,6 +348,10 @@ class Reads:
         if expires < owner._when:  # as bound(): the timer only ever moves earlier
             mark = owner._expires
             owner._schedule(expires if expires <= mark else mark)
+
+    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
+        """The next of ``chunks``, to await: a read :meth:`start` ed (then :meth:`done`)."""
+        self.start()
         return chunks.__anext__()  # no anext() wrapper held while idle
 
     def done(self) -> None:
