@@ -148,6 +148,9 @@ class StreamContinuer:
     def may_continue(self, reason: Reason, total: bool) -> bool:
         return self._retry.may_continue(reason, total, self._max)
 
+    def take_broken(self) -> tuple[str, ...]:
+        return self._retry.take_broken()
+
     async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``.
 

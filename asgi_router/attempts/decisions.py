@@ -170,9 +170,8 @@ from typing import Final, TypeAlias
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.capacity_queue import RECHECK
 from asgi_router.attempts.outcomes import Attempted, Committed, Refused
-from asgi_router.attempts.request_answers import Continue, Downgrade, Refuse, caller_answer, continuation
+from asgi_router.attempts.request_answers import Downgrade, Refuse, caller_answer, continuation
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
-from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.header_names import client_retries
 from asgi_router.core.reasons import Reason
@@ -385,19 +384,9 @@ class Decisions:
         session's, as ``resilience/caller_limits.py`` found them."""
         return caller_answer(judged) if judged else None
 
-    @staticmethod
-    def resume(
-        candidates: Sequence[Candidate],
-        modes: Sequence[ResumeMode],
-        broken: Candidate,
-        reason: Reason,
-        resumes: int,
-        max_resumes: int,
-    ) -> Continue | None:
-        """Whether and on whom a stream that broke for ``reason`` after commit is continued (the
-        resume table, in ``request_answers.py``); ``modes`` are the plan's candidates' ``resume``
-        in plan order, ``resumes`` the continuations made so far."""
-        return continuation(candidates, modes, broken, reason, resumes, max_resumes)
+    #: Whether and on whom a stream that broke after commit is continued: the resume table,
+    #: answered in ``request_answers.py`` (:func:`~asgi_router.attempts.request_answers.continuation`).
+    resume = staticmethod(continuation)
 
     # -- after a call --------------------------------------------------------------------------
 

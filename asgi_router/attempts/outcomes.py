@@ -71,6 +71,10 @@ class Continues(Protocol):
         """The call that continues ``text`` after ``broken`` broke for ``reason`` (accounted and
         evented), or ``None``: the client gets the in-band error."""
 
+    def take_broken(self) -> tuple[str, ...]:
+        """The candidates (keys) whose stream broke since the last call, each once: the request's
+        retry state keeps them."""
+
 
 @dataclass(slots=True)
 class Refused:

@@ -8,13 +8,16 @@ of its plan may have (none for a client that retries on its own), the candidate 
 and how often, the retry budget's token a retry holds until it has ended, and the continuations
 made of its committed stream. Every verdict is asked of it, with what it implies carried out:
 
-* **admit** (:meth:`RetryState.admit`): a lease on the candidate, or the skip and why;
+* **admit** (:meth:`RetryState.admit`): a lease on the candidate, or the skip and why; a skip
+  for an open breaker kept, so that when such skips were all a pass did, the all-open rule
+  (:meth:`RetryState.all_open`) names the candidate tried anyway;
 * **after a result** (:meth:`RetryState.after`): commit, pass through, retry after a wait (a
   token of the provider's retry budget taken, given back by :meth:`RetryState.retry_over`), fail
   over or stop; a 429 marks the member over budget until its ``Retry-After``;
 * **after a break** (:meth:`RetryState.may_continue`, then :meth:`RetryState.after_break`):
   whether a committed stream that broke is continued (a cut or a stall, not past the attempt's
-  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order.
+  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order; the
+  candidates that broke are kept (:meth:`RetryState.take_broken`) for the request's record.
 
 The drivers (``loop.py``, ``hedging.py``, ``continuing.py``) and the relay do I/O and ask; none
 of them decides.
@@ -34,7 +37,6 @@ from asgi_router.core.reasons import Reason
 from asgi_router.core.skip import Skip
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
-from asgi_router.routing.policy import GroupPolicy
 from asgi_router.transports.provider import ProviderRuntime
 
 __all__ = ["RetryState"]
@@ -43,11 +45,26 @@ __all__ = ["RetryState"]
 class RetryState:
     """What the attempt policy knows of one request so far, and every verdict it gives it."""
 
-    __slots__ = ("_decisions", "_inbound", "_retried", "_token", "resumes", "retries")
+    __slots__ = (
+        "_broke",
+        "_decisions",
+        "_inbound",
+        "_open_skips",
+        "_policy",
+        "_retried",
+        "_token",
+        "resumes",
+        "retries",
+    )
 
     def __init__(self, decisions: Decisions, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> None:
         self._decisions = decisions
         self._inbound = inbound
+        #: The plan's group policy (a group's admission rules).
+        self._policy = plan.policy
+        #: Candidates of this pass over the plan skipped for an open or recovering breaker, each
+        #: with when it opened (or began its ramp): what the all-open rule chooses from.
+        self._open_skips: list[tuple[float, Candidate]] | None = None
         #: Retries in place each candidate of the plan may have.
         self.retries = decisions.retries_in_place(plan, inbound)
         #: Retries made of the candidate being retried in place.
@@ -56,10 +73,14 @@ class RetryState:
         self._token: str | None = None
         #: Continuations of the committed stream made so far.
         self.resumes = 0
+        #: The candidates (keys) whose committed stream broke and were asked after, in order.
+        self._broke: list[str] = []
 
     def replanned(self, plan: Plan) -> None:
         """The request was planned again (after a wait for capacity): its retries are the new plan's."""
         self.retries = self._decisions.retries_in_place(plan, self._inbound)
+        self._policy = plan.policy
+        self._open_skips = None  # a fresh pass over the new plan
 
     def admit(
         self,
@@ -68,13 +89,28 @@ class RetryState:
         wire: SplicedBody | WireBody | str | None,
         attempts: int,
         deadline: float,
-        policy: GroupPolicy | None,
         facts: RequestFacts,
+        *,
         force: bool = False,
         stream: bool = False,
+        in_place: bool = False,
     ) -> Admit | Skip:
-        """A lease on ``candidate``, or the skip and why (the decision point's first table)."""
-        return self._decisions.admit(candidate, provider, wire, attempts, deadline, policy, facts, force, stream)
+        """A lease on ``candidate``, or the skip and why (the decision point's first table); a
+        skip for an open or recovering breaker is kept for the all-open rule, unless the
+        candidate was being retried in place (``in_place``) or the skip stops the pass."""
+        admitted = self._decisions.admit(
+            candidate, provider, wire, attempts, deadline, self._policy, facts, force, stream
+        )
+        if type(admitted) is Skip and admitted.opened_at is not None and not admitted.stops and not in_place:
+            if self._open_skips is None:
+                self._open_skips = []
+            self._open_skips.append((admitted.opened_at, candidate))
+        return admitted
+
+    def all_open(self, attempts: int, stopped: bool) -> Candidate | None:
+        """The candidate the all-open rule tries anyway (the one whose breaker opened first), when
+        this pass tried nothing (``attempts``, ``stopped``) and open breakers were why."""
+        return self._decisions.all_open(attempts, stopped, self._open_skips)
 
     def retrying(self, candidate: Candidate) -> None:
         """``candidate`` is to be tried with retries in place: none made of it yet."""
@@ -116,7 +152,9 @@ class RetryState:
         total: bool,
         max_resumes: int,
     ) -> Continue | None:
-        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table)."""
+        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table);
+        ``broken`` is kept among the candidates that broke (:meth:`take_broken`)."""
+        self._broke.append(broken.key)
         if total:
             return None
         return self._decisions.resume(candidates, modes, broken, reason, self.resumes, max_resumes)
@@ -124,3 +162,10 @@ class RetryState:
     def resumed(self) -> None:
         """A continuation committed."""
         self.resumes += 1
+
+    def take_broken(self) -> tuple[str, ...]:
+        """The candidates that broke since the last call, each once (their breaks' outcome is
+        known only when the answer ends: served, or the client's in-band error)."""
+        broke = tuple(self._broke)
+        self._broke.clear()
+        return broke

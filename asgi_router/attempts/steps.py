@@ -68,7 +68,6 @@ class RequestAttempts:
     __slots__ = (
         "_context",
         "_inbound",
-        "_open_skips",
         "_path",
         "_payload",
         "_quiet",
@@ -139,9 +138,6 @@ class RequestAttempts:
         self.attempts = 0
         #: Set once ``max_attempts`` or the deadline stopped the pass: nothing more is tried.
         self.stopped = False
-        #: Candidates skipped for an open or recovering breaker, with when it opened (or began
-        #: its ramp).
-        self._open_skips: list[tuple[float, Candidate]] | None = None
 
     @property
     def inbound(self) -> Sequence[tuple[bytes, bytes]]:
@@ -186,17 +182,21 @@ class RequestAttempts:
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
         admitted = self.retry.admit(
-            candidate, provider, wire, self.attempts, self.deadline, self.plan.policy, self.facts, force, self._stream
+            candidate,
+            provider,
+            wire,
+            self.attempts,
+            self.deadline,
+            self.facts,
+            force=force,
+            stream=self._stream,
+            in_place=retry,
         )
         key = candidate.key
         if isinstance(admitted, Skip):
             self.skip(key, admitted)
             if admitted.stops:
                 self.stopped = True
-            elif admitted.opened_at is not None and not retry:
-                if self._open_skips is None:
-                    self._open_skips = []
-                self._open_skips.append((admitted.opened_at, candidate))
             return None
         assert provider is not None and isinstance(target, RouteTarget)
         assert wire is not None and not isinstance(wire, str)
@@ -368,7 +368,7 @@ class RequestAttempts:
 
     def oldest_open(self) -> Candidate | None:
         """The candidate the all-open rule tries anyway, if the decision point says so."""
-        return self._context.decisions.all_open(self.attempts, self.stopped, self._open_skips)
+        return self.retry.all_open(self.attempts, self.stopped)
 
     def capacity_only(self) -> bool:
         """Whether the decision point would have a queued group's request wait: nothing was

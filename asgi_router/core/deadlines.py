@@ -35,7 +35,8 @@ the request's task (no timer, no scope per attempt), and in a :class:`Deadline` 
 otherwise (a hedge's racer, whose bound on the request's scope would cancel the request's task,
 or code outside a request). The block as a whole may be bounded (``seconds``: the body's
 ``body_timeout``, an attempt's first byte), and each read made through :meth:`Reads.next` is
-bounded by ``idle``, never past ``deadline``, until :meth:`Reads.done` says it came: between
+bounded by ``idle``, never past ``deadline`` (or each read begun by :meth:`Reads.start`, for a
+stream's reads), until :meth:`Reads.done` says it came: between
 reads nothing is timed (a slow client is backpressure, not upstream idleness). A read that
 overruns cuts the block short: it ends without an exception and :attr:`Reads.expired` says so.
 Underneath, a stretch of the block is bounded on the scope (:meth:`Deadline.bound`, moved read
@@ -68,6 +69,11 @@ __all__ = ["Deadline", "Reads", "reading"]
 # value per task context, set and reset by the lending scope itself.
 _lender: ContextVar[Deadline | None] = ContextVar("asgi_router_deadline_lender", default=None)
 
+# asyncio's own loops tell time with time.monotonic: a read bounded on one of them reads the
+# clock once, not once more through the loop (docs/performance.md). Any other loop (uvloop, a
+# test's fake clock) is asked through its own time().
+_STDLIB_LOOP_TIME = asyncio.BaseEventLoop.time
+
 
 class Deadline:
     """``with Deadline() as deadline:`` inside an asyncio task; see the module docstring.
@@ -90,6 +96,7 @@ class Deadline:
         "_host",
         "_lends",
         "_loop",
+        "_now",
         "_reads",
         "_riders",
         "_task",
@@ -101,6 +108,8 @@ class Deadline:
     def __init__(self, *, lends: bool = False) -> None:
         self._lends = lends
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop's clock, read directly when it is time.monotonic (set on entry).
+        self._now: Callable[[], float] = time.monotonic
         self._task: asyncio.Task[object] | None = None
         self._base = 0
         self._expires = math.inf
@@ -130,6 +139,8 @@ class Deadline:
             raise RuntimeError("a Deadline must be entered inside an asyncio task")
         self._task = task
         loop = self._loop = task.get_loop()
+        if type(loop).time is not _STDLIB_LOOP_TIME:
+            self._now = loop.time
         self._base = task.cancelling()
         host = _lender.get()
         if host is not None and host._riders is not None and host._loop is loop:
@@ -293,7 +304,7 @@ class Reads:
     exception (:attr:`expired`), any other cancellation (the client leaving, the server) goes
     through it."""
 
-    __slots__ = ("_clock", "_own", "_scope", "_seconds", "deadline", "expired", "idle")
+    __slots__ = ("_clock", "_loop_now", "_own", "_scope", "_seconds", "deadline", "expired", "idle")
 
     # Set by reading(), which makes the block (no __init__ to call: docs/performance.md).
     _scope: Deadline
@@ -301,6 +312,8 @@ class Reads:
     _own: bool
     _seconds: float
     _clock: Callable[[], float]
+    # The scope's loop clock when it is not the block's own clock (``None``: one reading serves both).
+    _loop_now: Callable[[], float] | None
     #: How long each read may take, and by when (on the block's clock) the last one must be
     #: done; a block may move them between reads (an attempt's reads after its first byte).
     idle: float
@@ -309,24 +322,36 @@ class Reads:
     expired: bool
 
     def __enter__(self) -> Reads:
+        scope = self._scope
         if self._own:
-            self._scope.__enter__()
+            scope.__enter__()
+        loop_now = scope._now  # known once the scope is entered
+        self._loop_now = None if self._clock is loop_now else loop_now
         if self._seconds < math.inf:
-            self._scope.bound(self._seconds)
+            scope.bound(self._seconds)
         return self
 
-    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
-        """The next of ``chunks``, to await: cut once ``idle`` has passed or ``deadline`` has come,
-        and not counted once it came (call :meth:`done`: a slow client is not upstream idleness)."""
+    def start(self) -> None:
+        """A read starts now, to be awaited at once (``await chunks.__anext__()``): cut once
+        ``idle`` has passed or ``deadline`` has come, and not counted once it came (call
+        :meth:`done`: a slow client is not upstream idleness)."""
         # Deadline.bound's work inline, once per chunk of a stream (docs/performance.md).
         scope = self._scope
-        left = self.deadline - self._clock()
+        now = self._clock()
+        left = self.deadline - now
         idle = self.idle
-        expires = scope._bound = scope._loop.time() + (idle if idle < left else left)  # type: ignore[union-attr]
+        loop_now = self._loop_now
+        if loop_now is not None:
+            now = loop_now()
+        expires = scope._bound = now + (idle if idle < left else left)
         owner = scope._host or scope
         if expires < owner._when:  # as bound(): the timer only ever moves earlier
             mark = owner._expires
             owner._schedule(expires if expires <= mark else mark)
+
+    def next(self, chunks: AsyncIterator[bytes]) -> Awaitable[bytes]:
+        """The next of ``chunks``, to await: a read :meth:`start` ed (then :meth:`done`)."""
+        self.start()
         return chunks.__anext__()  # no anext() wrapper held while idle
 
     def done(self) -> None:

@@ -172,8 +172,9 @@ async def relay_stream(
                         if held_for_commit:
                             data = held_for_commit.popleft()
                             continue
+                        reads.start()
                         try:
-                            data = await reads.next(chunks)
+                            data = await chunks.__anext__()  # no anext() wrapper held while idle
                         except StopAsyncIteration:
                             break
                         except Exception as exc:

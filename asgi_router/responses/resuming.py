@@ -7,7 +7,8 @@ has a resumable candidate and the request can be continued at all). The relay
 and done by the attempts (``attempts/continuing.py``), which also account for the call that
 broke. What stays here is the relay's side: the text said so far read from the events sent, the
 continuation's events rewritten into the stream the client already has, the calls' tokens so
-far, and each break that was tried, kept on the request's state (and so its record) for
+far, and, once the answer ends, each break that was tried (the retry state keeps which
+candidates broke) written to the request's state (and so its record) for
 ``asgi_router_resumes_total``: ``served`` when the answer was finished, ``failed`` when the
 client got the in-band error.
 """
@@ -28,7 +29,7 @@ __all__ = ["StreamResumer"]
 class StreamResumer:
     """The relay's side of one request's continued stream."""
 
-    __slots__ = ("_broken", "_continues", "_facts", "current", "evented", "prior", "resumes", "state")
+    __slots__ = ("_continues", "_facts", "current", "evented", "prior", "resumes", "state")
 
     def __init__(self, continues: Continues, state: RequestState, facts: RequestFacts, committed: Committed) -> None:
         self._continues = continues
@@ -43,8 +44,6 @@ class StreamResumer:
         self.prior = (0, 0)
         #: The call whose (``failed``) event was written at its break: not to be evented again.
         self.evented: Committed | None = None
-        #: The candidates whose stream broke and that a continuation was asked for.
-        self._broken: list[str] = []
 
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
@@ -65,7 +64,6 @@ class StreamResumer:
     async def resume(self, broken: Committed, reason: Reason, text: str) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``
         (:attr:`evented` then names ``broken``, its event written ``failed`` at the break)."""
-        self._broken.append(broken.candidate.key)
         continued = await self._continues(broken, reason, text)
         if continued is None:
             self.evented = broken
@@ -85,6 +83,6 @@ class StreamResumer:
         self._close("failed")
 
     def _close(self, outcome: str) -> None:
-        if self._broken:
-            self.state.resumes += tuple((key, outcome) for key in self._broken)
-            self._broken.clear()
+        broke = self._continues.take_broken()  # kept by the request's retry state
+        if broke:
+            self.state.resumes += tuple((key, outcome) for key in broke)

@@ -504,6 +504,30 @@ def test_the_retry_state_gives_a_client_that_retries_on_its_own_no_retries_in_pl
     assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True) == FAIL_OVER
 
 
+@pytest.mark.parametrize(
+    ("in_place", "replanned", "expected"),
+    [
+        (False, False, CANDIDATE),  # skipped for its open breaker: the all-open rule's choice
+        (True, False, None),  # skipped while retried in place: not a breaker-only pass
+        (False, True, None),  # planned again: a fresh pass has skipped nothing yet
+    ],
+)
+def test_the_retry_state_keeps_open_breaker_skips_of_its_pass_for_the_all_open_rule(
+    in_place: bool, replanned: bool, expected: Candidate | None
+) -> None:
+    parts = _parts()
+    parts.gate.trip("p")
+    plan = Plan((CANDIDATE,))
+    retry = RetryState(parts.decisions, plan, [])
+    provider = ProviderRuntime.build("p", parts.settings.providers["p"], parts.settings.routes)
+    skipped = retry.admit(CANDIDATE, provider, WireBody({"model": "x"}), 0, 400.0, EMPTY, in_place=in_place)
+    assert skipped == Skip("circuit_open", opened_at=100.0, cause="failures")
+    if replanned:
+        retry.replanned(plan)
+    assert retry.all_open(0, False) == expected
+    assert retry.all_open(1, False) is None  # something was tried: breakers were not the only why
+
+
 OTHER_RESUMABLE = Candidate("q", "m")
 
 
@@ -527,6 +551,8 @@ def test_after_a_break_the_retry_state_answers_as_the_resume_table_says(
     candidates, modes = (CANDIDATE, OTHER_RESUMABLE), ("prefill", "prefix")
     assert retry.may_continue(reason, total, 2) is (expected is not None)
     assert retry.after_break(candidates, modes, CANDIDATE, reason, total, 2) == expected  # type: ignore[arg-type]
+    assert retry.take_broken() == (CANDIDATE.key,)  # whatever the verdict, the break is the record's
+    assert retry.take_broken() == ()  # each once
 
 
 @pytest.mark.parametrize(
