@@ -1,16 +1,25 @@
-"""Whether a chunk a client was sent ends its stream: then the client has the whole answer.
+"""Whether a chunk a client was sent ends its stream, and whether a stream that ended had said
+its finish: then the client has the whole answer.
 
 Both protocols end a stream with a last event of their own (OpenAI's ``data: [DONE]``,
 Anthropic's ``message_stop``): once one went out, a client that closes before the response's
 last (empty) message still got everything, so the request is ``served``, not aborted. The relay
 asks it of the chunk it just sent; the request asks it of its last chunk when its client leaves.
+
+A stream whose body ended (or broke) before that last event is whole only when its *finish* went
+out (a chat chunk with a ``finish_reason``; Anthropic's ``message_delta`` with a
+``stop_reason``): after it come at most the usage and the terminator, which the relay can write
+itself. Before it, the answer is cut short however cleanly the connection closed. The finish is
+looked for only when a stream ends without its terminator, in the last two chunks sent (the
+finish, then at most a usage chunk): nothing per chunk.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-__all__ = ["ENDINGS", "MAY_END", "ends_stream"]
+__all__ = ["ENDINGS", "MAY_END", "ends_stream", "terminator", "upstream_error_in", "went_out_finished"]
 
 #: How a chunk that ends a stream ends (OpenAI's ``[DONE]``, Anthropic's ``message_stop``).
 ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"}\n\n', b'"message_stop"}\r\n\r\n')
@@ -19,9 +28,34 @@ ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"
 #: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
 #: test runs only on the few chunks that may end it (docs/performance.md).
 MAY_END: Final = b"F"
+#: A finish said: a chat chunk's ``finish_reason`` or a ``message_delta``'s ``stop_reason`` that
+#: is a string (``null`` is no finish).
+_FINISH: Final = re.compile(rb'"(?:finish_reason|stop_reason)"\s*:\s*"')
+#: An OpenAI error event in a stream (``data: {"error": ...}``).
+_ERROR_EVENT: Final = re.compile(rb'(?:^|\n)data:\s?\{\s*"error"\s*:')
+#: What ends a stream whose finish went out, written by the router: OpenAI's, Anthropic's.
+_TERMINATORS: Final = (b"data: [DONE]\n\n", b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
 
 
 def ends_stream(chunk: bytes) -> bool:
     """Whether ``chunk``, the last one sent, ends with the stream's last event: the client has
     the whole answer."""
     return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
+
+
+def went_out_finished(before_last: bytes, last: bytes) -> bool:
+    """Whether a stream whose last two chunks sent were ``before_last`` and ``last`` had said its
+    finish, and no error after it: the client has the whole answer but for its terminator."""
+    if upstream_error_in(last):
+        return False
+    return _FINISH.search(last) is not None or _FINISH.search(before_last) is not None
+
+
+def upstream_error_in(chunk: bytes) -> bool:
+    """Whether ``chunk`` holds an OpenAI error event: the stream broke in the upstream's words."""
+    return b'"error"' in chunk and _ERROR_EVENT.search(chunk) is not None
+
+
+def terminator(anthropic: bool) -> bytes:
+    """The last event the router writes for a stream whose finish went out without it."""
+    return _TERMINATORS[anthropic]

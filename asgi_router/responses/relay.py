@@ -59,7 +59,7 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.protocols.stream_end import ends_stream
+from asgi_router.protocols.stream_end import ends_stream, terminator, went_out_finished
 from asgi_router.request.request_state import RequestState
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
 from asgi_router.responses.whole_events import Spliced, WholeEvents
@@ -112,6 +112,18 @@ class Continuer(Protocol):
 def _result(reason: Reason, size: int, count: int, before_last: bytes, last: bytes) -> RelayResult:
     """The one place a relay's result is made."""
     return RelayResult(size, reason, count, before_last, last)
+
+
+def _ends_whole(committed: Committed, last: bytes) -> bool:
+    """Whether a stream whose body ended cleanly after ``last`` ended whole:
+    with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
+    ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
+    if ends_stream(last):
+        return True
+    for name, value in committed.response.raw_headers:
+        if name.lower() == b"content-type":
+            return b"event-stream" not in value
+    return False
 
 
 async def relay_stream(
@@ -189,9 +201,19 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                    else:
+                    elif translation is not None or _ends_whole(current, last):
                         break  # its end
+                    else:
+                        failure = UpstreamSaid("", "the upstream's stream ended before its finish")
                 if ends_stream(last):  # the client has the whole answer: nothing is lost
+                    break
+                if went_out_finished(before_last, last):  # all but the terminator: the router writes it
+                    end = event_boundary(last) + terminator(progress.anthropic)
+                    await send({"type": "http.response.body", "body": end, "more_body": True})
+                    size += len(end)
+                    last = end
+                    if whole is not None:
+                        whole.held = b""
                     break
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
                 past_total = clock() >= deadline
