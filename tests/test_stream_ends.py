@@ -272,3 +272,75 @@ async def test_a_translated_stream_dropped_after_message_start_is_recorded_strea
     assert text == "Hi from the next one."
     record = await _record(router, records)
     assert _outcomes(record) == [("claude/m", "failed", "stream_interrupted"), ("claude/ok", "served", "served")]
+
+
+async def test_an_openai_error_event_after_the_first_byte_is_a_break_not_a_served_answer(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    fake.script("m", reply.stream_error(3, code=500, message="the model fell over"))
+    router, records = _router(fake, claude)
+    with ServerThread(router) as server:
+        raw = await _raw(server, "a/m")  # read to its end (the SDK would leave at the error)
+    assert b"the model fell over" in raw  # byte-exact: the upstream's event as it sent it
+    assert raw.endswith(b'"code":"stream_interrupted","param":null}}\n\n')
+    record = await _record(router, records)
+    assert _outcomes(record) == [("a/m", "failed", "stream_interrupted")]
+
+
+async def test_an_openai_error_event_after_the_first_byte_is_continued_where_the_plan_allows(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    fake.script("m", reply.stream_error(3, code=500, message="the model fell over"), reply.ok("The rest."))
+    router, records = _router(fake, claude, resume="prefill")
+    with ServerThread(router) as server:
+        text, finish = await _sdk_text(server, "a/m")
+    assert text.endswith("The rest.")
+    assert finish == "stop"
+    record = await _record(router, records)
+    assert record.resumes == (("a/m", "served"),)
+    assert [event.outcome for event in record.events] == ["resumed", "served"]
+
+
+async def test_a_continuation_that_ends_with_an_error_event_counts_its_resume_failed(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    fake.script("m", reply.broken_stream(3), reply.stream_error(2, code=500, message="again"))
+    router, records = _router(fake, claude, resume="prefill")
+    with ServerThread(router) as server:
+        with pytest.raises(openai.APIError):
+            await _sdk_text(server, "a/m")
+    record = await _record(router, records)
+    assert record.resumes and {outcome for _, outcome in record.resumes} == {"failed"}
+    assert record.events[-1].outcome == "failed"
+
+
+async def test_a_continuation_says_one_role_and_one_done_and_nothing_after_it(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    rest = [_ROLE, _chunk({"content": " and goodbye."}), _chunk({"role": "assistant"}), _FINISH, _DONE]
+    late = [_chunk({"content": " Extra."}), _DONE]
+    fake.script("m", reply.raw(_ROLE, *_HELLO), reply.raw(*rest, *late))
+    router, records = _router(fake, claude, resume="prefill")
+    with ServerThread(router) as server:
+        raw = await _raw(server, "a/m")
+    events = [event for event in raw.split(b"\n\n") if event]
+    assert events[-1] == b"data: [DONE]"
+    assert raw.count(b"[DONE]") == 1
+    assert b"Extra" not in raw
+    assert raw.count(b'"role"') == 1
+    record = await _record(router, records)
+    assert record.resumes == (("a/m", "served"),)
+
+
+async def test_an_event_that_is_not_json_breaks_a_stream_that_may_be_continued(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    garbage = b"data: <html>502 Bad Gateway</html>\n\n"  # a proxy's page, in the middle of the stream
+    fake.script("m", reply.raw(_ROLE, *_HELLO, garbage, _FINISH, _DONE), reply.ok(" and goodbye."))
+    router, records = _router(fake, claude, resume="prefill")
+    with ServerThread(router) as server:
+        raw = await _raw(server, "a/m")
+    assert b"Bad Gateway" not in raw
+    assert b"goodbye" in raw
+    record = await _record(router, records)
+    assert record.resumes == (("a/m", "served"),)

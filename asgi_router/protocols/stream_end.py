@@ -19,7 +19,16 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["ENDINGS", "MAY_END", "ends_stream", "terminator", "upstream_error_in", "went_out_finished"]
+__all__ = [
+    "ENDINGS",
+    "MAY_END",
+    "ended",
+    "ends_stream",
+    "error_event_at",
+    "terminator",
+    "upstream_error_in",
+    "went_out_finished",
+]
 
 #: How a chunk that ends a stream ends (OpenAI's ``[DONE]``, Anthropic's ``message_stop``).
 ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"}\n\n', b'"message_stop"}\r\n\r\n')
@@ -43,17 +52,30 @@ def ends_stream(chunk: bytes) -> bool:
     return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
 
 
+def ended(before_last: bytes, last: bytes) -> bool:
+    """Whether a stream whose last two chunks sent were ``before_last`` and ``last`` ended with its
+    last event (an upstream that writes in pieces may send its final blank line alone)."""
+    return ends_stream(last) or (len(last) < len(ENDINGS[0]) and ends_stream(before_last + last))
+
+
 def went_out_finished(before_last: bytes, last: bytes) -> bool:
     """Whether a stream whose last two chunks sent were ``before_last`` and ``last`` had said its
     finish, and no error after it: the client has the whole answer but for its terminator."""
-    if upstream_error_in(last):
-        return False
-    return _FINISH.search(last) is not None or _FINISH.search(before_last) is not None
+    said = before_last + last
+    return not upstream_error_in(last) and _FINISH.search(said) is not None
 
 
 def upstream_error_in(chunk: bytes) -> bool:
     """Whether ``chunk`` holds an OpenAI error event: the stream broke in the upstream's words."""
     return b'"error"' in chunk and _ERROR_EVENT.search(chunk) is not None
+
+
+def error_event_at(events: bytes) -> int:
+    """Where the first OpenAI error event of ``events`` (complete events) starts; -1: none."""
+    found = _ERROR_EVENT.search(events)
+    if found is None:
+        return -1
+    return found.start() + 1 if events[found.start() : found.start() + 1] == b"\n" else found.start()
 
 
 def terminator(anthropic: bool) -> bytes:

@@ -35,7 +35,7 @@ whole answer, so a client that closes its connection before the response's final
 leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
 the last chunk sent on the request's state, and only when something asks (the client left, a
 send failed, the upstream broke) is that chunk tested
-(:func:`~asgi_router.protocols.stream_end.ends_stream`).
+(:func:`~asgi_router.protocols.stream_end.ended`).
 The result (:class:`RelayResult`, made in one place) names the last two
 chunks sent (where a stream's final ``usage`` is) and how many there were; a ``tail``
 (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
@@ -59,10 +59,10 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.protocols.stream_end import ends_stream, terminator, went_out_finished
+from asgi_router.protocols.stream_end import ended, terminator, went_out_finished
 from asgi_router.request.request_state import RequestState
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
-from asgi_router.responses.whole_events import Spliced, WholeEvents
+from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
 from asgi_router.transports.transport import close_response
 
 __all__ = [
@@ -114,11 +114,11 @@ def _result(reason: Reason, size: int, count: int, before_last: bytes, last: byt
     return RelayResult(size, reason, count, before_last, last)
 
 
-def _ends_whole(committed: Committed, last: bytes) -> bool:
-    """Whether a stream whose body ended cleanly after ``last`` ended whole:
+def _ends_whole(committed: Committed, before_last: bytes, last: bytes) -> bool:
+    """Whether a stream whose body ended cleanly after ``before_last`` and ``last`` ended whole:
     with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
     ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
-    if ends_stream(last):
+    if ended(before_last, last):
         return True
     for name, value in committed.response.raw_headers:
         if name.lower() == b"content-type":
@@ -169,6 +169,10 @@ async def relay_stream(
                                 data = whole.cut(data)
                             if data and whole.splice is not None:
                                 data = whole.splice.feed(data)
+                            at, why = breaks_at(data)
+                            if at >= 0:  # an error event, or one no client reads: a break
+                                data = data[:at]
+                                failure = UpstreamSaid("", why)
                             if data:
                                 whole.events.append(data)
                         if data:
@@ -201,11 +205,11 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                    elif translation is not None or _ends_whole(current, last):
+                    elif translation is not None or _ends_whole(current, before_last, last):
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
-                if ends_stream(last):  # the client has the whole answer: nothing is lost
+                if ended(before_last, last):  # the client has the whole answer: nothing is lost
                     break
                 if went_out_finished(before_last, last):  # all but the terminator: the router writes it
                     end = event_boundary(last) + terminator(progress.anthropic)
@@ -241,10 +245,10 @@ async def relay_stream(
             if continuer is not None:
                 continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            ended = ends_stream(last)
-            if ended and continuer is not None:
+            whole_answer = ended(before_last, last)
+            if whole_answer and continuer is not None:
                 continuer.ended(served=True)
-            return _result("served" if ended else "client_disconnected", size, count, before_last, last)
+            return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
         return _result("served", size, count, before_last, last)
     finally:
         progress.bytes_relayed, progress.chunks_relayed = size, count
