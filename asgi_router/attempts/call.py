@@ -11,8 +11,9 @@ Commit rules:
   ``message_start``, ``ping`` and SSE comments are held (at most ``max_response_bytes``) and
   sent at commit. A 200 that then says nothing is a timeout, one that ends before a real event
   is ``stream_interrupted`` (one that says its end, ``[DONE]`` or ``message_stop``, before
-  anything a client shows is an empty answer: ``upstream_5xx``), and one whose first real event is an error fails over as the
-  status that error names (and counts for breakers as that status would).
+  anything a client shows is an empty answer: ``upstream_5xx``), and one whose first real
+  event is an error fails over as the status that error names (and counts for breakers as
+  that status would).
 * non-streaming: a 2xx whose whole body (at most ``max_response_bytes``) was read; a body that
   breaks or stalls (``idle``) is a failure like any other, still before the first client byte.
 

@@ -16,8 +16,9 @@ shrink by what was already generated (estimated), so the whole answer keeps the 
 
 :class:`Splice` rewrites the continuation's events so that the client sees one stream: the
 first chunk's ``id`` and ``created`` on every chunk (each keeps its own ``model``), the
-continuation's ``role`` dropped (a role-only delta whole), nothing after its ``data: [DONE]``, the whitespace stripped from the prefill not said
-twice, and the usage chunk summing both calls (the broken call's part estimated).
+continuation's ``role`` dropped (a role-only delta whole), nothing after its ``data: [DONE]``,
+the whitespace stripped from the prefill not said twice, and the usage chunk summing both calls
+(the broken call's part estimated).
 """
 
 from __future__ import annotations

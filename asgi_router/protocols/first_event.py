@@ -3,8 +3,9 @@
 A stream commits on its first *real* event: one carrying content, a tool call, a refusal, a
 finish (even with no content before it, as a ``length`` finish may come) or an error. A stream
 that reaches its end (``data: [DONE]``, ``message_stop``) before any is an empty answer
-(:data:`EMPTY`): it fails over as ``upstream_5xx``. What comes before (OpenAI's role-only first delta, Anthropic's ``message_start`` and
-``ping``, SSE comments sent as keep-alives) says nothing yet: a stream that sends only that and
+(:data:`EMPTY`): it fails over as ``upstream_5xx``. What comes before (OpenAI's role-only
+first delta, Anthropic's ``message_start`` and ``ping``, SSE comments sent as keep-alives) says
+nothing yet: a stream that sends only that and
 then breaks, stalls or reports an error can still fail over, because nothing has gone to the
 client. :class:`FirstEvent` is fed the stream's chunks until it answers; the chunks read so far
 are sent at commit, byte-exact. When the first real event is an error (``data: {"error": ...}``
