@@ -344,3 +344,18 @@ async def test_an_event_that_is_not_json_breaks_a_stream_that_may_be_continued(
     assert b"goodbye" in raw
     record = await _record(router, records)
     assert record.resumes == (("a/m", "served"),)
+
+
+async def test_a_translated_stream_that_breaks_after_its_stop_reason_is_a_whole_answer(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    block = _anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+    delta = _anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hello"})
+    finish = _anthropic_event("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 1})
+    claude.script("m", reply.raw(_MESSAGE_START, block, delta, finish))  # message_stop missing
+    router, records = _router(fake, claude)
+    with ServerThread(router) as server:
+        text, finish_reason = await _sdk_text(server, "claude/m")
+    assert (text, finish_reason) == ("Hello", "stop")
+    record = await _record(router, records)
+    assert _outcomes(record) == [("claude/m", "served", "served")]

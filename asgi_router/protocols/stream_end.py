@@ -11,7 +11,8 @@ out (a chat chunk with a ``finish_reason``; Anthropic's ``message_delta`` with a
 ``stop_reason``): after it come at most the usage and the terminator, which the relay can write
 itself. Before it, the answer is cut short however cleanly the connection closed. The finish is
 looked for only when a stream ends without its terminator, in the last two chunks sent (the
-finish, then at most a usage chunk): nothing per chunk.
+finish, then at most a usage chunk), or in the short chunks an upstream that writes in pieces
+ended with, which the relay joins as they come (a length test per chunk).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Final
 __all__ = [
     "ENDINGS",
     "MAY_END",
+    "PIECE",
+    "PIECES_KEPT",
+    "end_window",
     "ended",
     "ends_stream",
     "error_event_at",
@@ -37,6 +41,11 @@ ENDINGS: Final = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n", b'"message_stop"
 #: is not below it cannot end the stream (a chat chunk's is the ``]`` of ``}]}``), so the exact
 #: test runs only on the few chunks that may end it (docs/performance.md).
 MAY_END: Final = b"F"
+#: A chunk shorter than this may hold a piece of a stream's end: the relay joins such chunks
+#: (with what came before them, at most :data:`PIECES_KEPT` bytes) so that the end is found
+#: however the upstream cut it.
+PIECE: Final = 32
+PIECES_KEPT: Final = 1024
 #: A finish said: a chat chunk's ``finish_reason`` or a ``message_delta``'s ``stop_reason`` that
 #: is a string (``null`` is no finish).
 _FINISH: Final = re.compile(rb'"(?:finish_reason|stop_reason)"\s*:\s*"')
@@ -52,17 +61,23 @@ def ends_stream(chunk: bytes) -> bool:
     return chunk[-4:-3] < MAY_END and chunk.endswith(ENDINGS)
 
 
-def ended(before_last: bytes, last: bytes) -> bool:
-    """Whether a stream whose last two chunks sent were ``before_last`` and ``last`` ended with its
-    last event (an upstream that writes in pieces may send its final blank line alone)."""
-    return ends_stream(last) or (len(last) < len(ENDINGS[0]) and ends_stream(before_last + last))
+def ended(window: bytes) -> bool:
+    """Whether a stream whose last bytes sent are ``window`` (:func:`end_window`) ended with its
+    last event."""
+    return ends_stream(window)
 
 
-def went_out_finished(before_last: bytes, last: bytes) -> bool:
-    """Whether a stream whose last two chunks sent were ``before_last`` and ``last`` had said its
-    finish, and no error after it: the client has the whole answer but for its terminator."""
-    said = before_last + last
-    return not upstream_error_in(last) and _FINISH.search(said) is not None
+def went_out_finished(window: bytes) -> bool:
+    """Whether a stream whose last bytes sent are ``window`` (:func:`end_window`) had said its
+    finish, and no error: the client has the whole answer but for its terminator."""
+    return not upstream_error_in(window) and _FINISH.search(window) is not None
+
+
+def end_window(before_last: bytes, last: bytes, pieces: bytes) -> bytes:
+    """The last bytes a stream sent, where its end and finish are: its last two chunks, or, when
+    it ended in chunks shorter than :data:`PIECE` (an upstream that writes in pieces), the
+    ``pieces`` the relay joined for it."""
+    return before_last + last if len(last) >= PIECE else pieces
 
 
 def upstream_error_in(chunk: bytes) -> bool:

@@ -18,6 +18,15 @@ to "unparsed": each chunk read is fed to the committed attempt's
 at once (re-encoded as it arrives, never buffered). An ``error`` event, or an upstream that ends
 before ``message_stop``, is a break like a cut connection.
 
+A stream is whole only once its *finish* went out (a chat chunk's ``finish_reason``, a
+``message_delta``'s ``stop_reason``): a body that ends before it, however cleanly, is a break
+(unless it is no event stream at all: a server that ignored ``stream`` is relayed as it came). One
+that ends or breaks after it lacks only its usage and terminator: the relay writes the terminator
+(``data: [DONE]``, ``message_stop``) and the answer is ``served``. Both are asked only at the
+stream's end, of its last two chunks (``protocols/stream_end.py``): nothing per chunk. On a
+stream that may be continued, an upstream's error event, or an event whose data opens no JSON
+object, is a break where it stands (``whole_events.breaks_at``).
+
 A break nothing continues ends the response with one in-band
 event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
 ``error_event`` says which) and *without* ``data: [DONE]``, so the ``openai`` and ``anthropic``
@@ -59,7 +68,7 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.protocols.stream_end import ended, terminator, went_out_finished
+from asgi_router.protocols.stream_end import PIECE, PIECES_KEPT, end_window, ended, terminator, went_out_finished
 from asgi_router.request.request_state import RequestState
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
 from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
@@ -114,11 +123,11 @@ def _result(reason: Reason, size: int, count: int, before_last: bytes, last: byt
     return RelayResult(size, reason, count, before_last, last)
 
 
-def _ends_whole(committed: Committed, before_last: bytes, last: bytes) -> bool:
-    """Whether a stream whose body ended cleanly after ``before_last`` and ``last`` ended whole:
+def _ends_whole(committed: Committed, window: bytes) -> bool:
+    """Whether a stream whose body ended cleanly after ``window`` ended whole:
     with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
     ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
-    if ended(before_last, last):
+    if ended(window):
         return True
     for name, value in committed.response.raw_headers:
         if name.lower() == b"content-type":
@@ -150,7 +159,7 @@ async def relay_stream(
     current = committed
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
-    before_last = last = b""
+    before_last = last = pieces = b""
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
@@ -179,6 +188,10 @@ async def relay_stream(
                             await send({"type": "http.response.body", "body": data, "more_body": True})
                             size += len(data)
                             count += 1
+                            if len(data) < PIECE:  # a piece of the stream's end, maybe: joined
+                                pieces = (
+                                    pieces[-PIECES_KEPT:] if len(last) < PIECE else before_last[-PIECES_KEPT:] + last
+                                ) + data
                             before_last = last
                             last = progress.last_sent = data
                             if tail is not None:
@@ -205,13 +218,14 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                    elif translation is not None or _ends_whole(current, before_last, last):
+                    elif translation is not None or _ends_whole(current, end_window(before_last, last, pieces)):
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
-                if ended(before_last, last):  # the client has the whole answer: nothing is lost
+                window = end_window(before_last, last, pieces)
+                if ended(window):  # the client has the whole answer: nothing is lost
                     break
-                if went_out_finished(before_last, last):  # all but the terminator: the router writes it
+                if went_out_finished(window):  # all but the terminator: the router writes it
                     end = event_boundary(last) + terminator(progress.anthropic)
                     await send({"type": "http.response.body", "body": end, "more_body": True})
                     size += len(end)
@@ -245,7 +259,7 @@ async def relay_stream(
             if continuer is not None:
                 continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            whole_answer = ended(before_last, last)
+            whole_answer = ended(end_window(before_last, last, pieces))
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
             return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
