@@ -23,7 +23,8 @@ A stream is whole only once its *finish* went out (a chat chunk's ``finish_reaso
 (unless it is no event stream at all: a server that ignored ``stream`` is relayed as it came). One
 that ends or breaks after it lacks only its usage and terminator: the relay writes the terminator
 (``data: [DONE]``, ``message_stop``) and the answer is ``served``. Both are asked only at the
-stream's end, of its last two chunks (``protocols/stream_end.py``): nothing per chunk. On a
+stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
+(``protocols/stream_end.py``; per chunk, one length test). On a
 stream that may be continued, an upstream's error event, or an event whose data opens no JSON
 object, is a break where it stands (``whole_events.breaks_at``).
 
@@ -68,7 +69,15 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.protocols.stream_end import PIECE, PIECES_KEPT, end_window, ended, terminator, went_out_finished
+from asgi_router.protocols.stream_end import (
+    PIECE,
+    PIECES_KEPT,
+    end_window,
+    ended,
+    ends_stream,
+    terminator,
+    went_out_finished,
+)
 from asgi_router.request.request_state import RequestState
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
 from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
@@ -123,11 +132,12 @@ def _result(reason: Reason, size: int, count: int, before_last: bytes, last: byt
     return RelayResult(size, reason, count, before_last, last)
 
 
-def _ends_whole(committed: Committed, window: bytes) -> bool:
-    """Whether a stream whose body ended cleanly after ``window`` ended whole:
+def _ends_whole(committed: Committed, before_last: bytes, last: bytes, pieces: bytes) -> bool:
+    """Whether a stream whose body ended cleanly after ``before_last``, ``last`` (and ``pieces``,
+    :func:`~asgi_router.protocols.stream_end.end_window`) ended whole:
     with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
     ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
-    if ended(window):
+    if ends_stream(last) or ended(end_window(before_last, last, pieces)):
         return True
     for name, value in committed.response.raw_headers:
         if name.lower() == b"content-type":
@@ -188,7 +198,7 @@ async def relay_stream(
                             await send({"type": "http.response.body", "body": data, "more_body": True})
                             size += len(data)
                             count += 1
-                            if len(data) < PIECE:  # a piece of the stream's end, maybe: joined
+                            if len(data) < PIECE and not ends_stream(data):  # a piece of its end, maybe
                                 pieces = (
                                     pieces[-PIECES_KEPT:] if len(last) < PIECE else before_last[-PIECES_KEPT:] + last
                                 ) + data
@@ -218,12 +228,14 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                    elif translation is not None or _ends_whole(current, end_window(before_last, last, pieces)):
+                    elif translation is not None or _ends_whole(current, before_last, last, pieces):
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
+                if ends_stream(last):  # the client has the whole answer: nothing is lost
+                    break
                 window = end_window(before_last, last, pieces)
-                if ended(window):  # the client has the whole answer: nothing is lost
+                if ended(window):
                     break
                 if went_out_finished(window):  # all but the terminator: the router writes it
                     end = event_boundary(last) + terminator(progress.anthropic)
@@ -259,7 +271,7 @@ async def relay_stream(
             if continuer is not None:
                 continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            whole_answer = ended(end_window(before_last, last, pieces))
+            whole_answer = ends_stream(last) or ended(end_window(before_last, last, pieces))
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
             return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
