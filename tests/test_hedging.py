@@ -178,7 +178,7 @@ class _GatedResponse:
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         await self._gate.wait()
-        yield b"data: [DONE]\n\n"
+        yield b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
     async def aclose(self) -> None:
         self.closed = True

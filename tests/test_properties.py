@@ -292,7 +292,8 @@ def _sse(texts: list[str]) -> bytes:
         "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": t}}]}, ensure_ascii=False) + "\n\n"
         for t in texts
     ]
-    return "".join(events).encode() + b"data: [DONE]\n\n"
+    finish = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'  # shown even with no text
+    return "".join(events).encode() + finish.encode() + b"data: [DONE]\n\n"
 
 
 @st.composite

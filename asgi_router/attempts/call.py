@@ -10,8 +10,10 @@ Commit rules:
   a tool call, a finish or an error (``asgi_router.protocols.first_event``). Role-only deltas,
   ``message_start``, ``ping`` and SSE comments are held (at most ``max_response_bytes``) and
   sent at commit. A 200 that then says nothing is a timeout, one that ends before a real event
-  is ``stream_interrupted``, and one whose first real event is an error fails over as the
-  status that error names (and counts for breakers as that status would).
+  is ``stream_interrupted`` (one that says its end, ``[DONE]`` or ``message_stop``, before
+  anything a client shows is an empty answer: ``upstream_5xx``), and one whose first real
+  event is an error fails over as the status that error names (and counts for breakers as
+  that status would).
 * non-streaming: a 2xx whose whole body (at most ``max_response_bytes``) was read; a body that
   breaks or stalls (``idle``) is a failure like any other, still before the first client byte.
 
@@ -156,6 +158,8 @@ async def call(
                 first = await _first_translated(chunks, translation)
                 if translation.failure is not None:  # an error event before anything to show
                     return Failed(classify_status(status_of_error_type(translation.failure[0])), status)
+                if translation.empty:  # it stopped before anything to show: an empty answer
+                    return Failed("upstream_5xx", status, ttfb=clock() - started)
             ttfb = clock() - started
             if not first:
                 return Failed("stream_interrupted", status, ttfb=ttfb)
@@ -203,12 +207,15 @@ async def call(
 
 async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTranslation) -> bytes:
     """What the stream's first events translate to, once it can be shown (``b""``: the stream
-    ended first, or an error event came: :attr:`~StreamTranslation.failure` says so)."""
+    ended or broke first, or an error event came: :attr:`~StreamTranslation.failure` says so)."""
     out = b""
-    async for chunk in chunks:
-        out += translation.feed(chunk)
-        if translation.ready or translation.failure is not None:
-            break
+    try:
+        async for chunk in chunks:
+            out += translation.feed(chunk)
+            if translation.ready or translation.failure is not None:
+                break
+    except UpstreamBroken:  # it broke after its 200: as a relayed stream that breaks
+        return b""
     return out if translation.ready else b""
 
 

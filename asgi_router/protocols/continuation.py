@@ -16,8 +16,9 @@ shrink by what was already generated (estimated), so the whole answer keeps the 
 
 :class:`Splice` rewrites the continuation's events so that the client sees one stream: the
 first chunk's ``id`` and ``created`` on every chunk (each keeps its own ``model``), the
-continuation's role-only first delta dropped, the whitespace stripped from the prefill not said
-twice, and the usage chunk summing both calls (the broken call's part estimated).
+continuation's ``role`` dropped (a role-only delta whole), nothing after its ``data: [DONE]``,
+the whitespace stripped from the prefill not said twice, and the usage chunk summing both calls
+(the broken call's part estimated).
 """
 
 from __future__ import annotations
@@ -157,15 +158,20 @@ def event_json(data: bytes) -> dict[str, Any] | None:
 class Splice(Splicing):
     """Rewrites a continuation's chat-completion events into the stream the client already has."""
 
-    __slots__ = ("_created", "_id")
+    __slots__ = ("_created", "_done", "_id")
 
     def __init__(self, said: Said, skip: str, prior: tuple[int, int]) -> None:
         super().__init__(skip, prior)
         self._id = said.id
         self._created = said.created
+        #: ``data: [DONE]`` went out: the stream is over, whatever the continuation says after.
+        self._done = False
 
     def _event(self, data: bytes) -> bytes | None:
+        if self._done:
+            return None
         if data == b"[DONE]":
+            self._done = True
             return b"data: [DONE]\n\n"
         chunk = event_json(data)
         if chunk is None or not self._rewrite(chunk):
@@ -186,10 +192,14 @@ class Splice(Splicing):
             if isinstance(usage.get("total_tokens"), int):
                 usage["total_tokens"] += prompt + completion
         choices = chunk.get("choices")
-        if not isinstance(choices, list) or not choices or not self._head:
+        if not isinstance(choices, list) or not choices:
             return True
         delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
         if not isinstance(delta, dict):
+            return True
+        if not self._head:  # the client has its role already: a later one is said once only
+            if delta.pop("role", None) is not None and not delta and choices[0].get("finish_reason") is None:
+                return len(choices) > 1 or chunk.get("usage") is not None
             return True
         content = delta.get("content")
         if isinstance(content, str) and content and self._skip:

@@ -1,8 +1,11 @@
 """Whether a stream has said something a client shows yet: the commit rule for relayed streams.
 
-A stream commits on its first *real* event: one carrying content, a tool call, a finish or an
-error. What comes before (OpenAI's role-only first delta, Anthropic's ``message_start`` and
-``ping``, SSE comments sent as keep-alives) says nothing yet: a stream that sends only that and
+A stream commits on its first *real* event: one carrying content, a tool call, a refusal, a
+finish (even with no content before it, as a ``length`` finish may come) or an error. A stream
+that reaches its end (``data: [DONE]``, ``message_stop``) before any is an empty answer
+(:data:`EMPTY`): it fails over as ``upstream_5xx``. What comes before (OpenAI's role-only
+first delta, Anthropic's ``message_start`` and ``ping``, SSE comments sent as keep-alives) says
+nothing yet: a stream that sends only that and
 then breaks, stalls or reports an error can still fail over, because nothing has gone to the
 client. :class:`FirstEvent` is fed the stream's chunks until it answers; the chunks read so far
 are sent at commit, byte-exact. When the first real event is an error (``data: {"error": ...}``
@@ -21,16 +24,20 @@ from typing import Any, Final
 from asgi_router.protocols.anthropic_errors import status_of_error_type
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["REAL", "FirstEvent", "shows_text"]
+__all__ = ["EMPTY", "REAL", "FirstEvent", "shows_text"]
 
 #: :meth:`FirstEvent.feed`'s answer once an event a client shows has arrived.
 REAL: Final = 0
+#: Its answer for a stream that ended (``[DONE]``, ``message_stop``) before saying anything a
+#: client shows: an empty answer, failed over as a server error would be.
+EMPTY: Final = 502
 # The bytes that open a chat chunk's ``content`` string, and where its first character is.
 _SAYS_TEXT: Final = b'"content":"'
 _TEXT_AT: Final = len(_SAYS_TEXT)
 _QUOTE: Final = ord('"')
-# Anthropic events that say nothing a client shows.
-_PREAMBLE: Final = frozenset({"message_start", "ping"})
+# Anthropic events that say nothing a client shows (a ``message_delta`` without a
+# ``stop_reason`` neither).
+_PREAMBLE: Final = frozenset({"message_start", "ping", "content_block_stop"})
 # OpenAI error types (and codes) that are not a server error.
 _OPENAI_TYPES: Final[dict[str, int]] = {
     "rate_limit_exceeded": 429,
@@ -116,7 +123,7 @@ class FirstEvent:
 
     def _event(self, data: bytes) -> int | None:
         if data == b"[DONE]":
-            return REAL
+            return EMPTY  # the end, before anything a client shows
         if not self._anthropic and _text_at(data) >= 0:
             # A content delta with text, as nearly every stream's second event is: no parse
             # needed (the first ``content`` holding text is something a client shows).
@@ -139,6 +146,11 @@ def _anthropic_event(event: dict[str, Any]) -> int | None:
     kind = event.get("type")
     if kind in _PREAMBLE:
         return None
+    if kind == "message_stop":
+        return EMPTY
+    if kind == "message_delta":
+        delta = event.get("delta")
+        return REAL if isinstance(delta, dict) and delta.get("stop_reason") is not None else None
     if kind == "error":
         error = event.get("error")
         return status_of_error_type(error.get("type") if isinstance(error, dict) else None)

@@ -149,6 +149,7 @@ class StreamTranslation:
         "_head",
         "_include_usage",
         "_tools",
+        "empty",
         "failure",
         "finished",
         "ready",
@@ -169,6 +170,9 @@ class StreamTranslation:
         self.ready = False
         #: ``message_stop`` was translated and ``[DONE]`` written.
         self.finished = False
+        #: The message stopped before anything a client shows (no content, tool call or
+        #: ``stop_reason``): an empty answer, which fails over before commit.
+        self.empty = False
         #: ``(type, message)`` of an ``error`` event; nothing is translated after one.
         self.failure: tuple[str, str] | None = None
         #: ``(prompt_tokens, completion_tokens)`` as the upstream counted them so far.
@@ -293,6 +297,7 @@ class StreamTranslation:
         return self._chunk(b"{}", b'"' + reason.encode() + b'"')
 
     def _stop(self) -> bytes:
+        self.empty = not self.ready
         out = self._finish(None)
         if self._include_usage:
             usage = _encode(_usage_json(*self.usage))

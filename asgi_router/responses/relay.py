@@ -18,6 +18,16 @@ to "unparsed": each chunk read is fed to the committed attempt's
 at once (re-encoded as it arrives, never buffered). An ``error`` event, or an upstream that ends
 before ``message_stop``, is a break like a cut connection.
 
+A stream is whole only once its *finish* went out (a chat chunk's ``finish_reason``, a
+``message_delta``'s ``stop_reason``): a body that ends before it, however cleanly, is a break
+(unless it is no event stream at all: a server that ignored ``stream`` is relayed as it came). One
+that ends or breaks after it lacks only its usage and terminator: the relay writes the terminator
+(``data: [DONE]``, ``message_stop``) and the answer is ``served``. Both are asked only at the
+stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
+(``protocols/stream_end.py``; per chunk, one length test). On a
+stream that may be continued, an upstream's error event, or an event whose data opens no JSON
+object, is a break where it stands (``whole_events.breaks_at``).
+
 A break nothing continues ends the response with one in-band
 event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
 ``error_event`` says which) and *without* ``data: [DONE]``, so the ``openai`` and ``anthropic``
@@ -35,7 +45,7 @@ whole answer, so a client that closes its connection before the response's final
 leaves a ``served`` request, not an abort. Nothing per chunk looks for that end: the relay keeps
 the last chunk sent on the request's state, and only when something asks (the client left, a
 send failed, the upstream broke) is that chunk tested
-(:func:`~asgi_router.protocols.stream_end.ends_stream`).
+(:func:`~asgi_router.protocols.stream_end.ended`).
 The result (:class:`RelayResult`, made in one place) names the last two
 chunks sent (where a stream's final ``usage`` is) and how many there were; a ``tail``
 (:class:`~asgi_router.attempts.usage.LastChunks`, or a continued stream's
@@ -59,10 +69,18 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
-from asgi_router.protocols.stream_end import ends_stream
+from asgi_router.protocols.stream_end import (
+    PIECE,
+    PIECES_KEPT,
+    end_window,
+    ended,
+    ends_stream,
+    terminator,
+    went_out_finished,
+)
 from asgi_router.request.request_state import RequestState
 from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
-from asgi_router.responses.whole_events import Spliced, WholeEvents
+from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
 from asgi_router.transports.transport import close_response
 
 __all__ = [
@@ -114,6 +132,19 @@ def _result(reason: Reason, size: int, count: int, before_last: bytes, last: byt
     return RelayResult(size, reason, count, before_last, last)
 
 
+def _ends_whole(committed: Committed, before_last: bytes, last: bytes, pieces: bytes) -> bool:
+    """Whether a stream whose body ended cleanly after ``before_last``, ``last`` (and ``pieces``,
+    :func:`~asgi_router.protocols.stream_end.end_window`) ended whole:
+    with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
+    ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
+    if ends_stream(last) or ended(end_window(before_last, last, pieces)):
+        return True
+    for name, value in committed.response.raw_headers:
+        if name.lower() == b"content-type":
+            return b"event-stream" not in value
+    return False
+
+
 async def relay_stream(
     send: Send,
     committed: Committed,
@@ -138,7 +169,7 @@ async def relay_stream(
     current = committed
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
-    before_last = last = b""
+    before_last = last = pieces = b""
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
@@ -157,12 +188,20 @@ async def relay_stream(
                                 data = whole.cut(data)
                             if data and whole.splice is not None:
                                 data = whole.splice.feed(data)
+                            at, why = breaks_at(data)
+                            if at >= 0:  # an error event, or one no client reads: a break
+                                data = data[:at]
+                                failure = UpstreamSaid("", why)
                             if data:
                                 whole.events.append(data)
                         if data:
                             await send({"type": "http.response.body", "body": data, "more_body": True})
                             size += len(data)
                             count += 1
+                            if len(data) < PIECE and not ends_stream(data):  # a piece of its end, maybe
+                                pieces = (
+                                    pieces[-PIECES_KEPT:] if len(last) < PIECE else before_last[-PIECES_KEPT:] + last
+                                ) + data
                             before_last = last
                             last = progress.last_sent = data
                             if tail is not None:
@@ -190,9 +229,22 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
-                    else:
+                    elif translation is not None or _ends_whole(current, before_last, last, pieces):
                         break  # its end
+                    else:
+                        failure = UpstreamSaid("", "the upstream's stream ended before its finish")
                 if ends_stream(last):  # the client has the whole answer: nothing is lost
+                    break
+                window = end_window(before_last, last, pieces)
+                if ended(window):
+                    break
+                if went_out_finished(window):  # all but the terminator: the router writes it
+                    end = event_boundary(last) + terminator(progress.anthropic)
+                    await send({"type": "http.response.body", "body": end, "more_body": True})
+                    size += len(end)
+                    last = end
+                    if whole is not None:
+                        whole.held = b""
                     break
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
                 past_total = clock() >= deadline
@@ -220,10 +272,10 @@ async def relay_stream(
             if continuer is not None:
                 continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            ended = ends_stream(last)
-            if ended and continuer is not None:
+            whole_answer = ends_stream(last) or ended(end_window(before_last, last, pieces))
+            if whole_answer and continuer is not None:
                 continuer.ended(served=True)
-            return _result("served" if ended else "client_disconnected", size, count, before_last, last)
+            return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
         return _result("served", size, count, before_last, last)
     finally:
         progress.bytes_relayed, progress.chunks_relayed = size, count

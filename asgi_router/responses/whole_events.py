@@ -5,13 +5,25 @@ half an event: the continuation's events are spliced on at an event boundary, an
 so far is read from the events sent. So each chunk goes out up to its last event delimiter (a
 blank line) and the tail after it is held until its event completes. A scan for the delimiter,
 not a parse; a chunk that ends on a blank line (nearly every one) is sent whole, untouched.
+
+Such a stream is read back at a break (the text said so far), so an event whose data opens no
+JSON object (nor is ``[DONE]``), or an
+upstream's error event, is a break itself (:func:`breaks_at`, one pattern search per chunk): the
+events before it go out, it does not, and a continuation may follow on the boundary.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import re
+from typing import Final, Protocol
 
-__all__ = ["Spliced", "WholeEvents", "complete_events"]
+from asgi_router.protocols.stream_end import error_event_at
+
+__all__ = ["Spliced", "WholeEvents", "complete_events", "unreadable_at"]
+
+#: A ``data:`` line whose payload is neither a JSON object nor ``[DONE]``: an event no client
+#: can read (a stream that may be continued is read back from its events).
+_UNREADABLE: Final = re.compile(rb"(?:^|\n)data:(?! ?\{| ?\[DONE\])")
 
 
 class Spliced(Protocol):
@@ -29,6 +41,28 @@ def complete_events(data: bytes) -> int:
         if crlf >= 0 and crlf + 4 > cut:
             cut = crlf + 4
     return cut
+
+
+def unreadable_at(events: bytes) -> int:
+    """Where the first event of ``events`` (complete events) that no client can read starts
+    (a ``data:`` line that is not a JSON object nor ``[DONE]``); -1: none."""
+    found = _UNREADABLE.search(events)
+    if found is None:
+        return -1
+    start = found.start()
+    return start + 1 if events[start : start + 1] == b"\n" else start
+
+
+def breaks_at(events: bytes) -> tuple[int, str]:
+    """Where the first event of ``events`` that breaks a stream that may be continued starts,
+    and why: an upstream's error event, or one no client can read (-1: none). The events before
+    it go out; it does not (a continuation's events follow instead)."""
+    at = unreadable_at(events)
+    if b'"error"' in events:
+        error = error_event_at(events)
+        if error >= 0 and (at < 0 or error < at):
+            return error, "the upstream sent an error event"
+    return at, "the upstream sent an event that is not JSON"
 
 
 class WholeEvents:

@@ -10,7 +10,7 @@ import pytest
 from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
-from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
+from asgi_router.protocols.first_event import EMPTY, REAL, FirstEvent, shows_text
 from asgi_router.responses.whole_events import complete_events
 
 A, B, C, D = (Candidate(name, "m") for name in "abcd")
@@ -76,7 +76,20 @@ def test_the_splice_keeps_one_id_drops_the_role_delta_and_what_the_prefill_lost_
     assert [(c["id"], c["created"], c["model"]) for c in out] == [("x1", 5, "n"), ("x1", 5, "n")]
     assert out[0]["choices"][0]["delta"] == {"content": "world"}
     assert out[1]["usage"] == {"prompt_tokens": 22, "completion_tokens": 5, "total_tokens": 27}
+    assert splice.feed(b"data: [DONE]\n\n") == b""  # one stream, one end
+
+
+def test_the_splice_drops_a_later_role_delta_and_everything_after_its_done() -> None:
+    splice = Splice(Said("Hello", "x1", 5), "", (0, 0))
+    head = b'data: {"id":"y","created":9,"model":"n","choices":'
+    text = splice.feed(head + b'[{"index":0,"delta":{"content":" world"}}]}\n\n')
+    assert json.loads(text.removeprefix(b"data: "))["choices"][0]["delta"] == {"content": " world"}
+    role = splice.feed(head + b'[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
+    with_text = splice.feed(head + b'[{"index":0,"delta":{"role":"assistant","content":"!"}}]}\n\n')
+    assert role == b""
+    assert json.loads(with_text.removeprefix(b"data: "))["choices"][0]["delta"] == {"content": "!"}
     assert splice.feed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+    assert splice.feed(head + b'[{"index":0,"delta":{"content":"more"}}]}\n\ndata: [DONE]\n\n') == b""
 
 
 @pytest.mark.parametrize(
@@ -88,7 +101,12 @@ def test_the_splice_keeps_one_id_drops_the_role_delta_and_what_the_prefill_lost_
         (False, [b'data: {"error":{"message":"x","type":"server_error","code":null}}\n\n'], 500),
         (False, [b'data: {"error":{"message":"x","type":"requests","code":"rate_limit_exceeded"}}\n\n'], 429),
         (False, [b'data: {"error":{"message":"x","code":503}}\n\n'], 503),
-        (False, [b"data: [DONE]\n\n"], REAL),
+        (False, [b"data: [DONE]\n\n"], EMPTY),
+        (False, [b'data: {"choices":[{"delta":{"content":""},"finish_reason":"length"}]}\n\n'], REAL),
+        (True, [b'event: message_stop\ndata: {"type":"message_stop"}\n\n'], EMPTY),
+        (True, [b'data: {"type":"content_block_stop","index":0}\n\n'], None),
+        (True, [b'data: {"type":"message_delta","delta":{"stop_reason":null},"usage":{}}\n\n'], None),
+        (True, [b'data: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{}}\n\n'], REAL),
         (
             True,
             [
