@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from asgi_router.core import deadlines
+from asgi_router.core.deadlines import Deadline
 from asgi_router.observability.events import RequestRecord
 
 __all__ = ["FAKE_CLOCK_BACKEND", "FakeClock", "FakeClockLoop", "RecordSink", "on_fake_clock"]
@@ -132,3 +134,31 @@ class _Listener(logging.Handler):
         found = getattr(record, "asgi_router", None)
         if isinstance(found, RequestRecord):
             self.records.append(found)
+
+
+class RelayProgress:
+    """What a relay tells the request's state (bytes and chunks relayed, the last chunk sent, that
+    the response is complete), for a unit test that drives a relay without a request."""
+
+    def __init__(self) -> None:
+        self.bytes_relayed = self.chunks_relayed = 0
+        self.last_sent = b""
+        self.completed = False
+
+    def complete(self) -> None:
+        self.completed = True
+
+
+def counting_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[Deadline]:
+    """The ``Deadline`` scopes of their own that read blocks make from now on (``core/deadlines.py``)."""
+    made: list[Deadline] = []
+
+    class Counted(Deadline):
+        __slots__ = ()
+
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(deadlines, "Deadline", Counted)
+    return made

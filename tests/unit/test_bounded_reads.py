@@ -21,13 +21,12 @@ import pytest
 
 from asgi_router.attempts.call import call
 from asgi_router.attempts.outcomes import Committed, Failed
-from asgi_router.core import deadlines
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.deadlines import Deadline
 from asgi_router.inbound.disconnect import WATCH_AFTER, ListeningScope
 from asgi_router.responses.relay import relay_stream
 
-from ..doubles import FAKE_CLOCK_BACKEND
+from ..doubles import FAKE_CLOCK_BACKEND, RelayProgress, counting_deadlines
 
 pytestmark = pytest.mark.anyio
 
@@ -117,21 +116,6 @@ def _call(response: _Response, stream: bool, **timeouts: float) -> Any:
     )  # type: ignore[arg-type]
 
 
-def _counting_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[Deadline]:
-    """The ``Deadline`` scopes the reads' blocks make from now on."""
-    made: list[Deadline] = []
-
-    class Counted(Deadline):
-        __slots__ = ()
-
-        def __init__(self) -> None:
-            super().__init__()
-            made.append(self)
-
-    monkeypatch.setattr(deadlines, "Deadline", Counted)
-    return made
-
-
 def _not_cancelled() -> bool:
     task = asyncio.current_task()
     assert task is not None
@@ -167,7 +151,7 @@ async def _client_leaves_during(read: Callable[[], Awaitable[object]]) -> None:
 async def test_in_the_requests_task_a_first_byte_that_never_comes_is_a_timeout_and_the_request_goes_on(
     monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"late"))
     started = _loop_time()
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
@@ -212,7 +196,7 @@ async def test_a_call_in_a_task_of_its_own_times_out_in_its_own_scope_not_the_re
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A hedge's racer: a bound on the request's scope would cancel the request's task.
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"late"))
     with ListeningScope(_Request(), WATCH_AFTER, held=True) as request:
         racer = asyncio.ensure_future(_call(response, True, first_byte=0.1))
@@ -225,16 +209,6 @@ async def test_a_call_in_a_task_of_its_own_times_out_in_its_own_scope_not_the_re
 
 
 # --- the relay ------------------------------------------------------------------------------
-
-
-class _Progress:
-    def __init__(self) -> None:
-        self.bytes_relayed = self.chunks_relayed = 0
-        self.last_sent = b""
-        self.completed = False
-
-    def complete(self) -> None:
-        self.completed = True
 
 
 class _Client:
@@ -266,13 +240,13 @@ def _committed(response: _Response, idle: float = 5.0, total: float = 20.0) -> C
 
 
 async def _relay(response: _Response, client: _Client, **timeouts: float) -> Any:
-    return await relay_stream(client, _committed(response, **timeouts), [], _loop_time, None, _Progress())  # type: ignore[arg-type]
+    return await relay_stream(client, _committed(response, **timeouts), [], _loop_time, None, RelayProgress())  # type: ignore[arg-type]
 
 
 async def test_in_the_requests_task_a_stream_stalling_past_idle_ends_with_the_timeout_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     response = _Response((0, b"data: 2\n\n"), (_NEVER, b"data: 3\n\n"))
     client = _Client()
     started = _loop_time()
@@ -320,7 +294,7 @@ async def test_a_client_leaving_during_a_relay_read_cancels_it_and_is_no_timeout
 async def test_a_relay_outside_a_requests_scope_bounds_its_reads_in_a_scope_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     response = _Response((_NEVER, b"data: 2\n\n"))
     client = _Client()
     result = await _relay(response, client, idle=0.1)

@@ -17,7 +17,7 @@ import pytest
 from asgi_router.core import deadlines
 from asgi_router.core.deadlines import Deadline, Reads, reading
 
-from ..doubles import FAKE_CLOCK_BACKEND
+from ..doubles import FAKE_CLOCK_BACKEND, counting_deadlines
 from ..waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -409,21 +409,6 @@ async def test_a_lifted_bound_no_longer_counts_until_the_next_bound() -> None:
 # --- Reads: a block of reads, bounded on the lender in its own task only ---------------------
 
 
-def _counting_deadlines(monkeypatch: pytest.MonkeyPatch) -> list[Deadline]:
-    """The scopes of their own that ``Reads`` blocks make from now on."""
-    made: list[Deadline] = []
-
-    class Counted(Deadline):
-        __slots__ = ()
-
-        def __init__(self) -> None:
-            super().__init__()
-            made.append(self)
-
-    monkeypatch.setattr(deadlines, "Deadline", Counted)
-    return made
-
-
 async def _stuck_reads(idle: float, chunks: _Chunks | None = None) -> Reads:
     """A block whose second read never comes (the first within ``idle``)."""
     chunks = chunks or _Chunks()
@@ -453,7 +438,7 @@ class _Chunks:
 async def test_reads_in_the_lenders_task_are_cut_by_its_timer_with_no_scope_of_their_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     with _Lender() as lender:
         reads = await _stuck_reads(0.02)
         await asyncio.sleep(0)  # the lender's block goes on
@@ -464,7 +449,7 @@ async def test_reads_in_the_lenders_task_are_cut_by_its_timer_with_no_scope_of_t
 async def test_reads_outside_a_lender_or_in_a_task_started_inside_it_use_a_scope_of_their_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made = _counting_deadlines(monkeypatch)
+    made = counting_deadlines(monkeypatch)
     assert (await _stuck_reads(0.02)).expired and len(made) == 1
     # A hedge's racer: it inherits the lender, but a bound on it would cancel the request's task.
     with _Lender() as lender:

@@ -28,19 +28,11 @@ from asgi_router.responses.resume_relay import relay_resumable
 from asgi_router.responses.whole_events import WholeEvents, complete_events
 from asgi_router.testing.memory_transport import STALL, MemoryResponse, Stall
 
+from ..doubles import RelayProgress
+
 pytestmark = pytest.mark.anyio
 
 _DONE = b"data: [DONE]\n\n"
-
-
-class _Progress:
-    def __init__(self) -> None:
-        self.bytes_relayed = self.chunks_relayed = 0
-        self.last_sent = b""
-        self.completed = False
-
-    def complete(self) -> None:
-        self.completed = True
 
 
 class _Client:
@@ -88,7 +80,7 @@ def _chunk(text: str) -> bytes:
 
 
 async def _relay(committed: Committed, client: _Client, tail: Any = None) -> Any:
-    return await relay_stream(client, committed, [], time.monotonic, tail, _Progress())  # type: ignore[arg-type]
+    return await relay_stream(client, committed, [], time.monotonic, tail, RelayProgress())  # type: ignore[arg-type]
 
 
 async def test_the_byte_exact_relay_sends_each_chunk_as_it_came_a_split_character_staying_split() -> None:
@@ -138,7 +130,7 @@ async def test_a_stream_quiet_past_idle_ends_with_the_idle_error() -> None:
 async def test_a_client_gone_mid_stream_ends_the_relay_as_client_disconnected_and_closes_the_upstream() -> None:
     client = _Client(gone_after=2)
     committed = _committed(_chunk("a"), _chunk("b"), _chunk("c"), _DONE)
-    progress = _Progress()
+    progress = RelayProgress()
     result = await relay_stream(client, committed, [], time.monotonic, None, progress)  # type: ignore[arg-type]
     assert (result.reason, result.chunks) == ("client_disconnected", 2)
     assert (progress.chunks_relayed, progress.bytes_relayed) == (2, len(_chunk("a") + _chunk("b")))
@@ -193,7 +185,7 @@ async def _relay_resumable(committed: Committed, client: _Client, resumer: _Resu
         resumer,  # type: ignore[arg-type]
         _error_event,
         tail,
-        _Progress(),
+        RelayProgress(),
     )
 
 
