@@ -14,7 +14,6 @@ import gc
 import json
 import logging
 import tracemalloc
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ import pytest
 import asgi_router
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.resilience import slowness
+from asgi_router.testing.memory_transport import MemoryResponse, MemoryTransport
+from bench.asgi_calls import receive_once
 
 pytestmark = pytest.mark.anyio
 
@@ -35,61 +36,9 @@ _EVENTS = [
 ]
 
 
-class _Streamed:
-    """An upstream's streamed answer from memory."""
-
-    status = 200
-
-    def __init__(self) -> None:
-        self.raw_headers = [(b"content-type", b"text/event-stream")]
-        self._left = list(_EVENTS)
-        self.chunks = self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        while self._left:
-            yield self._left.pop(0)
-
-    @property
-    def drained(self) -> bool:
-        return not self._left
-
-    def close_now(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        await self.chunks.aclose()  # type: ignore[attr-defined]
-
-
-class _Memory:
-    """A transport that answers every request at once with :class:`_Streamed`."""
-
-    is_open = True
-
-    def start(self) -> None:
-        pass
-
-    def is_quiet(self) -> bool:
-        return True
-
-    async def send(self, provider: Any, url: str, headers: Any, body: bytes) -> _Streamed:
-        return _Streamed()
-
-    async def aclose(self) -> None:
-        pass
-
-
 async def _ask(router: ModelRouter, model: str) -> int:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
     sent: list[dict[str, Any]] = []
-    given = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -101,7 +50,7 @@ async def _ask(router: ModelRouter, model: str) -> int:
         "root_path": "",
         "headers": [(b"content-type", b"application/json")],
     }
-    await router(scope, receive, send)
+    await router(scope, receive_once(body, asyncio.Event().wait), send)
     await asyncio.sleep(0)
     return int(sent[0]["status"])
 
@@ -127,7 +76,7 @@ async def test_new_direct_ref_model_ids_past_the_bound_do_not_grow_the_routers_m
     async def host(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("the router answers chat requests itself")
 
-    router = ModelRouter(host, settings=settings, transport=_Memory())
+    router = ModelRouter(host, settings=settings, transport=MemoryTransport(lambda url: MemoryResponse(_EVENTS)))
     tracemalloc.start()
     try:
         for index in range(300):  # the table is full, and the ring of recent requests too
