@@ -135,7 +135,8 @@ def assemble(
     book = Bookkeeper.from_settings(resolved, resolver.stats, clock)
     book.rate_limits.share(router_state)  # a fleet shares providers' stated limits
     providers = {
-        name: ProviderRuntime.build(name, provider, resolved.routes) for name, provider in resolved.providers.items()
+        name: ProviderRuntime.build(name, provider, resolved.routes, resolved.session_header)
+        for name, provider in resolved.providers.items()
     }
     for runtime in providers.values():
         if runtime.missing_key_env is not None:  # said once, here, rather than per request

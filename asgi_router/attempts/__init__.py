@@ -13,7 +13,8 @@ against a slow first one; ``steps.py`` does and records each step of one attempt
 the one upstream call (I/O only: it reports what came back); ``context.py`` holds the router's
 parts they share; ``outcomes.py`` is what an attempt can end in; ``bookkeeping.py`` and
 ``usage.py`` keep the numbers strategies read; ``hints.py`` reads how long an upstream asked to
-wait; ``wire_body.py`` builds each candidate's request body; ``continuing.py`` asks candidates
+wait; ``wire_body.py`` builds each candidate's request body (``cache_bodies.py`` the one an
+OpenAI-protocol provider's prompt cache wants changed); ``continuing.py`` asks candidates
 to continue a stream that broke after commit, in the order the decision point gives;
 ``rate_limits.py`` reads providers' rate-limit headers; ``capacity.py`` (sticky sessions) and
 ``capacity_queue.py`` (a group's queue) are the groups' capacity-aware routing, and

@@ -191,14 +191,15 @@ class Bookkeeper:
             usage = find_usage(data)  # a usage without its prompt (the tail lost it) is not reported
             if usage is None or usage[0] is None:
                 return _NOTHING_COUNTED
-            return Spend(TokenCount(usage[0], usage[1], True), None)
+            return Spend(TokenCount(usage[0], usage[1], True, usage[2], usage[3]), None)
         found = find_usage(data)  # as count_tokens, inline: every counted response
         if found is not None and found[0] is not None:
-            tokens = _made(TokenCount, (found[0], found[1], True))
+            tokens = _made(TokenCount, (found[0], found[1], True, found[2], found[3]))
         else:  # the prompt is estimated only where no usage states it
             tokens = estimated(found, data, facts.prompt_tokens, chunks)
         if key in self._metered:
             self.stats.add_usage(key, 0, tokens.total - facts.prompt_tokens)
         if key not in self._priced:  # unpriced (usual without a catalog): no cost to work out
             return _made(Spend, (tokens, None))
-        return Spend(tokens, self._catalog.cost(key, tokens.prompt, tokens.completion))
+        cost = self._catalog.cost(key, tokens.prompt, tokens.completion, tokens.cache_read, tokens.cache_write)
+        return Spend(tokens, cost)

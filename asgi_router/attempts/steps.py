@@ -9,7 +9,8 @@ steps:
 
 * :meth:`~RequestAttempts.prepare` looks up the candidate's provider and body builder (the
   request is translated once per request, when the first Anthropic candidate is reached:
-  ``asgi_router.protocols``), asks the decision point to admit it, and events a skip. An
+  ``asgi_router.protocols``; a body its provider's prompt cache wants changed is built once,
+  ``cache_bodies.py``), asks the decision point to admit it, and events a skip. An
   admitted candidate holds a gate lease.
 * :meth:`~RequestAttempts.candidates` is the plan's order as the decision point gives it (slow
   candidates after the others).
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from asgi_router.attempts.cache_bodies import CacheBodies
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
@@ -42,12 +44,13 @@ from asgi_router.core.router_errors import AttemptSummary, RouterError, exhauste
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
+from asgi_router.protocols.cache_marks import add_breakpoints, may_carry_marks
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.request.request_state import RequestState
-from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.facts import CHARS_PER_TOKEN, RequestFacts
 from asgi_router.routing.plan import Plan
-from asgi_router.transports.provider import RouteTarget
+from asgi_router.transports.provider import PromptCaching, RouteTarget
 from asgi_router.transports.transport import close_response
 
 if TYPE_CHECKING:  # only a router whose tracing is on passes one (opentelemetry is optional)
@@ -66,6 +69,7 @@ class RequestAttempts:
     """
 
     __slots__ = (
+        "_caches",
         "_context",
         "_inbound",
         "_path",
@@ -119,7 +123,9 @@ class RequestAttempts:
         # For Anthropic candidates: the request translated once per ``default_max_tokens``, on
         # first use (most plans have no Anthropic member).
         self._payload = request.payload
-        self._translated: dict[int, WireBody | Untranslatable] | None = None
+        self._translated: dict[tuple[int, bool], WireBody | Untranslatable] | None = None
+        # For OpenAI-protocol candidates whose prompt cache wants the body changed: made on first use.
+        self._caches: CacheBodies | None = None
         self._stream = request.stream
         #: The URL path asked for: each provider's target for it.
         self._path = state.path
@@ -178,7 +184,7 @@ class RequestAttempts:
         if provider is not None and provider.configured:
             target = provider.targets.get(self._path)
             if isinstance(target, RouteTarget) and not target.translated:  # the usual case: the body as sent
-                wire = self._wire
+                wire = self._wire if target.caching is None else self._cache_wire(target.caching)
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
         admitted = self.retry.admit(
@@ -208,19 +214,36 @@ class RequestAttempts:
             self.admitted()
         return Ready(candidate, key, provider, target, body, admitted)
 
+    def _cache_wire(self, caching: PromptCaching) -> SplicedBody | WireBody:
+        """The body builder for an OpenAI-protocol candidate whose prompt cache may want the body
+        changed: the body as sent unless it carries marks or the provider takes a cache key."""
+        caches = self._caches
+        if caches is None:
+            body = self._request.body
+            if caching.cache_key_header is None and body and not may_carry_marks(body):
+                return self._wire  # the usual request: no marks, no key (one search of its bytes)
+            caches = self._caches = CacheBodies(self._payload, self._inbound, self._wire)
+        return caches.for_target(caching)
+
     def _wire_for(self, target: RouteTarget | str | None, max_tokens: int) -> WireBody | str:
         """The body builder for a candidate whose ``target`` is translated, or why it has none
-        (a target in the route's own protocol sends the request's own body)."""
+        (a target in the route's own protocol sends the request's own body). The provider's
+        prompt cache may want breakpoints on a long prefix (``protocols/cache_marks.py``)."""
         if not isinstance(target, RouteTarget):
             return target or "the provider does not serve this route"
         if self._translated is None:
             self._translated = {}
-        wire = self._translated.get(max_tokens)
+        breakpoints = target.caching is not None and target.caching.breakpoints
+        wire = self._translated.get((max_tokens, breakpoints))
         if wire is None:
             translated = to_messages_request(self._payload, max_tokens)
-            wire = self._translated[max_tokens] = (
-                translated if isinstance(translated, Untranslatable) else WireBody(translated)
-            )
+            if isinstance(translated, Untranslatable):
+                wire = translated
+            else:
+                if breakpoints:
+                    add_breakpoints(translated, CHARS_PER_TOKEN)
+                wire = WireBody(translated)
+            self._translated[max_tokens, breakpoints] = wire
         return wire.detail if isinstance(wire, Untranslatable) else wire
 
     async def attempt(self, ready: Ready) -> Attempted:

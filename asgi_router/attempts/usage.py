@@ -15,6 +15,13 @@ event, ``message_start``) followed by those last chunks (OpenAI's usage chunk, A
 keeps a :class:`Tail` instead: its last :data:`TAIL_BYTES` and a chunk counter. Without a usage
 the count is estimated: the prompt from the request's own estimate, the completion from the
 number of chunks (about one token per event) or from the body's size.
+
+The prompt tokens a provider read from its prompt cache, or wrote to it, are read from the same
+usage object: OpenAI's ``prompt_tokens_details.cached_tokens`` (already among its
+``prompt_tokens``; a translated Anthropic answer states its writes beside them, as
+``cache_write_tokens``), Anthropic's ``cache_read_input_tokens`` and
+``cache_creation_input_tokens`` (added to its ``input_tokens``: every count keeps the prompt
+whole, cached tokens included).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ __all__ = [
     "TAIL_BYTES",
     "LastChunks",
     "Tail",
+    "Usage",
     "count_tokens",
     "estimated",
     "find_usage",
@@ -59,6 +67,16 @@ _USUAL_USAGE: Final = re.compile(
 # being cheaper to match (what it matches, the pattern above matches alike).
 _COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d{1,15}),"completion_tokens":(\d{1,15})[,}]')
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+# OpenAI's breakdown of the prompt, after the two counts read above (no nested object in it).
+_PROMPT_DETAILS: Final = re.compile(rb'"prompt_tokens_details"\s*:\s*\{([^{}]{0,512})\}')
+_CACHED: Final = re.compile(rb'"cached_tokens"\s*:\s*(\d{1,15})')
+_CACHE_WRITE: Final = re.compile(rb'"cache_write_tokens"\s*:\s*(\d{1,15})')
+# How far past the two counts OpenAI's prompt breakdown may start (``total_tokens`` comes first).
+_DETAILS_SPAN: Final = 256
+
+#: What a usage object states: prompt and completion tokens (``None``: not stated), and the prompt
+#: tokens read from and written to the provider's prompt cache (0 when it says nothing of them).
+Usage = tuple[int | None, int, int, int]
 
 
 class LastChunks(deque[bytes]):
@@ -103,37 +121,63 @@ class Tail:
         return b"".join(self._chunks)[-self._limit :]
 
 
-def _counts(usage: object) -> tuple[int | None, int | None]:
-    """``(prompt, completion)`` a usage object states, in OpenAI's words or Anthropic's (whose
-    prompt is its input plus the cache's reads and writes)."""
+def _counts(usage: object) -> tuple[int | None, int | None, int, int]:
+    """``(prompt, completion, cache reads, cache writes)`` a usage object states, in OpenAI's words
+    or Anthropic's (whose prompt is its input plus the cache's reads and writes)."""
     if not isinstance(usage, dict):
-        return None, None
+        return None, None, 0, 0
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         prompt, completion = (
             plausible_tokens(usage.get("prompt_tokens")),
             plausible_tokens(usage.get("completion_tokens")),
         )
-        return (prompt, completion) if prompt is not None and completion is not None else (None, None)
+        if prompt is None or completion is None:
+            return None, None, 0, 0
+        details = usage.get("prompt_tokens_details")
+        if not isinstance(details, dict):
+            return prompt, completion, 0, 0
+        read = plausible_tokens(details.get("cached_tokens")) or 0
+        written = plausible_tokens(details.get("cache_write_tokens")) or 0
+        return prompt, completion, min(read, prompt), min(written, prompt - min(read, prompt))
     parts = [plausible_tokens(usage.get(key)) for key in _ANTHROPIC_INPUT]
-    read = sum(part for part in parts if part is not None)
-    return (read if parts[0] is not None else None), plausible_tokens(usage.get("output_tokens"))
+    if parts[0] is None:
+        return None, plausible_tokens(usage.get("output_tokens")), 0, 0
+    prompt = sum(part for part in parts if part is not None)
+    return prompt, plausible_tokens(usage.get("output_tokens")), parts[2] or 0, parts[1] or 0
 
 
-def find_usage(data: bytes) -> tuple[int | None, int] | None:
-    """``(prompt_tokens, completion_tokens)`` of the last ``"usage"`` object in ``data``.
+def _cached(data: bytes, after: int, prompt: int) -> tuple[int, int]:
+    """``(cache reads, cache writes)`` of OpenAI's ``prompt_tokens_details`` following the counts
+    that end at ``after`` (``(0, 0)`` without one), each within the prompt."""
+    details = _PROMPT_DETAILS.search(data, after, after + _DETAILS_SPAN + 512)
+    if details is None or details.start() > after + _DETAILS_SPAN:
+        return 0, 0
+    inner = details[1]
+    read = _CACHED.search(inner)
+    written = _CACHE_WRITE.search(inner)
+    cached = min(int(read[1]), prompt) if read is not None else 0
+    return cached, min(int(written[1]), prompt - cached) if written is not None else 0
+
+
+def find_usage(data: bytes) -> Usage | None:
+    """``(prompt_tokens, completion_tokens, cache reads, cache writes)`` of the last ``"usage"``
+    object in ``data``.
 
     OpenAI states both in one object. An Anthropic stream states the input in ``message_start``
     and the output in the final ``message_delta`` (recent API versions repeat the input there):
     the completion is the last one stated, the prompt the last one stated at or before it
-    (``None`` when the tail no longer holds one). OpenAI's usual order of keys is read with one
-    regular expression; anything else is decoded as JSON.
+    (``None`` when the tail no longer holds one), and the cache's counts those stated with that
+    prompt. OpenAI's usual order of keys is read with one regular expression (and its prompt
+    breakdown with another); anything else is decoded as JSON.
     """
     at = data.rfind(b'"usage"')
     if at >= 0 and (  # OpenAI's own order of keys
         (usual := _COMPACT_USAGE.match(data, at)) is not None or (usual := _USUAL_USAGE.match(data, at)) is not None
     ):
         given, taken = int(usual[1]), int(usual[2])  # digits: plausible unless too large
-        return (given, taken) if given <= MAX_PLAUSIBLE_TOKENS and taken <= MAX_PLAUSIBLE_TOKENS else None
+        if given > MAX_PLAUSIBLE_TOKENS or taken > MAX_PLAUSIBLE_TOKENS:
+            return None
+        return given, taken, *_cached(data, usual.end(), given)
     if at < 0:  # no usage at all (a stream that states none): the bytes are not searched again
         return None
     end = at + 7  # the search below finds this one first
@@ -141,7 +185,7 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
     while True:
         at = data.rfind(b'"usage"', 0, end)
         if at < 0:
-            return None if completion is None else (None, completion)
+            return None if completion is None else (None, completion, 0, 0)
         end = at
         colon = data.find(b":", at + 7, at + 32)
         if colon < 0:
@@ -151,11 +195,11 @@ def find_usage(data: bytes) -> tuple[int | None, int] | None:
             usage, _ = _DECODER.raw_decode(text)
         except ValueError:
             continue
-        prompt, stated = _counts(usage)
+        prompt, stated, read, written = _counts(usage)
         if completion is None:
             completion = stated
         if completion is not None and prompt is not None:
-            return prompt, completion
+            return prompt, completion, read, written
 
 
 def count_tokens(data: bytes, prompt_estimate: int | Callable[[], int], chunks: int | None = None) -> TokenCount:
@@ -168,11 +212,11 @@ def count_tokens(data: bytes, prompt_estimate: int | Callable[[], int], chunks: 
     """
     found = find_usage(data)
     if found is not None and found[0] is not None:
-        return TokenCount(found[0], found[1], True)
+        return TokenCount(found[0], found[1], True, found[2], found[3])
     return estimated(found, data, prompt_estimate() if callable(prompt_estimate) else prompt_estimate, chunks)
 
 
-def estimated(found: tuple[int | None, int] | None, data: bytes, prompt: int, chunks: int | None) -> TokenCount:
+def estimated(found: Usage | None, data: bytes, prompt: int, chunks: int | None) -> TokenCount:
     """:func:`count_tokens` where ``found`` (what :func:`find_usage` read in ``data``) states no
     prompt: ``prompt`` is the request's estimate; the completion is the one stated, else estimated."""
     if found is not None:

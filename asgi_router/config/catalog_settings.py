@@ -29,3 +29,13 @@ class ModelInfo(BaseModel):
     output_price: NonNegativeFloat | None = Field(
         default=None, description="US dollars per million completion tokens (the `cost` strategy, `cost_usd`)."
     )
+    cached_input_price: NonNegativeFloat | None = Field(
+        default=None,
+        description="US dollars per million prompt tokens read from the provider's prompt cache (unset: "
+        "`input_price`).",
+    )
+    cache_write_price: NonNegativeFloat | None = Field(
+        default=None,
+        description="US dollars per million prompt tokens written to the provider's prompt cache (Anthropic's "
+        "`cache_creation_input_tokens`; unset: `input_price`).",
+    )

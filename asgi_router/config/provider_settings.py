@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, Self
 import httpx2
 from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, field_validator, model_validator
 
+from asgi_router.config.prompt_cache_settings import PromptCacheMode, check_prompt_cache
 from asgi_router.config.resilience_settings import HealthSettings
 from asgi_router.config.strict_settings import StrictSettings
 from asgi_router.core.header_names import never_forwarded, never_sent
@@ -190,6 +191,21 @@ class ProviderSettings(StrictSettings):
         "refused.",
     )
 
+    # Provider prompt caches (``config/prompt_cache_settings.py``; see the Caching page).
+    prompt_cache: PromptCacheMode = Field(
+        default="auto",
+        description='`"auto"`: keep the provider\'s prompt cache warm (Anthropic-style `cache_control` marks '
+        "stripped for an OpenAI-protocol provider, kept and long prefixes marked for an Anthropic one; "
+        '`prompt_cache_key` where on); `"off"`: the request as the client sent it. See '
+        "[Caching](caching.md#provider-prompt-caches).",
+    )
+    prompt_cache_key: bool | None = Field(
+        default=None,
+        description="Send `prompt_cache_key` (the session's digest) on chat requests that carry the "
+        "`session_header` and set none (unset: only when `base_url`'s host is api.openai.com; strict "
+        "OpenAI-compatible servers refuse unknown fields).",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _default_auth_header(cls, data: Any) -> Any:
@@ -209,6 +225,7 @@ class ProviderSettings(StrictSettings):
         elif "anthropic-version" in self.headers:
             raise ValueError("headers: set anthropic-version with anthropic_version")
         check_resume(self.resume, self.kind, "resume")
+        check_prompt_cache(self.kind, self.prompt_cache, self.prompt_cache_key)
         if self.auth_header in self.headers and (self.api_key is not None or self.api_key_env):
             raise ValueError(f"headers: {self.auth_header!r} is the key's header (auth_header); it carries the key")
         if self.required and self.api_key is None:

@@ -151,6 +151,11 @@ class RequestRecord:
     #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
     #: ``served``, ``timed_out``, ``full`` or ``left``.
     queued: tuple[str, str, float] | None = None
+    #: Of ``prompt_tokens``, those the provider read from its prompt cache (OpenAI's
+    #: ``cached_tokens``, Anthropic's ``cache_read_input_tokens``) and wrote to it (Anthropic's
+    #: ``cache_creation_input_tokens``); ``cost_usd`` prices each at its catalog rate.
+    cached_prompt_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 def _attempt_text(event: AttemptEvent) -> str:
@@ -161,10 +166,14 @@ def _attempt_text(event: AttemptEvent) -> str:
 
 def _tokens_text(record: RequestRecord) -> str:
     """``prompt+completion``, marked ``~`` when they are estimates (a resumed stream's, or an
-    upstream's that stated no usage), as ``tokens_measured`` says on the record."""
+    upstream's that stated no usage), as ``tokens_measured`` says on the record; then the prompt
+    tokens read from and written to the provider's prompt cache, when there were any."""
     if record.prompt_tokens is None:
         return "-"
-    return f"{'' if record.tokens_measured else '~'}{record.prompt_tokens}+{record.completion_tokens}"
+    text = f"{'' if record.tokens_measured else '~'}{record.prompt_tokens}+{record.completion_tokens}"
+    if record.cached_prompt_tokens or record.cache_write_tokens:  # the prompt cache's share of the prompt
+        text += f",cached={record.cached_prompt_tokens},cache_write={record.cache_write_tokens}"
+    return text
 
 
 _SAFE_PRINCIPAL: Final = re.compile(r"[A-Za-z0-9_.:@\-]{1,64}")

@@ -15,6 +15,9 @@ contract (dashboards and alerts are built on them)::
     asgi_router_slow_requests_total{candidate}          streamed calls whose first byte came later
                                                         than the candidate's latency_target
     asgi_router_tokens_total{candidate, kind}           kind: prompt | completion (reported usage only)
+    asgi_router_prompt_cache_tokens_total{candidate, kind}
+                                                        kind: read | write, prompt tokens the
+                                                        provider's prompt cache served or stored
     asgi_router_cost_usd_total{candidate}               where the catalog has prices
     asgi_router_in_flight{provider}                     gauge
     asgi_router_hedges_total{outcome}                   won | lost | failed | denied
@@ -92,6 +95,10 @@ _PROVIDER_BREAKER = ("asgi_router_provider_breaker_state", "A provider's breaker
 _RAMP = ("asgi_router_ramp_share", "The share of its traffic a candidate takes: below 1 while it recovers.")
 _SLOW = ("asgi_router_slow_requests", "Streamed calls whose first byte came later than the latency target.")
 _TOKENS = ("asgi_router_tokens", "Tokens served responses used, as their upstream reported.")
+_PROMPT_CACHE = (
+    "asgi_router_prompt_cache_tokens",
+    "Prompt tokens served responses read from (read) or wrote to (write) their provider's prompt cache.",
+)
 _COST = ("asgi_router_cost_usd", "USD served responses cost, for models with catalog prices.")
 _IN_FLIGHT = ("asgi_router_in_flight", "Attempts in flight to a provider.")
 _HEDGES = ("asgi_router_hedges", "Hedges of hedging groups: won, lost, failed, or denied by the budget.")
@@ -185,6 +192,7 @@ class RouterMetrics:
             ((label, *outcome), n) for label, candidate in candidates for outcome, n in candidate.attempts.items()
         ]
         tokens = [((label, kind), value) for label, c in candidates if c.counted for kind, value in _kinds(c)]
+        cached = [((label, kind), value) for label, c in candidates if _cached(c) for kind, value in _cache_kinds(c)]
         breakers = GaugeMetricFamily(*_BREAKER, labels=["candidate"])
         for candidate_label, phase in readings.breakers:
             breakers.add_metric([candidate_label], BREAKER_VALUES[phase])
@@ -210,6 +218,7 @@ class RouterMetrics:
                 ramps,
                 self._counter(_SLOW, ["candidate"], [((label,), c.slow) for label, c in candidates if c.slow]),
                 self._counter(_TOKENS, ["candidate", "kind"], tokens),
+                self._counter(_PROMPT_CACHE, ["candidate", "kind"], cached),
                 self._counter(_COST, ["candidate"], [((label,), c.cost) for label, c in candidates if c.cost]),
                 in_flight,
                 self._counter(_HEDGES, ["outcome"], [((outcome,), n) for outcome, n in tally.hedges.items()]),
@@ -251,6 +260,9 @@ class RouterMetrics:
             if candidate.counted:
                 for kind, value in _kinds(candidate):
                     files.tokens.labels(label, kind).inc(value)
+            if _cached(candidate):
+                for kind, value in _cache_kinds(candidate):
+                    files.prompt_cache.labels(label, kind).inc(value)
             if candidate.cost:
                 files.cost.labels(label).inc(candidate.cost)
             if candidate.slow:
@@ -300,6 +312,15 @@ def _kinds(candidate: CandidateCounts) -> tuple[tuple[str, int], tuple[str, int]
     return ("prompt", candidate.prompt), ("completion", candidate.completion)
 
 
+def _cached(candidate: CandidateCounts) -> bool:
+    """Whether any of ``candidate``'s prompts met its provider's prompt cache (its series exist)."""
+    return bool(candidate.cache_read or candidate.cache_write)
+
+
+def _cache_kinds(candidate: CandidateCounts) -> tuple[tuple[str, int], tuple[str, int]]:
+    return ("read", candidate.cache_read), ("write", candidate.cache_write)
+
+
 def _replay(histogram: Histogram, buckets: Buckets) -> None:
     """Add a histogram's tally to ``prometheus_client``'s: each bucket's observations as as many
     observations of their mean, which lies in that bucket, so that counts and sum stay exact."""
@@ -327,6 +348,7 @@ class _Files:
         self.ramp_share = Gauge(*_RAMP, ["candidate"], registry=None, multiprocess_mode="livemin")
         self.slow = Counter(*_SLOW, ["candidate"], registry=None)
         self.tokens = Counter(*_TOKENS, ["candidate", "kind"], registry=None)
+        self.prompt_cache = Counter(*_PROMPT_CACHE, ["candidate", "kind"], registry=None)
         self.cost = Counter(*_COST, ["candidate"], registry=None)
         self.in_flight = Gauge(*_IN_FLIGHT, ["provider"], registry=None, multiprocess_mode="livesum")
         self.hedges = Counter(*_HEDGES, ["outcome"], registry=None)

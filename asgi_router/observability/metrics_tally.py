@@ -78,12 +78,25 @@ class RouteCounts:
 class CandidateCounts:
     """One candidate label's attempts (by outcome and reason), first-byte times and usage."""
 
-    __slots__ = ("attempts", "completion", "cost", "counted", "prompt", "slow", "target", "ttfb")
+    __slots__ = (
+        "attempts",
+        "cache_read",
+        "cache_write",
+        "completion",
+        "cost",
+        "counted",
+        "prompt",
+        "slow",
+        "target",
+        "ttfb",
+    )
 
     def __init__(self, target: float | None = None) -> None:
         self.attempts: dict[tuple[str, str], int] = {}
         self.ttfb = Buckets(TTFB_BUCKETS)
         self.prompt = self.completion = 0
+        #: Prompt tokens the provider read from its prompt cache and wrote to it (of ``prompt``).
+        self.cache_read = self.cache_write = 0
         #: Whether any usage was counted (a candidate with none reports no token series).
         self.counted = False
         self.cost = 0.0
@@ -177,6 +190,9 @@ class Tally:
                     counts.prompt += prompt
                     counts.completion += completion
                     counts.counted = True
+                    if record.cached_prompt_tokens or record.cache_write_tokens:  # within the prompt
+                        counts.cache_read += min(record.cached_prompt_tokens, prompt)
+                        counts.cache_write += min(record.cache_write_tokens, prompt)
             cost = record.cost_usd
             if cost and math.isfinite(cost) and cost > 0:
                 counts.cost += cost

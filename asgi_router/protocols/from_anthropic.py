@@ -4,7 +4,7 @@ Whole (:func:`completion_from_message`): the ``message`` object becomes one ``ch
 its text blocks the ``content``, its ``tool_use`` blocks ``tool_calls`` (``input`` serialised
 as the ``arguments`` string), ``stop_reason`` the ``finish_reason`` (:data:`FINISH_REASONS`),
 ``usage`` OpenAI's (cache reads and writes count as prompt tokens, as OpenAI counts cached
-ones), ``thinking`` text ``reasoning_content``.
+ones, and are stated in ``prompt_tokens_details``), ``thinking`` text ``reasoning_content``.
 
 Streamed (:class:`StreamTranslation`): each upstream chunk is fed as it arrives and what its
 complete events translate to comes straight back, so nothing is held but the unfinished tail of
@@ -36,11 +36,21 @@ from asgi_router.core.usage_bounds import plausible_tokens
 from asgi_router.protocols.anthropic_errors import error_event_words
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["FINISH_REASONS", "MAX_EVENT_BYTES", "StreamTranslation", "completion_from_message", "usage_of"]
+__all__ = [
+    "FINISH_REASONS",
+    "MAX_EVENT_BYTES",
+    "StreamTranslation",
+    "Usage",
+    "completion_from_message",
+    "usage_of",
+]
 
 #: The largest stream event translated unless the settings say otherwise (``max_event_bytes``).
 MAX_EVENT_BYTES: Final = 1024 * 1024
 
+#: An answer's usage: prompt and completion tokens, and the prompt tokens the provider read from
+#: its prompt cache and wrote to it (the prompt includes both).
+Usage = tuple[int, int, int, int]
 #: Anthropic's ``stop_reason`` and the ``finish_reason`` it becomes (anything else: ``stop``).
 FINISH_REASONS: Final[dict[str, str]] = {
     "end_turn": "stop",
@@ -72,21 +82,29 @@ def _encode(value: object) -> bytes:
         return _COMPACT_ASCII.encode(value).encode()
 
 
-def usage_of(usage: object, prompt: int = 0, completion: int = 0) -> tuple[int, int]:
-    """``(prompt_tokens, completion_tokens)`` from an Anthropic ``usage`` object, keeping what it
-    does not say (or says implausibly: ``core/usage_bounds.py``)."""
+def usage_of(usage: object, prompt: int = 0, completion: int = 0, read: int = 0, written: int = 0) -> Usage:
+    """``(prompt_tokens, completion_tokens, cache reads, cache writes)`` from an Anthropic
+    ``usage`` object, keeping what it does not say (or says implausibly:
+    ``core/usage_bounds.py``). The prompt is whole: its input plus the cache's reads and writes."""
     if not isinstance(usage, dict):
-        return prompt, completion
+        return prompt, completion, read, written
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     counts = [plausible_tokens(usage.get(key)) for key in keys]
     if counts[0] is not None:
         prompt = sum(count for count in counts if count is not None)
+        written, read = counts[1] or 0, counts[2] or 0
     output = plausible_tokens(usage.get("output_tokens"))
-    return prompt, completion if output is None else output
+    return prompt, completion if output is None else output, read, written
 
 
-def _usage_json(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _usage_json(prompt: int, completion: int, read: int = 0, written: int = 0) -> dict[str, Any]:
+    """OpenAI's ``usage``; the cache's reads as OpenAI states them (``cached_tokens``), its writes
+    beside them (``cache_write_tokens``, as OpenRouter states them), only when there are any."""
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    usage["total_tokens"] = prompt + completion
+    if read or written:
+        usage["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": written}
+    return usage
 
 
 def completion_from_message(body: bytes, created: int | None = None) -> bytes | None:
@@ -175,8 +193,9 @@ class StreamTranslation:
         self.empty = False
         #: ``(type, message)`` of an ``error`` event; nothing is translated after one.
         self.failure: tuple[str, str] | None = None
-        #: ``(prompt_tokens, completion_tokens)`` as the upstream counted them so far.
-        self.usage = (0, 0)
+        #: ``(prompt_tokens, completion_tokens, cache reads, cache writes)`` as the upstream
+        #: counted them so far.
+        self.usage: Usage = (0, 0, 0, 0)
 
     def _set_head(self, message_id: str, model: str, created: int) -> None:
         """The fields every chunk starts with, and a text delta's whole start, built once."""

@@ -18,7 +18,9 @@ lists the same tables (a test holds them together):
   candidate (reason ``protocol_mismatch``) and tries the next, so a request one member cannot
   take is still served by another, and a request no member can take is a 400 naming why.
 
-A field set to ``null`` counts as not set.
+A field set to ``null`` counts as not set. Anthropic's prompt cache marks (``cache_control``), which
+clients of OpenRouter or LiteLLM put on content parts and tools, stay on the blocks made from
+them (``cache_marks.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from asgi_router.protocols.cache_marks import MARK
 
 __all__ = ["AT_DEFAULT_ONLY", "IGNORED", "TRANSLATED", "Untranslatable", "include_usage", "to_messages_request"]
 
@@ -67,6 +71,18 @@ def _unsupported(name: str, value: object) -> str:
     named = name if _PLAIN.fullmatch(name) else "a field"
     shown = _shown(value)
     return f"{named}{' ' + shown if shown else ''} has no equivalent in Anthropic's Messages API"
+
+
+def _marked(block: dict[str, Any], *sources: Any) -> dict[str, Any]:
+    """``block`` with the first source's prompt cache mark (a ``cache_control`` object) kept."""
+    for source in sources:
+        if isinstance(source, dict) and source.get(MARK) is not None:
+            mark = source[MARK]
+            if not isinstance(mark, dict):
+                raise ValueError("cache_control must be an object")
+            block[MARK] = mark
+            break
+    return block
 
 
 def _number(value: Any) -> bool:
@@ -140,7 +156,7 @@ def _tools(value: Any, out: _Out) -> str | None:
             translated["description"] = function["description"]
         parameters = function.get("parameters")
         translated["input_schema"] = parameters if isinstance(parameters, dict) else {"type": "object"}
-        tools.append(translated)
+        tools.append(_marked(translated, tool, function))
     if tools:
         out["tools"] = tools
     return None
@@ -180,10 +196,10 @@ def _messages(value: Any, out: _Out) -> str | None:
         role = message.get("role") if isinstance(message, dict) else None
         where = f"messages[{index}]"
         if role in ("system", "developer"):
-            texts = _texts(message.get("content"))
-            if texts is None:
+            blocks = _text_blocks(message.get("content"))
+            if blocks is None:
                 return f"{where}: a {role} message's content must be text"
-            system += ({"type": "text", "text": text} for text in texts if text)
+            system += blocks
             continue
         translate = _ROLES.get(role) if isinstance(role, str) else None
         if translate is None:
@@ -218,6 +234,16 @@ def _texts(content: Any) -> list[str] | None:
     return texts
 
 
+def _text_blocks(content: Any) -> list[dict[str, Any]] | None:
+    """A system or tool message's content as text blocks (empty texts left out), each part's
+    prompt cache mark kept; ``None`` when it is not text."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if _texts(content) is None:
+        return None
+    return [_marked({"type": "text", "text": part["text"]}, part) for part in content if part["text"]]
+
+
 def _user_turn(message: Mapping[str, Any]) -> dict[str, Any] | str:
     content = message.get("content")
     if isinstance(content, str):
@@ -228,12 +254,12 @@ def _user_turn(message: Mapping[str, Any]) -> dict[str, Any] | str:
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
-            blocks.append({"type": "text", "text": part["text"]})
+            blocks.append(_marked({"type": "text", "text": part["text"]}, part))
         elif kind == "image_url":
             image = _image(part.get("image_url"))
             if isinstance(image, str):
                 return image
-            blocks.append(image)
+            blocks.append(_marked(image, part))
         else:
             shown = _shown(kind)
             return f"a content part{' of type ' + shown if shown else ''} has no equivalent in Anthropic's Messages API"
@@ -271,7 +297,7 @@ def _assistant_turn(message: Mapping[str, Any]) -> dict[str, Any] | str:
             if text is None:
                 return "an assistant message's parts must be text or refusal"
             if text:
-                blocks.append({"type": "text", "text": text})
+                blocks.append(_marked({"type": "text", "text": text}, part))
     for call in calls or ():
         function = call.get("function") if isinstance(call, dict) else None
         if (
@@ -300,11 +326,11 @@ def _part_text(part: Any) -> str | None:
 
 def _tool_turn(message: Mapping[str, Any]) -> dict[str, Any] | str:
     call_id, content = message.get("tool_call_id"), message.get("content")
-    texts = _texts(content)
-    if not isinstance(call_id, str) or texts is None:
+    blocks = _text_blocks(content)
+    if not isinstance(call_id, str) or blocks is None:
         return "a tool message needs a tool_call_id and text content"
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
-    result["content"] = content if isinstance(content, str) else [{"type": "text", "text": t} for t in texts if t]
+    result["content"] = content if isinstance(content, str) else blocks
     return {"role": "user", "content": [result], "_results": True}
 
 

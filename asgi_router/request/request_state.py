@@ -251,4 +251,6 @@ class RequestState:
             self.limit,
             self.sticky,
             self.queued,
+            tokens.cache_read if tokens is not None else 0,  # cached_prompt_tokens
+            tokens.cache_write if tokens is not None else 0,  # cache_write_tokens
         )

@@ -13,11 +13,18 @@ __all__ = ["Spend", "TokenCount"]
 
 
 class TokenCount(NamedTuple):
-    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``."""
+    """Tokens one response used; ``measured`` when they came from the upstream's ``usage``.
+
+    ``prompt`` counts every prompt token, those the provider read from its prompt cache
+    (``cache_read``) and wrote to it (``cache_write``) among them, whichever way its usage
+    counted them (OpenAI's ``prompt_tokens`` includes cached ones; Anthropic's ``input_tokens``
+    does not)."""
 
     prompt: int
     completion: int
     measured: bool
+    cache_read: int = 0
+    cache_write: int = 0
 
     @property
     def total(self) -> int:

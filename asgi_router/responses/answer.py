@@ -207,8 +207,11 @@ def _streamed_usage(
         return None, None
     translation = committed.translation
     if translation is not None and translation.finished:
-        prompt, completion = translation.usage
-        return b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}' % (prompt, completion), chunks
+        prompt, completion, read, written = translation.usage
+        usage = b'{"usage":{"prompt_tokens":%d,"completion_tokens":%d' % (prompt, completion)
+        if read or written:
+            usage += b',"prompt_tokens_details":{"cached_tokens":%d,"cache_write_tokens":%d}' % (read, written)
+        return usage + b"}}", chunks
     if isinstance(tail, Tail):
         return tail.bytes(), tail.chunks
     if tail is not None:  # the held chunks were sent first: those among the last ones are not repeated

@@ -6,7 +6,9 @@ request is translated; or, where the provider's protocol cannot serve the route,
 attempt loop skips it there with reason ``protocol_mismatch``). An OpenAI-protocol provider
 serves every OpenAI route (the route's path below its ``base_url``), never Anthropic's
 Messages; an Anthropic provider serves chat completions translated and Messages as they are,
-both at ``base_url + "/messages"``. The request path only looks these up.
+both at ``base_url + "/messages"``. The request path only looks these up. A chat route's target
+also says what the provider's prompt cache asks of the body (:class:`PromptCaching`, from its
+``prompt_cache`` settings), so that a request pays for it only where it applies.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from urllib.parse import urlencode
 
 import httpx2
 
+from asgi_router.config.prompt_cache_settings import sends_prompt_cache_key
 from asgi_router.config.provider_settings import DEFAULT_MAX_TOKENS, ProviderSettings, Timeouts
 from asgi_router.core.header_names import FORWARDED_REQUEST_HEADERS
 from asgi_router.core.route_paths import route_kind
 from asgi_router.transports.request_headers import UpstreamHead
 
-__all__ = ["ProviderRuntime", "RouteTarget", "upstream_path"]
+__all__ = ["PromptCaching", "ProviderRuntime", "RouteTarget", "upstream_path"]
 
 #: Headers an Anthropic client sends that an Anthropic provider must see (its API version and
 #: the beta features it opted into): passed on, on the Messages route.
@@ -39,6 +42,18 @@ def upstream_path(route: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptCaching:
+    """What a provider's prompt cache asks of a chat request's body (``prompt_cache = "auto"``)."""
+
+    #: An OpenAI-protocol provider: Anthropic's ``cache_control`` marks are taken out.
+    strip_marks: bool = False
+    #: An Anthropic provider: a translated request's long tools and system prompt are marked.
+    breakpoints: bool = False
+    #: The session header whose digest is sent as ``prompt_cache_key`` (``None``: none is sent).
+    cache_key_header: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RouteTarget:
     """Where and how one route's requests go to one provider."""
 
@@ -51,6 +66,8 @@ class RouteTarget:
     defaults: tuple[tuple[str, str], ...] = ()
     #: A chat completion translated to the Messages API, and its answer back.
     translated: bool = False
+    #: What the provider's prompt cache asks of a chat request's body (``None``: nothing).
+    caching: PromptCaching | None = None
     #: ``headers``, ``forward`` and ``defaults`` as one rule, decided here once: per request
     #: only the client's headers are walked (``request_headers.py``).
     head: UpstreamHead = field(init=False, repr=False, compare=False)
@@ -80,7 +97,10 @@ class ProviderRuntime:
     missing_key_env: str | None = None
 
     @classmethod
-    def build(cls, name: str, settings: ProviderSettings, routes: list[str]) -> ProviderRuntime:
+    def build(
+        cls, name: str, settings: ProviderSettings, routes: list[str], session_header: str = "x-session-id"
+    ) -> ProviderRuntime:
+        """``session_header``: the router's, whose digest may be the provider's ``prompt_cache_key``."""
         headers = dict(settings.headers)
         key = settings.key()
         if key is not None:
@@ -92,7 +112,7 @@ class ProviderRuntime:
             name=name,
             configured=settings.is_configured,
             timeouts=t,
-            targets={route: _target(settings, route, headers, query) for route in routes},
+            targets={route: _target(settings, route, headers, query, session_header) for route in routes},
             headers={**headers, "anthropic-version": settings.anthropic_version}
             if settings.kind == "anthropic"
             else headers,
@@ -105,19 +125,32 @@ class ProviderRuntime:
         )
 
 
-def _target(settings: ProviderSettings, route: str, static: dict[str, str], query: str) -> RouteTarget | str:
+def _caching(settings: ProviderSettings, session_header: str) -> PromptCaching | None:
+    """What this provider's prompt cache asks of a chat request's body (``prompt_cache``)."""
+    if settings.prompt_cache == "off":
+        return None
+    if settings.kind == "anthropic":
+        return PromptCaching(breakpoints=True)
+    keyed = sends_prompt_cache_key(settings.kind, settings.prompt_cache, settings.prompt_cache_key, settings.base_url)
+    return PromptCaching(strip_marks=True, cache_key_header=session_header.encode("latin-1") if keyed else None)
+
+
+def _target(
+    settings: ProviderSettings, route: str, static: dict[str, str], query: str, session_header: str
+) -> RouteTarget | str:
     """How ``route``'s requests reach this provider, or why they cannot."""
     headers = {"content-type": "application/json", "accept-encoding": "identity", **static}
     forward = FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers}
     kind = route_kind(route)
+    caching = _caching(settings, session_header) if kind == "chat" else None
     if settings.kind == "openai":
         if kind == "messages":
             return "an OpenAI-protocol provider does not serve Anthropic's Messages API"
-        return RouteTarget(settings.base_url + upstream_path(route) + query, headers, forward)
+        return RouteTarget(settings.base_url + upstream_path(route) + query, headers, forward, caching=caching)
     url = settings.base_url + "/messages" + query
     version = ("anthropic-version", settings.anthropic_version)
     if kind == "chat":
-        return RouteTarget(url, {**headers, version[0]: version[1]}, forward, translated=True)
+        return RouteTarget(url, {**headers, version[0]: version[1]}, forward, translated=True, caching=caching)
     if kind == "messages":
         return RouteTarget(url, headers, forward | ANTHROPIC_CLIENT_HEADERS, defaults=(version,))
     return "an Anthropic provider serves chat completions and Messages only"

@@ -100,7 +100,12 @@ def test_every_text_and_tool_argument_byte_survives_any_chunking(
     assert "".join(call["function"].get("arguments", "") for call in calls) == "".join(arguments)
     assert calls[0] == {"index": 0, "id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": ""}}
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "tool_calls"
-    assert chunks[-1]["usage"] == {"prompt_tokens": 12, "completion_tokens": 21, "total_tokens": 33}
+    assert chunks[-1]["usage"] == {  # the cache's reads among the prompt tokens, as OpenAI states them
+        "prompt_tokens": 12,
+        "completion_tokens": 21,
+        "total_tokens": 33,
+        "prompt_tokens_details": {"cached_tokens": 3, "cache_write_tokens": 0},
+    }
 
 
 _CREATED = re.compile(rb'"created":[0-9]+')
@@ -193,7 +198,12 @@ def test_a_whole_message_becomes_a_chat_completion(stop: str | None, finish: str
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11},
+        "usage": {
+            "prompt_tokens": 7,
+            "completion_tokens": 4,
+            "total_tokens": 11,
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 2},
+        },
     }
 
 

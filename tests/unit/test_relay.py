@@ -150,7 +150,7 @@ async def test_the_usage_tail_keeps_the_last_chunks_sent_where_the_usage_is() ->
     result = await _relay(_committed(*[_chunk(str(n)) for n in range(10)], usage, _DONE), client, tail)
     assert list(tail)[-2:] == [usage, _DONE]
     assert (result.before_last, result.last) == (usage, _DONE)
-    assert find_usage(b"".join(tail)) == (7, 3)
+    assert find_usage(b"".join(tail)) == (7, 3, 0, 0)
 
 
 async def test_a_translated_stream_with_an_event_over_max_event_bytes_ends_with_an_in_band_error() -> None:

@@ -208,9 +208,11 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "cached_prompt_tokens": 6,
+        "cache_write_tokens": 2,
     }.items():
         setattr(state, name, value)
-    state.spend = Spend(TokenCount(10, 5, False), 0.25)
+    state.spend = Spend(TokenCount(10, 5, False, 6, 2), 0.25)
     record = dataclasses.asdict(state.close(now=1.0, latency=0.75))
     assert record == {
         "request_id": "req-1",

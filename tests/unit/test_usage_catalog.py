@@ -31,7 +31,7 @@ def _sse(payload: dict[str, Any]) -> bytes:
 
 def test_find_usage_reads_a_non_streaming_body() -> None:
     body = json.dumps({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}})
-    assert find_usage(body.encode()) == (12, 7)
+    assert find_usage(body.encode()) == (12, 7, 0, 0)
 
 
 def test_find_usage_takes_the_final_sse_chunk_and_skips_null_usage() -> None:
@@ -40,22 +40,22 @@ def test_find_usage_takes_the_final_sse_chunk_and_skips_null_usage() -> None:
         + _sse({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 2}})
         + b"data: [DONE]\n\n"
     )
-    assert find_usage(stream) == (30, 2)
+    assert find_usage(stream) == (30, 2, 0, 0)
     only_null = _sse({"choices": [], "usage": None})
     assert find_usage(only_null) is None
 
 
 def test_find_usage_reads_anthropics_counts_cache_included() -> None:
     message = {"type": "message", "usage": {"input_tokens": 20, "cache_read_input_tokens": 5, "output_tokens": 9}}
-    assert find_usage(json.dumps(message).encode()) == (25, 9)
+    assert find_usage(json.dumps(message).encode()) == (25, 9, 5, 0)  # 5 of them read from the cache
 
 
 def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
     delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
     stream = b"event: message_start\n" + _sse(start) + b"event: message_delta\n" + _sse(delta)
-    assert find_usage(stream) == (11, 7)
-    assert find_usage(b"event: message_delta\n" + _sse(delta)) == (None, 7)  # the start fell out of the tail
+    assert find_usage(stream) == (11, 7, 0, 0)
+    assert find_usage(b"event: message_delta\n" + _sse(delta)) == (None, 7, 0, 0)  # the start fell out of the tail
     counted = count_tokens(b"event: message_delta\n" + _sse(delta), prompt_estimate=40, chunks=30)
     assert (counted.prompt, counted.completion, counted.measured) == (40, 7, True)
 
@@ -87,7 +87,7 @@ def test_a_streams_usage_is_read_from_its_held_chunks_and_its_last_ones_however_
     ending = _pieces(b"event: message_delta\n" + _sse(delta)) + _pieces(b"event: message_stop\ndata: {}\n\n")
     data, chunks = _streamed(head, [*head, *text, *ending])
     assert data is not None and chunks == 2009
-    assert find_usage(data) == (11, 7)  # Anthropic's prompt, from its first event, however long the stream
+    assert find_usage(data) == (11, 7, 0, 0)  # Anthropic's prompt, from its first event, however long the stream
     assert len(data) < 2000  # the held chunks and the last few: no tail of the stream kept
 
 
