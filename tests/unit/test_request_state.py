@@ -208,8 +208,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
-        "cached_prompt_tokens": 6,
-        "cache_write_tokens": 2,
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False, 6, 2), 0.25)
@@ -240,4 +238,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "cached_prompt_tokens": 6,  # the spend's cache counts
+        "cache_write_tokens": 2,
     }
