@@ -166,7 +166,7 @@ def test_prompt_cache_key_is_the_sessions_digest_where_enabled_and_never_overrid
 ) -> None:
     providers = {"keyed": fake_upstream.provider(prompt_cache_key=True), "plain": fake_upstream.provider()}
     session = {"x-session-id": "conversation-42"}
-    with _router(providers, ["keyed/gpt"]) as (server, captured), _openai(server) as client:
+    with _router(providers, ["keyed/gpt"]) as (server, _), _openai(server) as client:
         client.chat.completions.create(model="group/chat", messages=_HI, extra_headers=session)
         client.chat.completions.create(model="group/chat", messages=_HI)  # no session: no key
         client.chat.completions.create(

@@ -42,7 +42,7 @@ class CacheBodies:
         #: The body as the client sent it (with the model spliced in): where nothing changes.
         self._plain = plain
         #: The payload without marks (``None``: it has none), once looked for.
-        self._stripped: dict[str, Any] | None | bool = False
+        self._stripped: dict[str, Any] | bool | None = False
         #: The builders made so far, by the ``prompt_cache_key`` they add (``None``: none).
         self._built: dict[str | None, WireBody] = {}
 

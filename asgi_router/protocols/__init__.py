@@ -6,10 +6,10 @@ sides speak the same protocol the router relays bytes untouched; a chat-completi
 to an Anthropic provider is translated on the way out (``to_anthropic.py``) and its answer on the
 way back, a whole body or a stream re-encoded event by event as it arrives (``from_anthropic.py``,
 over the SSE framing of ``sse.py``); ``cache_marks.py`` finds Anthropic's prompt cache marks in a
-chat request, strips them for an OpenAI-protocol provider and marks a long prefix for Anthropic. ``anthropic_errors.py`` shapes the router's own errors for
-Anthropic clients and reads Anthropic's. ``continuation.py`` reads what a broken stream said,
-builds the request that continues it, and splices the continuation onto it
-(``continuation_messages.py`` the same for the Messages API); ``first_event.py`` says whether a
+chat request, strips them for an OpenAI-protocol provider and marks a long prefix for Anthropic.
+``anthropic_errors.py`` shapes the router's own errors for Anthropic clients and reads
+Anthropic's. ``continuation.py`` reads what a broken stream said, builds the request that
+continues it, and splices the continuation onto it (``continuation_messages.py`` the same for the Messages API); ``first_event.py`` says whether a
 stream's event is one a client shows, ``stream_end.py`` whether a chunk ends the stream. Pure
 functions and small per-response objects: nothing here performs I/O.
 """
