@@ -9,7 +9,7 @@ over the SSE framing of ``sse.py``); ``cache_marks.py`` finds Anthropic's prompt
 chat request, strips them for an OpenAI-protocol provider and marks a long prefix for Anthropic.
 ``anthropic_errors.py`` shapes the router's own errors for Anthropic clients and reads
 Anthropic's. ``continuation.py`` reads what a broken stream said, builds the request that
-continues it, and splices the continuation onto it (``continuation_messages.py`` the same for the Messages API); ``first_event.py`` says whether a
-stream's event is one a client shows, ``stream_end.py`` whether a chunk ends the stream. Pure
+continues it, and splices the continuation onto it (``continuation_messages.py`` the same for
+the Messages API); ``first_event.py`` says whether a stream's event is one a client shows, ``stream_end.py`` whether a chunk ends the stream. Pure
 functions and small per-response objects: nothing here performs I/O.
 """
