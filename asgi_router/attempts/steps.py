@@ -44,7 +44,7 @@ from asgi_router.core.router_errors import AttemptSummary, RouterError, exhauste
 from asgi_router.core.skip import Skip
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
-from asgi_router.protocols.cache_marks import add_breakpoints, may_carry_marks
+from asgi_router.protocols.cache_marks import MARK_BYTES, add_breakpoints
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.request.request_state import RequestState
@@ -72,6 +72,7 @@ class RequestAttempts:
         "_caches",
         "_context",
         "_inbound",
+        "_marked",
         "_path",
         "_payload",
         "_quiet",
@@ -126,6 +127,10 @@ class RequestAttempts:
         self._translated: dict[tuple[int, bool], WireBody | Untranslatable] | None = None
         # For OpenAI-protocol candidates whose prompt cache wants the body changed: made on first use.
         self._caches: CacheBodies | None = None
+        # Whether the body may carry prompt cache marks: one search of its bytes (a body the
+        # router built itself, a continuation's, has none to search: its payload is walked).
+        body = request.body
+        self._marked = not body or MARK_BYTES in body
         self._stream = request.stream
         #: The URL path asked for: each provider's target for it.
         self._path = state.path
@@ -184,7 +189,11 @@ class RequestAttempts:
         if provider is not None and provider.configured:
             target = provider.targets.get(self._path)
             if isinstance(target, RouteTarget) and not target.translated:  # the usual case: the body as sent
-                wire = self._wire if target.caching is None else self._cache_wire(target.caching)
+                caching = target.caching
+                if caching is None or (not self._marked and caching.cache_key_header is None):
+                    wire = self._wire  # nothing for the provider's prompt cache to change
+                else:
+                    wire = self._cache_wire(caching)
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
         admitted = self.retry.admit(
@@ -216,12 +225,9 @@ class RequestAttempts:
 
     def _cache_wire(self, caching: PromptCaching) -> SplicedBody | WireBody:
         """The body builder for an OpenAI-protocol candidate whose prompt cache may want the body
-        changed: the body as sent unless it carries marks or the provider takes a cache key."""
+        changed (it may carry marks, or the provider takes a cache key)."""
         caches = self._caches
         if caches is None:
-            body = self._request.body
-            if caching.cache_key_header is None and body and not may_carry_marks(body):
-                return self._wire  # the usual request: no marks, no key (one search of its bytes)
             caches = self._caches = CacheBodies(self._payload, self._inbound, self._wire)
         return caches.for_target(caching)
 

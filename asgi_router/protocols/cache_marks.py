@@ -14,8 +14,8 @@ or its system prompt are long: :func:`add_breakpoints` marks the last tool and t
 block of a translated request when each is long enough for Anthropic to cache (a shorter prefix
 is not cached, and a mark on it would only spend one of the four breakpoints a request may have).
 
-Finding the marks is one search of the body's bytes (:func:`may_carry_marks`): a request
-without them, nearly every one, costs nothing more. ``"cache_control"`` between quotes cannot
+Finding the marks is one search of the body's bytes (:data:`MARK_BYTES`, once per request): a
+request without them, nearly every one, costs nothing more. ``"cache_control"`` between quotes cannot
 occur inside a JSON string (its quotes would be escaped), only as a member name.
 """
 
@@ -28,6 +28,7 @@ from typing import Any, Final
 __all__ = [
     "EPHEMERAL",
     "MARK",
+    "MARK_BYTES",
     "MAX_BREAKPOINTS",
     "MIN_CACHED_TOKENS",
     "add_breakpoints",
@@ -38,7 +39,8 @@ __all__ = [
 
 #: The member that marks a block as the end of a cached prefix.
 MARK: Final = "cache_control"
-_MARK_BYTES: Final = b'"cache_control"'
+#: The mark as it appears in a body's bytes (only ever as a member name: see the module docstring).
+MARK_BYTES: Final = b'"cache_control"'
 #: The mark the router adds: Anthropic's default cache lifetime (five minutes).
 EPHEMERAL: Final[Mapping[str, str]] = {"type": "ephemeral"}
 #: The shortest prefix Anthropic's larger models cache, in tokens.
@@ -51,7 +53,7 @@ _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 def may_carry_marks(body: bytes) -> bool:
     """Whether a request body may carry marks (a member named ``cache_control`` somewhere):
     ``False`` means it carries none."""
-    return _MARK_BYTES in body
+    return MARK_BYTES in body
 
 
 def _marked_part(part: object) -> bool:
