@@ -1,0 +1,13 @@
+"""The response cache: a cached group's repeated requests answered from stored answers.
+
+``response_cache.py`` is its two points in a request's phases (the lookup after the plan, the
+store once the answer is complete) and the client's controls; ``cache_key.py`` the key (the
+canonical request, its protocol, the ref whose plan ran, the caller); ``stored_answer.py`` an
+answer kept shape-neutral, read from what the client was sent; ``replay.py`` an entry written
+again as JSON or as an event stream, in either protocol; ``memory_entries.py`` the entries in this
+process (least recently used evicted, each with its time to live) and ``redis_entries.py`` a
+fleet's, in Redis.
+
+It sits between the answer (``responses``) and the attempts: the middleware asks it after the
+plan phase, and it answers a hit itself, without an attempt.
+"""
