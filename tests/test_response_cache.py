@@ -9,21 +9,25 @@ count the requests they get; the clients the official ``openai`` and ``anthropic
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
 import pytest
+import redis as redis_client
 from starlette.applications import Starlette
 
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, FakeUpstream, reply
 
 from .doubles import FakeClock, RecordSink
-from .waiting import eventually
+from .fleet import RedisServer
+from .waiting import eventually, polled
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +263,68 @@ def test_a_group_without_a_cache_answers_as_before(fake_upstream: FakeUpstream) 
             raw = client.chat.completions.with_raw_response.create(model="group/chat", messages=_HI)  # type: ignore[arg-type]
             assert "x-router-cache" not in raw.headers
     assert len(fake_upstream.hits) == 2
+
+
+def test_two_routers_on_one_redis_share_an_entry_and_keep_answering_when_redis_stops(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    redis = RedisServer(tmp_path).start()
+    try:
+        settings = RouterSettings(
+            providers={"openai": fake_upstream.provider()},
+            groups={"chat": {"members": ["openai/gpt-4o"], "cache": {}}},
+            api_keys={"alice": _ALICE},
+            state_url=redis.url,
+            state_key_prefix=f"cache{time.monotonic_ns()}",
+        )
+        routers = [ModelRouter(Starlette(), settings=settings) for _ in range(2)]
+        with AppServer(routers[0]) as one, AppServer(routers[1]) as two:
+            for router in routers:
+                polled(lambda router=router: router.state.link.up, within=10, what="the shared store")  # type: ignore[attr-defined]
+
+            def ask(server: AppServer) -> str:
+                raw = _openai(server).chat.completions.with_raw_response.create(model="group/chat", messages=_HI)  # type: ignore[arg-type]
+                assert raw.parse().choices[0].message.content
+                return raw.headers["x-router-cache"]
+
+            assert [ask(one), ask(two), ask(one)] == ["miss", "hit", "hit"]
+            assert len(fake_upstream.hits) == 1
+            with redis_client.Redis.from_url(redis.url) as store:
+                entries = store.keys(f"{settings.state_key_prefix}:cache:e:*")
+                assert len(entries) == 1 and 0 < store.ttl(entries[0]) <= 300  # the entry expires
+            redis.kill()
+            assert [ask(two), ask(one)] == ["miss", "miss"]  # the store is away: a miss, never a failure
+            assert len(fake_upstream.hits) == 3
+    finally:
+        redis.stop()
+
+
+def test_the_fleets_entries_are_bounded_by_cache_max_bytes_oldest_evicted(
+    fake_upstream: FakeUpstream, redis_server: RedisServer
+) -> None:
+    prefix = f"bounded{time.monotonic_ns()}"
+    settings = RouterSettings(
+        providers={"openai": fake_upstream.provider()},
+        groups={"chat": {"members": ["openai/gpt-4o"], "cache": {}}},
+        api_keys={"alice": _ALICE},
+        state_url=redis_server.url,
+        state_key_prefix=prefix,
+        cache_max_bytes=1000,
+    )
+    fake_upstream.script("gpt-4o", reply.ok("x" * 300))
+    router = ModelRouter(Starlette(), settings=settings)
+    with AppServer(router) as server:
+        polled(lambda: router.state.link.up, within=10, what="the shared store")  # type: ignore[attr-defined]
+        client = _openai(server)
+        for n in range(5):
+            client.chat.completions.create(model="group/chat", messages=[{"role": "user", "content": f"q{n}"}])
+        first = client.chat.completions.with_raw_response.create(
+            model="group/chat", messages=[{"role": "user", "content": "q0"}]
+        )
+        last = client.chat.completions.with_raw_response.create(
+            model="group/chat", messages=[{"role": "user", "content": "q4"}]
+        )
+    assert (first.headers["x-router-cache"], last.headers["x-router-cache"]) == ("miss", "hit")
+    with redis_client.Redis.from_url(redis_server.url) as store:
+        assert 0 < int(store.get(f"{prefix}:cache:bytes") or 0) <= 1000
+        assert len(store.keys(f"{prefix}:cache:e:*")) <= 2
