@@ -2,7 +2,7 @@
 
 A router none of whose groups sets ``cache`` gets none, and its requests do no cache work at
 all. With a Redis ``state_url`` the entries live in Redis, on the shared state's connection
-(``redis_entries.py``), so a fleet shares them; otherwise in this process (``memory_entries.py``).
+(``fleet/shared_cache.py``), so a fleet shares them; otherwise in this process (``memory_entries.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def response_cache_for(
     store: EntryStore = MemoryEntries(settings.cache_max_bytes, clock)
     link = getattr(state, "link", None)
     if link is not None:  # a fleet's shared state: redis-py is installed, as it needs
-        from asgi_router.caching.redis_entries import RedisEntries
         from asgi_router.fleet.link import Link
+        from asgi_router.fleet.shared_cache import RedisEntries
 
         if isinstance(link, Link):
             store = RedisEntries(link, settings.state_key_prefix, settings.cache_max_bytes)

@@ -3,7 +3,7 @@
 Bounded by bytes, not entries (``cache_max_bytes``): answers differ in size by orders of
 magnitude, and what an operator sizes is memory. An entry over its time is dropped when next
 read; the total counts every entry still held, expired or not, so the bound holds whatever the
-clock does. ``EntryStore`` is what the cache asks of any store (``redis_entries.py`` is the
+clock does. ``EntryStore`` is what the cache asks of any store (``fleet/shared_cache.py`` is the
 fleet's).
 """
 

@@ -4,9 +4,9 @@
 says which group runs the request, and so whether its cache is asked and under which ref (a
 caller cap's ``downgrade_to`` and the rules have had their say). Input checks that mask a
 request run before it, so the key is built from what would be sent. A hit is answered at once,
-in the shape asked (``replay.py``): no upstream is called, no candidate admitted, nothing spent
+in the shape asked (``replay_shapes.py``): no upstream is called, no candidate admitted, nothing spent
 (the caller's ``rpm`` counted it at admission; its USD and token caps are not charged), and
-``x-router-attempts`` is ``0``. A miss goes on to the attempts with the answer's bytes captured
+the router's attempts header says ``0``. A miss goes on to the attempts with the answer's bytes captured
 as they are sent.
 
 **Store**, once the answer is complete (after any output check): only a complete successful
@@ -17,7 +17,8 @@ client got it.
 
 The client's ``cache-control`` decides whether the cache is used at all: ``no-cache`` skips
 the lookup and stores the answer, ``no-store`` does neither; both say ``bypass``.
-``x-router-cache-ttl: N`` shortens how long the answer is kept (never past the group's ``ttl``).
+The router's cache TTL header (``N`` seconds, named in ``router_headers.py``) shortens how long
+the answer is kept (never past the group's ``ttl``).
 
 A store that fails (Redis away) is a miss and a store skipped, logged, never the client's
 problem.
@@ -34,13 +35,13 @@ from starlette.types import Message, Send
 
 from asgi_router.caching.cache_key import cache_key
 from asgi_router.caching.memory_entries import EntryStore
-from asgi_router.caching.replay import render
+from asgi_router.caching.replay_shapes import render
 from asgi_router.caching.stored_answer import StoredAnswer, read_answer
 from asgi_router.config.cache_settings import CacheSettings
 from asgi_router.core.router_errors import RouterError
 from asgi_router.observability.events import CacheOutcome, logger
 from asgi_router.request.request_state import RequestState
-from asgi_router.request.router_headers import add_router_headers
+from asgi_router.request.router_headers import CACHE_TTL, add_router_headers
 
 __all__ = ["CAPTURE_FACTOR", "Pending", "ResponseCache"]
 
@@ -119,10 +120,10 @@ class ResponseCache:
             state.cache = CacheOutcome(group, "bypass")
             return False
         ttl = settings.ttl
-        asked = _header(headers, b"x-router-cache-ttl")
+        asked = _header(headers, CACHE_TTL)
         if asked is not None:
             if not asked.isdigit() or len(asked) > 9:
-                return RouterError(400, "invalid_request_error", "x-router-cache-ttl must be a whole number of seconds")
+                return RouterError(400, "invalid_cache_ttl", f"{CACHE_TTL.decode()} must be a whole number of seconds")
             ttl = min(ttl, int(asked))
         caller = None if settings.shared else _caller(state)
         protocol = "messages" if state.anthropic else "chat"

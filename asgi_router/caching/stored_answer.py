@@ -2,7 +2,7 @@
 
 A client may ask the same thing once with ``stream: true`` and once without; the entry keeps
 what the answer *says* (its text, its tool calls, why it finished, its usage, the model and id
-the upstream gave it) rather than the bytes it came in, and ``replay.py`` writes it again as one
+the upstream gave it) rather than the bytes it came in, and ``replay_shapes.py`` writes it again as one
 JSON body or as an event stream, in the route's protocol. Read here from what the client was
 sent, in each of the four shapes (OpenAI's and Anthropic's, whole and streamed).
 
@@ -47,7 +47,7 @@ class StoredAnswer:
     finish: str
     prompt_tokens: int | None
     completion_tokens: int | None
-    #: The candidate that produced it (``x-router-model`` on a hit), its cost (what a hit saves)
+    #: The candidate that produced it (the router's model header on a hit), its cost (what a hit saves)
     #: and when it was stored (Unix seconds: a hit's ``age``).
     candidate: str = ""
     cost_usd: float = 0.0

@@ -44,7 +44,8 @@ class CacheSettings(StrictSettings):
 
     ttl: PositiveInt = Field(
         default=300,
-        description="Seconds a stored answer is served for; a client's `x-router-cache-ttl` may only shorten it.",
+        description="Seconds a stored answer is served for; a client's cache TTL header may only shorten it "
+        "(see [Caching](caching.md)).",
     )
     max_entry_bytes: PositiveInt = Field(
         default=1_000_000, description="The largest answer stored (its stored form); a larger one is not cached."

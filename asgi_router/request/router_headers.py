@@ -21,7 +21,11 @@ from typing import Final
 
 from asgi_router.request.request_state import RequestState
 
-__all__ = ["add_router_headers"]
+__all__ = ["CACHE_TTL", "add_router_headers"]
+
+#: The client's header that shortens how long a cached group keeps its answer (``caching/``
+#: reads it): named here, with the router's other header names.
+CACHE_TTL: Final = b"x-router-cache-ttl"
 
 #: A response cache's outcome as its header says it (the record's words, hyphenated).
 _CACHE_WORDS: Final[dict[str, bytes]] = {

@@ -10,7 +10,7 @@ import pytest
 
 from asgi_router.caching.cache_key import cache_key, context_key, last_user_text
 from asgi_router.caching.memory_entries import MemoryEntries
-from asgi_router.caching.replay import PIECE_CHARS, render
+from asgi_router.caching.replay_shapes import PIECE_CHARS, render
 from asgi_router.caching.stored_answer import StoredAnswer, ToolUse, read_answer
 
 from ..doubles import FakeClock

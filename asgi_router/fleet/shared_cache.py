@@ -1,4 +1,5 @@
-"""A fleet's response-cache entries, in Redis: every process serves what any one stored.
+"""A fleet's response-cache entries, in Redis: every process serves what any one stored
+(the response cache itself is ``caching/``; this is its store when ``state_url`` names a Redis).
 
 Each entry is a key of its own with its time to live (``SET ... EX``); the whole is bounded by
 ``cache_max_bytes`` across the fleet: a sorted set indexes the entries by when they were stored,
