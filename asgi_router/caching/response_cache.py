@@ -185,7 +185,8 @@ class ResponseCache:
 
 
 def _caller(state: RequestState) -> str:
-    """Who the entry belongs to: the principal inbound auth admitted, as text (an object an
-    ``authorize=`` returned, by its ``repr``: at worst two requests of one caller miss)."""
+    """Who the entry belongs to: the principal inbound auth admitted, as text, as caller caps
+    name it (an object an ``authorize=`` returned without a text of its own is named by its
+    identity: at worst two requests of one caller miss, never two callers share)."""
     principal = state.principal
-    return principal if isinstance(principal, str) else repr(principal)
+    return principal if isinstance(principal, str) else str(principal)
