@@ -192,7 +192,7 @@ def assemble(
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
-    cache = response_cache_for(resolved, router_state, clock)
+    cache = response_cache_for(resolved, router_state, clock, resolver, providers, upstream)
     if metrics is not None and cache is not None:
         metrics.cache_bytes = cache.store.size
     connected = (router_state,) if isinstance(router_state, Connected) else ()

@@ -213,6 +213,7 @@ class ModelRouter:
         if self._tracing is not None:
             state.trace = self._tracing.begin(scope["headers"])
         ticket: CallerTicket | None = None
+        pending: Pending | None = None
         try:
             # The request's one loop timer: the body read, the attempts and the relay bound their
             # reads on it, and a hedge's racers ride on it (core/deadlines.py). It listens for a
@@ -237,7 +238,6 @@ class ModelRouter:
                 if isinstance(plan, RouterError):
                     await send_error(state, plan)
                     return
-                pending: Pending | None = None
                 if self._cache is not None and plan.policy is not None and plan.policy.cache is not None:
                     looked = await self._cache.lookup(
                         state, request.payload, request.stream, plan.policy.name, plan.rule, plan.policy.cache
@@ -254,8 +254,10 @@ class ModelRouter:
                 listening.listen()
                 plan, result = await self._loop.run(plan, request, state, facts)
                 await self._answer(state, plan, request, facts, result)
-                if pending is not None and self._cache is not None:  # the answer is complete
-                    await self._cache.keep(pending, state)
+            if pending is not None and self._cache is not None:
+                # The answer is complete: stored outside the listening scope, since a client that
+                # leaves now (it has its answer) must not cancel the store or count as gone.
+                await self._cache.keep(pending, state)
         except Exception:
             await send_failure(state)
         finally:

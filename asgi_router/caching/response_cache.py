@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import Message, Send
 
@@ -43,6 +43,9 @@ from asgi_router.observability.events import CacheOutcome, logger
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import CACHE_TTL, add_router_headers
 
+if TYPE_CHECKING:  # numpy is the semantic extra's: imported only by a router that asks for it
+    from asgi_router.caching.semantic_lookup import Probe, SemanticLookup
+
 __all__ = ["CAPTURE_FACTOR", "Pending", "ResponseCache"]
 
 #: How many times an entry's largest stored size the answer's bytes may take as they are
@@ -54,13 +57,28 @@ CAPTURE_FACTOR: Final = 16
 class Pending:
     """A request whose answer may be stored: its key and time to live, and its bytes as sent."""
 
-    __slots__ = ("_limit", "_send", "group", "key", "max_entry_bytes", "over", "parts", "size", "ttl")
+    __slots__ = (
+        "_limit",
+        "_send",
+        "group",
+        "key",
+        "max_entry_bytes",
+        "over",
+        "parts",
+        "probe",
+        "settings",
+        "size",
+        "ttl",
+    )
 
-    def __init__(self, key: str, ttl: int, group: str, max_entry_bytes: int, send: Send) -> None:
+    def __init__(self, key: str, ttl: int, group: str, settings: CacheSettings, send: Send) -> None:
         self.key = key
         self.ttl = ttl
         self.group = group
-        self.max_entry_bytes = max_entry_bytes
+        self.settings = settings
+        max_entry_bytes = self.max_entry_bytes = settings.max_entry_bytes
+        #: What a semantic lookup learned, to index the answer by once it is stored.
+        self.probe: Probe | None = None
         self._limit = max_entry_bytes * CAPTURE_FACTOR
         self._send = send
         self.parts: list[bytes] = []
@@ -91,11 +109,15 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
 class ResponseCache:
     """One router's response cache over its entry store; ``wall`` is the Unix clock (ages)."""
 
-    __slots__ = ("_store", "_wall")
+    __slots__ = ("_semantic", "_store", "_wall")
 
-    def __init__(self, store: EntryStore, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: EntryStore, wall: Callable[[], float] = time.time, semantic: SemanticLookup | None = None
+    ) -> None:
         self._store = store
         self._wall = wall
+        #: The groups' semantic lookups (``None``: no group asks for one).
+        self._semantic = semantic
 
     @property
     def store(self) -> EntryStore:
@@ -127,18 +149,33 @@ class ResponseCache:
             ttl = min(ttl, int(asked))
         caller = None if settings.shared else _caller(state)
         protocol = "messages" if state.anthropic else "chat"
-        key = cache_key(payload, protocol, f"group/{group}#{rule}", caller)
+        ref = f"group/{group}#{rule}"
+        key = cache_key(payload, protocol, ref, caller)
+        probe: Probe | None = None
         if b"no-cache" in words:
             state.cache = CacheOutcome(group, "bypass")
+            if settings.semantic is not None and self._semantic is not None:  # stored: indexed too
+                probe = self._semantic.probe_for(payload, protocol, ref, caller)
         else:
             entry = await self._get(key)
             if entry is not None:
-                await self._serve(state, entry, stream, payload, group)
+                await self._serve(state, entry, stream, payload, CacheOutcome(group, "hit"))
                 return True
+            if settings.semantic is not None and self._semantic is not None:
+                found, probe = await self._semantic.find(
+                    group, settings.semantic, payload, protocol, ref, caller, state.request_id
+                )
+                entry = await self._get(found[0]) if found is not None else None
+                if found is not None and entry is not None:
+                    outcome = CacheOutcome(group, "semantic_hit", similarity=found[1])
+                    await self._serve(state, entry, stream, payload, outcome)
+                    return True
             state.cache = CacheOutcome(group, "miss")
         if ttl <= 0:
             return False
-        return Pending(key, ttl, group, settings.max_entry_bytes, state.send)
+        pending = Pending(key, ttl, group, settings, state.send)
+        pending.probe = probe
+        return pending
 
     async def keep(self, pending: Pending, state: RequestState) -> None:
         """Store the answer ``pending`` captured, when it is complete and successful."""
@@ -155,6 +192,11 @@ class ResponseCache:
             return
         try:
             await self._store.put(pending.key, raw, pending.ttl)
+            semantic = pending.settings.semantic
+            if semantic is not None and self._semantic is not None:
+                probe = pending.probe
+                if probe is not None:
+                    await self._semantic.remember(pending.group, semantic, probe, pending.key, state.request_id)
         except Exception:
             logger.exception("storing request %s's answer in the response cache failed", state.request_id)
 
@@ -167,13 +209,13 @@ class ResponseCache:
         return StoredAnswer.loads(raw) if raw is not None else None
 
     async def _serve(
-        self, state: RequestState, entry: StoredAnswer, stream: bool, payload: Mapping[str, Any], group: str
+        self, state: RequestState, entry: StoredAnswer, stream: bool, payload: Mapping[str, Any], found: CacheOutcome
     ) -> None:
         options = payload.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         content_type, body = render(entry, anthropic=state.anthropic, stream=stream, include_usage=include_usage)
         age = max(0, int(self._wall() - entry.stored_at))
-        state.cache = CacheOutcome(group, "hit", entry.tokens, entry.cost_usd, age)
+        state.cache = replace(found, saved_tokens=entry.tokens, saved_usd=entry.cost_usd, age=age)
         state.winner = entry.candidate or None
         state.status = 200
         headers = add_router_headers([content_type], state, state.winner, 0)

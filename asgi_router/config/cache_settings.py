@@ -11,7 +11,9 @@ data and its answer repeat it.
 
 from __future__ import annotations
 
-from pydantic import Field, PositiveInt
+import importlib.util
+
+from pydantic import Field, PositiveInt, model_validator
 
 from asgi_router.config.strict_settings import StrictSettings
 
@@ -37,6 +39,15 @@ class SemanticCacheSettings(StrictSettings):
     max_entries: PositiveInt = Field(
         default=10_000, description="The most entries this process keeps in its similarity index (oldest dropped)."
     )
+
+    @model_validator(mode="after")
+    def _check_numpy(self) -> SemanticCacheSettings:
+        # Refused at load rather than at the first request: the index needs numpy.
+        if importlib.util.find_spec("numpy") is None:
+            raise ValueError(
+                "cache.semantic needs numpy, which is not installed here: pip install 'asgi-router[semantic]'"
+            )
+        return self
 
 
 class CacheSettings(StrictSettings):

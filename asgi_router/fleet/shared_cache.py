@@ -7,6 +7,11 @@ a hash keeps each one's size and a counter their total, and a put evicts the old
 total fits (one Lua script: atomic, one round trip). An entry that expired by itself stays
 counted until it is the oldest, which it soon is.
 
+A semantic lookup's index is each process's own (Debian's Redis has no vector search); a new
+entry's context, key and vector are appended to a Redis stream (trimmed near the groups'
+``max_entries``), which every process reads from where it left off before its next semantic
+lookup: :meth:`RedisEntries.announce`, :meth:`RedisEntries.news`.
+
 Every call goes through the shared state's :class:`~asgi_router.fleet.link.Link`: a store that is
 down (or slow past the link's request timeout) reads as a miss and a put is skipped, never a
 failed request; the link reconnects in the background.
@@ -47,10 +52,14 @@ return total
 """
 
 
+#: The most semantic entries one read of the stream takes (the rest on the next lookups).
+_NEWS_BATCH: Final = 1000
+
+
 class RedisEntries:
     """The entries under ``prefix`` in the store ``link`` reaches, bounded by ``max_bytes``."""
 
-    __slots__ = ("_keys", "_link", "_prefix", "_total", "max_bytes")
+    __slots__ = ("_keys", "_link", "_prefix", "_seen", "_stream", "_total", "max_bytes")
 
     def __init__(self, link: Link, prefix: str, max_bytes: int) -> None:
         self._link = link
@@ -59,6 +68,9 @@ class RedisEntries:
         self.max_bytes = max_bytes
         #: The fleet's total as the last put saw it (the gauge's reading).
         self._total = 0
+        self._stream = f"{self._prefix}:semantic"
+        #: The last id of the semantic stream this process read.
+        self._seen = b"0-0"
 
     async def get(self, key: str) -> bytes | None:
         name = f"{self._prefix}:e:{key}"
@@ -84,3 +96,30 @@ class RedisEntries:
 
     def size(self) -> int:
         return self._total
+
+    async def announce(self, group: str, context: str, key: str, vector: bytes, keep: int) -> None:
+        """Append a new semantic entry to the fleet's stream (about ``keep`` kept)."""
+
+        async def append(client: Redis) -> None:
+            await client.xadd(self._stream, {"g": group, "c": context, "k": key, "v": vector}, maxlen=keep)
+
+        await self._link.call(append)
+
+    async def news(self) -> list[tuple[str, str, str, bytes]]:
+        """The fleet's semantic entries since this process last read (at most a batch)."""
+
+        async def read(client: Redis) -> list[tuple[bytes, dict[bytes, bytes]]]:
+            answer: list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] = await client.xread(  # type: ignore[assignment]
+                {self._stream: self._seen}, count=_NEWS_BATCH
+            )
+            return [item for _, items in answer for item in items]
+
+        items = await self._link.call(read, request=True)
+        news: list[tuple[str, str, str, bytes]] = []
+        for entry_id, fields in items or ():
+            self._seen = entry_id
+            try:
+                news.append((fields[b"g"].decode(), fields[b"c"].decode(), fields[b"k"].decode(), fields[b"v"]))
+            except (KeyError, UnicodeDecodeError):  # not one of ours: skipped
+                continue
+        return news

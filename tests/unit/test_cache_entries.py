@@ -1,16 +1,19 @@
 """The response cache's pure parts, case by case: the key (what makes two requests the same),
 reading an answer into an entry (only a complete one), writing an entry again in every shape
-(read back, it says the same), and the in-memory store's bounds (bytes, time, use order)."""
+(read back, it says the same), the in-memory store's bounds (bytes, time, use order) and the
+semantic index's (contexts apart, ``max_entries``)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from asgi_router.caching.cache_key import cache_key, context_key, last_user_text
 from asgi_router.caching.memory_entries import MemoryEntries
 from asgi_router.caching.replay_shapes import PIECE_CHARS, render
+from asgi_router.caching.semantic_index import SemanticIndex, unit
 from asgi_router.caching.stored_answer import StoredAnswer, ToolUse, read_answer
 
 from ..doubles import FakeClock
@@ -167,3 +170,18 @@ async def test_memory_entries_are_bounded_by_bytes_least_recently_used_first_and
     assert await entries.get("c") is None and entries.size() == 20
     await entries.put("huge", b"x" * 31, ttl=100)  # larger than the whole store: not kept
     assert await entries.get("huge") is None and await entries.get("a") is not None
+
+
+def test_the_semantic_index_compares_only_within_a_context_and_keeps_at_most_max_entries() -> None:
+    index = SemanticIndex(max_entries=2)
+    index.add("ctx-a", "k1", [1.0, 0.0])
+    index.add("ctx-b", "k2", [0.0, 1.0])
+    found = index.nearest("ctx-a", [3.0, 0.1])  # not normalised: the index does it
+    assert found is not None and found[0] == "k1" and found[1] == pytest.approx(0.9994, abs=1e-3)
+    assert index.nearest("ctx-c", [1.0, 0.0]) is None and not index.has("ctx-c")
+    index.add("ctx-a", "k3", [0.0, 1.0])  # the oldest (k1) goes
+    assert len(index) == 2 and index.nearest("ctx-a", [1.0, 0.0]) == ("k3", 0.0)
+    index.add("ctx-a", "zero", [0.0, 0.0])  # no direction: not indexed
+    assert len(index) == 2 and unit(b"") is None
+    index.add("ctx-b", "packed", np.asarray([0.0, 2.0], dtype=np.float32).tobytes())  # as the fleet's stream carries it
+    assert index.nearest("ctx-b", [0.0, 1.0]) == ("packed", pytest.approx(1.0))

@@ -35,6 +35,7 @@ _EXTRAS = {
         }
     },
     "otel": {"opentelemetry": {"observability/tracing.py"}},
+    "semantic": {"numpy": {"caching/semantic_index.py"}},
 }
 
 
