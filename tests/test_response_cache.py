@@ -328,3 +328,18 @@ def test_the_fleets_entries_are_bounded_by_cache_max_bytes_oldest_evicted(
     with redis_client.Redis.from_url(redis_server.url) as store:
         assert 0 < int(store.get(f"{prefix}:cache:bytes") or 0) <= 1000
         assert len(store.keys(f"{prefix}:cache:e:*")) <= 2
+
+
+def test_a_translated_answer_of_an_anthropic_member_is_stored_and_served_in_openais_shapes(
+    fake_upstream: FakeUpstream, fake_anthropic_upstream: FakeUpstream
+) -> None:
+    fake_anthropic_upstream.script("claude", reply.ok("Translated for you"))
+    providers = {"claude": fake_anthropic_upstream.provider()}
+    groups = {"chat": {"members": ["claude/claude"], "cache": {}}}
+    with _served(fake_upstream, providers=providers, groups=groups) as (server, _, _):
+        client = _openai(server)
+        streamed = _streamed_text(client.chat.completions.create(model="group/chat", messages=_HI, stream=True))  # type: ignore[arg-type]
+        whole = client.chat.completions.with_raw_response.create(model="group/chat", messages=_HI)  # type: ignore[arg-type]
+    assert streamed == whole.parse().choices[0].message.content == "Translated for you"
+    assert whole.headers["x-router-cache"] == "hit" and whole.headers["x-router-model"] == "claude/claude"
+    assert len(fake_anthropic_upstream.hits) == 1
