@@ -3,7 +3,7 @@
 ``main.py`` parses the command line and loads the configuration (a refusal names the key and the
 file, and exits 1); each command has a module: ``check.py`` (the groups' plans and rules, as the
 router would use them), ``serve.py`` (the router as a standalone gateway on uvicorn),
-``explain.py`` (which rule and plan one request would get, and why) and ``replay_shapes.py`` (recorded
+``explain.py`` (which rule and plan one request would get, and why) and ``replay.py`` (recorded
 requests re-resolved with a new configuration: what would route differently). None of them sends
 anything upstream but ``serve``. This package sits above ``middleware.py``: it uses the router,
 nothing in the router uses it.
