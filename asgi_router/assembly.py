@@ -25,6 +25,8 @@ from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.plan_phase import PlanPhase
+from asgi_router.caching.cache_factory import response_cache_for
+from asgi_router.caching.response_cache import ResponseCache
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
@@ -96,6 +98,8 @@ class RouterParts:
     lifespan: Lifespan
     #: Caps per caller and per session (``resilience/caller_limits.py``); ``None``: none set.
     callers: CallerLimits | None = None
+    #: The response cache (``caching/``); ``None``: no group configures one.
+    cache: ResponseCache | None = None
 
 
 def assemble(
@@ -189,6 +193,9 @@ def assemble(
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
+    cache = response_cache_for(resolved, router_state, clock, resolver, providers, upstream)
+    if metrics is not None and cache is not None:
+        metrics.cache_bytes = cache.store.size
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
     return RouterParts(
@@ -211,4 +218,5 @@ def assemble(
         tracing=tracing_for(tracer_provider),
         lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
         callers=callers,
+        cache=cache,
     )

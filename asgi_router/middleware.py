@@ -17,7 +17,9 @@ typed result; a phase that refuses ends the request with the router's error:
 2. **read** (:meth:`ModelRouter._read`): the bounded body read and its one JSON parse;
 3. **plan** (:class:`~asgi_router.attempts.plan_phase.PlanPhase`): the request facts, the
    ``model`` resolved to a plan (rules, strategy; a ``rotate`` group's fleet counter settled), a
-   sticky group's member first;
+   sticky group's member first; then, for a group with a ``cache``, its response cache asked
+   (:meth:`~asgi_router.caching.response_cache.ResponseCache.lookup`): a hit is answered there,
+   with no attempt;
 4. **wait for capacity** (:class:`~asgi_router.attempts.capacity_wait.CapacityWait`), for a
    queued group's request that found no capacity: its turn, then the plan phase again (the same
    object: no call back into this middleware); and **attempt**
@@ -25,7 +27,8 @@ typed result; a phase that refuses ends the request with the router's error:
    (hedged for groups that hedge), every verdict from the request's retry state;
 5. **answer** (:class:`~asgi_router.responses.answer.Answer`): the response sent or relayed, a
    group's canned reply when every candidate failed (``responses/degraded.py``), then tokens and
-   cost counted;
+   cost counted; a cached group's complete answer stored
+   (:meth:`~asgi_router.caching.response_cache.ResponseCache.keep`);
 6. **record** (:meth:`ModelRouter._record`): the record built once, from the request's state,
    then counted in the metrics, its spans ended, and published to the ring of recent requests
    and the event sinks (the log line among them) without waiting for them.
@@ -64,6 +67,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from asgi_router.assembly import assemble
 from asgi_router.attempts.request_answers import Downgrade
+from asgi_router.caching.response_cache import Pending
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
@@ -170,6 +174,8 @@ class ModelRouter:
         self._loop = parts.loop
         #: Phase *plan*: rules, strategy and sticky member (``attempts/plan_phase.py``).
         self._plan = parts.plan_phase
+        #: The response cache, when a group configures one (``caching/``).
+        self._cache = parts.cache
         self._answer = parts.answer
         self._clock = parts.clock
         self._metrics = parts.metrics
@@ -207,6 +213,7 @@ class ModelRouter:
         if self._tracing is not None:
             state.trace = self._tracing.begin(scope["headers"])
         ticket: CallerTicket | None = None
+        pending: Pending | None = None
         try:
             # The request's one loop timer: the body read, the attempts and the relay bound their
             # reads on it, and a hedge's racers ride on it (core/deadlines.py). It listens for a
@@ -231,10 +238,26 @@ class ModelRouter:
                 if isinstance(plan, RouterError):
                     await send_error(state, plan)
                     return
+                if self._cache is not None and plan.policy is not None and plan.policy.cache is not None:
+                    looked = await self._cache.lookup(
+                        state, request.payload, request.stream, plan.policy.name, plan.rule, plan.policy.cache
+                    )
+                    if looked is True:  # answered from the group's response cache
+                        return
+                    if isinstance(looked, RouterError):
+                        await send_error(state, looked)
+                        return
+                    if isinstance(looked, Pending):  # its answer's bytes kept as they are sent
+                        pending = looked
+                        state.send = pending
                 # From here upstreams are involved: a client that leaves cancels the work.
                 listening.listen()
                 plan, result = await self._loop.run(plan, request, state, facts)
                 await self._answer(state, plan, request, facts, result)
+            if pending is not None and self._cache is not None:
+                # The answer is complete: stored outside the listening scope, since a client that
+                # leaves now (it has its answer) must not cancel the store or count as gone.
+                await self._cache.keep(pending, state)
         except Exception:
             await send_failure(state)
         finally:

@@ -35,7 +35,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one wrk run (default 2)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per cell (default 2)")
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated wrk connections")
-    parser.add_argument("--scenarios", default="json,json-100k,sse", help="load scenarios to run")
+    parser.add_argument("--scenarios", default="json,json-100k,sse,cache-hit", help="load scenarios to run")
     parser.add_argument(
         "--targets",
         default="upstream,floor,router,router-metrics,router-callers,router-httpx",

@@ -7,6 +7,8 @@ connections) and ``BENCH_TRANSPORT`` (``aiohttp`` or ``httpx``). Groups:
 * ``group/bench``: ``up/ok`` then ``up2/ok`` — a two-member group whose first member is healthy;
 * ``group/failover``: ``down/ok`` (refused) then ``up/ok`` — the failover scenario;
 * ``group/slow``: ``up/slow`` then ``up2/slow`` — the slow streams of the open-streams scenario.
+* ``group/cached``: ``up/ok`` then ``up2/ok`` with a response cache: after its first request
+  every answer is a cache hit (the ``cache-hit`` row, beside the floor's pass-through);
 * ``group/translated``: ``claude/ok`` then ``up2/ok`` — ``claude`` is the same upstream as an
   Anthropic provider (``kind = "anthropic"``): chat completions translated to its Messages route
   and its stream back, for translated streaming beside same-protocol streaming (``group/bench``).
@@ -74,6 +76,7 @@ def settings_for(
                 "failover": {"members": ["down/ok", "up/ok"]},
                 "slow": {"members": ["up/slow", "up2/slow"]},
                 "translated": {"members": ["claude/ok", "up2/ok"]},
+                "cached": {"members": ["up/ok", "up2/ok"], "cache": {}},
                 # A plan with a candidate that may continue a broken stream: whole events only.
                 "resumable": {"members": [{"ref": "up/ok", "resume": "prefill"}, "up2/ok"]},
             },

@@ -36,7 +36,7 @@ class Config:
     seconds: float = 2.0
     rounds: int = 2
     concurrency: tuple[int, ...] = (1, 16, 64)
-    scenarios: tuple[str, ...] = ("json", "json-100k", "sse")
+    scenarios: tuple[str, ...] = ("json", "json-100k", "sse", "cache-hit")
     targets: tuple[str, ...] = ("upstream", "floor", "router", "router-metrics", "router-callers", "router-httpx")
     streams: int = 1000
     demo_app: str = ""
@@ -75,6 +75,13 @@ class Setup:
 def _model_for(target: str, group: str = "bench") -> str:
     """What a target is asked for: routers take a group ref, the rest the upstream's model id."""
     return f"group/{group}" if target.startswith("router") else "ok"
+
+
+def _group_for(scenario: str) -> str:
+    """The routers' group for ``scenario``: the ``cache-hit`` rows ask a cached group (every
+    request after the first served from its cache), beside the floor passing the same request
+    through to the upstream; the rest ``group/bench``."""
+    return "cached" if scenario.startswith("cache-hit") else "bench"
 
 
 @contextmanager
@@ -130,13 +137,14 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
     targets = [t for t in (*config.targets, "router-baseline") if t in run.servers]
     cells: list[dict[str, Any]] = []
     for scenario in config.scenarios:
+        group = _group_for(scenario)
         for target in targets:  # warm each target up once per scenario (pools, caches, JIT-less paths)
-            one_run(run, target, scenario, 16, 1, "bench")
+            one_run(run, target, scenario, 16, 1, group)
         for connections in config.concurrency:
             rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
             for _ in range(config.rounds):
                 for target in targets:
-                    rounds[target].append(one_run(run, target, scenario, connections, config.seconds, "bench"))
+                    rounds[target].append(one_run(run, target, scenario, connections, config.seconds, group))
             cell: dict[str, Any] = {"scenario": scenario, "concurrency": connections, "targets": {}, "ratios": {}}
             for target, rows in rounds.items():
                 cell["targets"][target] = {

@@ -133,6 +133,13 @@ class _Checker:
                 if resume is not None and isinstance(ref, str):
                     self.member_resume(loc, ref, resume)
 
+    def semantic_embed(self) -> None:
+        """A group's ``cache.semantic.embed`` names an embeddings model as a member would."""
+        for name, group in self.groups.items():
+            embed = _get(_get(_get(group, "cache"), "semantic"), "embed")
+            if embed is not None:
+                self.member(("groups", name, "cache", "semantic", "embed"), embed)
+
     def member_resume(self, loc: Loc, ref: str, resume: Any) -> None:
         """A member's ``resume`` must suit its provider's protocol (Anthropic's takes prefill only)."""
         if ref.startswith(f"{GROUP_NAMESPACE}/"):
@@ -185,6 +192,7 @@ def reference_problems(data: Any) -> list[Problem]:
     checker = _Checker(data)
     checker.names()
     checker.group_members()
+    checker.semantic_embed()
     checker.aliases(_table(_get(data, "aliases")))
     checker.catalog(_table(_get(data, "catalog")))
     checker.rules(_items(_get(data, "rules")))

@@ -15,6 +15,7 @@ from typing import Final, Literal, Self
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from asgi_router.config.cache_settings import CacheSettings
 from asgi_router.config.capacity_settings import QueueSettings, StickySettings
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.config.provider_settings import ResumeMode
@@ -128,6 +129,10 @@ class GroupSettings(StrictSettings):
         default=None,
         description="Let a request wait for a member with capacity when every member is at its budget, "
         "concurrency cap or provider rate limit (unset: answer at once).",
+    )
+    cache: CacheSettings | None = Field(
+        default=None,
+        description="Serve repeated requests from stored answers (see [Caching](caching.md); unset: off).",
     )
 
     @model_validator(mode="after")

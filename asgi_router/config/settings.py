@@ -45,6 +45,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from asgi_router.config import loading
 from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.cache_settings import DEFAULT_CACHE_MAX_BYTES
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
@@ -120,6 +121,11 @@ class RouterSettings(BaseSettings):
         description="The largest single server-sent event of an upstream stream the router parses (an Anthropic "
         "member's stream, translated for an OpenAI client); a larger one fails the attempt as `upstream_5xx` before "
         "anything was sent, and ends the stream with an in-band error after.",
+    )
+    cache_max_bytes: PositiveInt = Field(
+        default=DEFAULT_CACHE_MAX_BYTES,
+        description="The response cache's size across every group (least recently used evicted; with a Redis "
+        "`state_url`, across the fleet, oldest evicted).",
     )
     pool: PoolSettings = Field(default=PoolSettings(), description="The shared upstream connection pool.")
     transport: Literal["aiohttp", "httpx"] = Field(

@@ -7,7 +7,8 @@ connection to Redis (per event loop) and the circuit that keeps Redis optional; 
 leases slices of the rpm/tpm budgets and ``caller_budgets.py`` slices of the caller and session
 caps; ``scripts.py`` holds the Lua that makes each change atomic; ``shared_affinity.py`` keeps
 sticky sessions' members in the store; ``shared_rate_limits.py`` shares providers' stated
-limits; ``state_factory.py`` builds the state the settings ask for.
+limits; ``shared_cache.py`` holds the response cache's entries for the whole fleet;
+``state_factory.py`` builds the state the settings ask for.
 
 Nothing here is imported unless ``state_url`` names a Redis store, so the ``redis`` package
 stays optional.

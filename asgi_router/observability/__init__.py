@@ -7,5 +7,5 @@ scrubs configured keys from the router's log records. ``metrics.py`` (Prometheus
 ``tracing.py`` (OpenTelemetry) need the optional extras and are imported through ``optional.py``
 only by a router that uses them; ``metrics_tally.py`` is what finished requests add up to
 between scrapes, and ``caller_metrics.py`` the per-caller families ``metrics.py`` adds when
-callers are capped.
+callers are capped, ``cache_metrics.py`` the response cache's families, when a group caches.
 """

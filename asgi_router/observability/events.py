@@ -20,7 +20,17 @@ from typing import Final, Literal
 
 from asgi_router.core.reasons import Reason
 
-__all__ = ["AttemptEvent", "HedgeOutcome", "Outcome", "RequestRecord", "log_request", "logger", "principal_text"]
+__all__ = [
+    "AttemptEvent",
+    "CacheOutcome",
+    "CacheVerdict",
+    "HedgeOutcome",
+    "Outcome",
+    "RequestRecord",
+    "log_request",
+    "logger",
+    "principal_text",
+]
 
 logger = logging.getLogger("asgi_router")
 
@@ -31,6 +41,26 @@ Outcome = Literal["served", "failed", "skipped", "aborted", "resumed"]
 #: A hedge that ``won`` (it decided the request), ``lost`` (another attempt did), ``failed``
 #: (it ended without deciding), or was ``denied`` (due, but the group's hedge budget was spent).
 HedgeOutcome = Literal["won", "lost", "failed", "denied"]
+
+#: What a cached group's response cache made of a request: served from an entry (``hit``), from
+#: an entry for a paraphrase (``semantic_hit``), not found (``miss``: answered upstream, and
+#: stored when complete), or not looked up at the client's ``cache-control`` (``bypass``).
+CacheVerdict = Literal["hit", "semantic_hit", "miss", "bypass"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOutcome:
+    """A cached group's request as its response cache saw it (the record's ``cache``)."""
+
+    #: The group whose cache was asked (a configured name: a metric label).
+    group: str
+    outcome: CacheVerdict
+    #: A hit's stored usage and cost: what serving it from the cache saved.
+    saved_tokens: int = 0
+    saved_usd: float = 0.0
+    #: A hit's entry's age in seconds, and a semantic hit's cosine similarity.
+    age: int | None = None
+    similarity: float | None = None
 
 
 @dataclass(frozen=True, init=False)
@@ -156,6 +186,8 @@ class RequestRecord:
     #: ``cache_creation_input_tokens``); ``cost_usd`` prices each at its catalog rate.
     cached_prompt_tokens: int = 0
     cache_write_tokens: int = 0
+    #: A cached group's request: what its response cache made of it (``None``: no cache asked).
+    cache: CacheOutcome | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

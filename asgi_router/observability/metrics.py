@@ -26,6 +26,9 @@ contract (dashboards and alerts are built on them)::
     asgi_router_sticky_total{group, outcome}            hit | miss | moved (sticky groups' keyed requests)
     asgi_router_queue_depth{group}                      gauge: requests waiting for capacity
     asgi_router_queue_wait_seconds{group, outcome}      histogram; served | timed_out | full | left
+    asgi_router_cache_requests_total{group, outcome}    hit | semantic_hit | miss | bypass (cached groups)
+    asgi_router_cache_saved_usd_total{group}            what answers served from the cache first cost
+    asgi_router_cache_bytes                             gauge: the response cache's entries
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
 sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
@@ -67,6 +70,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from asgi_router.observability.cache_metrics import CacheCounts
 from asgi_router.observability.caller_metrics import CallerCounts
 from asgi_router.observability.events import RequestRecord
 from asgi_router.observability.metrics_tally import (
@@ -165,6 +169,8 @@ class RouterMetrics:
         self._labels = CandidateLabels(frozenset(named), targets or {})
         #: Each group queue's depth now (the router sets it when a group has a ``queue``).
         self.queue_depths: Callable[[], Sequence[tuple[str, int]]] = tuple
+        #: The response cache's counts, once the router has a cache (``cache_bytes`` set).
+        self.cache: CacheCounts | None = None
         #: Requests, tokens and cost per caller, when caps are configured.
         self.callers = CallerCounts(callers) if callers is not None else None
         #: What requests added (since the last flush, in multiprocess mode).
@@ -177,9 +183,20 @@ class RouterMetrics:
             self.registry = CollectorRegistry(auto_describe=True)
             self.registry.register(self)
 
+    @property
+    def cache_bytes(self) -> Callable[[], int]:
+        """The response cache's size in bytes, read when scraped (the router sets it)."""
+        return self.cache.size if self.cache is not None else int
+
+    @cache_bytes.setter
+    def cache_bytes(self, size: Callable[[], int]) -> None:
+        self.cache = CacheCounts(size)
+
     def observe(self, record: RequestRecord, path: str) -> None:
         """Count one finished request on ``path`` and each of its attempts."""
         self.tally.observe(record, path)
+        if record.cache is not None and self.cache is not None:
+            self.cache.observe(record.cache)
 
     # --- one process: the router is its registry's collector ------------------------------------
 
@@ -228,6 +245,7 @@ class RouterMetrics:
                 self._counter(_STICKY, ["group", "outcome"], tally.sticky.items()),
                 queue_depth,
                 _histogram(*_QUEUE_WAIT, ["group", "outcome"], tally.queued.items()),
+                *(self.cache.families() if self.cache is not None else ()),
             ]
         )
 
@@ -286,6 +304,8 @@ class RouterMetrics:
             files.in_flight.labels(provider).set(attempts)
         if self.callers is not None:
             self.callers.flush()
+        if self.cache is not None:
+            self.cache.flush()
         if readings.dropped > self._dropped_seen:
             files.events_dropped.inc(readings.dropped - self._dropped_seen)
             self._dropped_seen = readings.dropped

@@ -24,7 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
-from asgi_router.observability.events import AttemptEvent, HedgeOutcome, Outcome, RequestRecord
+from asgi_router.observability.events import AttemptEvent, CacheOutcome, HedgeOutcome, Outcome, RequestRecord
 from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.spend import Spend
 
@@ -52,6 +52,7 @@ class RequestState:
     __slots__ = (
         "anthropic",
         "bytes_relayed",
+        "cache",
         "caller",
         "caller_outcome",
         "chunks_relayed",
@@ -156,6 +157,8 @@ class RequestState:
         self.last_sent = b""
         self.degraded = False
         self.spend: Spend | None = None
+        #: What a cached group's response cache made of the request (``None``: none was asked).
+        self.cache: CacheOutcome | None = None
 
     def event(
         self,
@@ -253,4 +256,5 @@ class RequestState:
             self.queued,
             tokens.cache_read if tokens is not None else 0,  # cached_prompt_tokens
             tokens.cache_write if tokens is not None else 0,  # cache_write_tokens
+            self.cache,
         )

@@ -4,8 +4,9 @@ Every answer the router sends (a winner's response whole or relayed, a refusal p
 group's canned reply, the router's own error) says the same things about how it was routed:
 ``x-request-id`` (echoed or generated), how many candidates were tried, and when known the
 candidate that answered or refused, the rule that chose the plan, how a sticky group's keyed
-request stuck, the caller cap that downgraded or refused it, and whether the answer is the
-group's canned reply. Built here and nowhere else, from :class:`RequestState`, so a header a
+request stuck, the caller cap that downgraded or refused it, whether the answer is the
+group's canned reply, and what a cached group's response cache made of it (with ``age`` and
+the similarity of a hit). Built here and nowhere else, from :class:`RequestState`, so a header a
 later change adds is one line here. An upstream cannot forge them: its headers under the same
 prefix are dropped before these are added (``responses/headers.py``).
 
@@ -16,9 +17,23 @@ are the router's own words.
 
 from __future__ import annotations
 
+from typing import Final
+
 from asgi_router.request.request_state import RequestState
 
-__all__ = ["add_router_headers"]
+__all__ = ["CACHE_TTL", "add_router_headers"]
+
+#: The client's header that shortens how long a cached group keeps its answer (``caching/``
+#: reads it): named here, with the router's other header names.
+CACHE_TTL: Final = b"x-router-cache-ttl"
+
+#: A response cache's outcome as its header says it (the record's words, hyphenated).
+_CACHE_WORDS: Final[dict[str, bytes]] = {
+    "hit": b"hit",
+    "semantic_hit": b"semantic-hit",
+    "miss": b"miss",
+    "bypass": b"bypass",
+}
 
 
 def add_router_headers(
@@ -38,4 +53,10 @@ def add_router_headers(
         headers.append((b"x-router-limit", state.limit.encode()))
     if state.degraded:
         headers.append((b"x-router-degraded", b"1"))
+    if (cache := state.cache) is not None:
+        headers.append((b"x-router-cache", _CACHE_WORDS[cache.outcome]))
+        if cache.age is not None:
+            headers.append((b"age", b"%d" % cache.age))
+        if cache.similarity is not None:
+            headers.append((b"x-router-cache-similarity", b"%.4f" % cache.similarity))
     return headers

@@ -196,6 +196,7 @@ class Resolver:
                 group.sticky,
                 group.queue,
                 size=len(members),
+                cache=group.cache,
             )
             self.policies[name] = policy
             context = StrategyContext(self.stats, catalog, rng, group.explore)

@@ -2,7 +2,8 @@
 
 The attempt loop and the middleware need to know, for the plan they run: may it hedge and
 when, what canned reply it has when everything fails, which members have rpm/tpm budgets, and
-whether it sticks sessions to members or lets requests wait for capacity.
+whether it sticks sessions to members or lets requests wait for capacity, and whether it
+serves repeated requests from its response cache.
 These are properties of the *group*, fixed at load, so one :class:`GroupPolicy` is built per group
 and every plan of that group points at it (nothing is allocated per request).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from asgi_router.config.cache_settings import CacheSettings
 from asgi_router.config.capacity_settings import QueueSettings, StickySettings
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.config.provider_settings import ResumeMode
@@ -44,3 +46,5 @@ class GroupPolicy:
     queue: QueueSettings | None = None
     #: How many members the group configures (how often one is retried in place depends on it).
     size: int = 1
+    #: The group's response cache (``None``: off).
+    cache: CacheSettings | None = None

@@ -27,8 +27,15 @@ _OPTIONAL = {_FLEET: "redis"}
 _PACKAGE = _ROOT / "asgi_router"
 #: The library's optional extras, and the only modules that import them when the module loads.
 _EXTRAS = {
-    "metrics": {"prometheus_client": {"observability/metrics.py", "observability/caller_metrics.py"}},
+    "metrics": {
+        "prometheus_client": {
+            "observability/metrics.py",
+            "observability/caller_metrics.py",
+            "observability/cache_metrics.py",
+        }
+    },
     "otel": {"opentelemetry": {"observability/tracing.py"}},
+    "semantic": {"numpy": {"caching/semantic_index.py"}},
 }
 
 

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 import asgi_router
+from asgi_router.observability.events import CacheOutcome
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import add_router_headers
 from asgi_router.request.spend import Spend, TokenCount
@@ -208,6 +209,7 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "cache": CacheOutcome("chat", "hit", 15, 0.25, 3),
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False, 6, 2), 0.25)
@@ -240,4 +242,12 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "queued": ("chat", "served", 0.5),
         "cached_prompt_tokens": 6,  # the spend's cache counts
         "cache_write_tokens": 2,
+        "cache": {
+            "group": "chat",
+            "outcome": "hit",
+            "saved_tokens": 15,
+            "saved_usd": 0.25,
+            "age": 3,
+            "similarity": None,
+        },
     }
