@@ -30,11 +30,14 @@ from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import route_kind
+from asgi_router.endpoints.admin_api import AdminApi
+from asgi_router.endpoints.admin_surface import AdminSurface, build_admin
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_ledger_for
 from asgi_router.fleet.state_factory import make_state
-from asgi_router.inbound.auth import Guard, build_guard
+from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
+from asgi_router.keys.key_table import MemoryKeyTable
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
@@ -42,6 +45,7 @@ from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, defa
 from asgi_router.protocols.routes import is_anthropic
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
+from asgi_router.resilience.key_caps import KeyCaps
 from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.router_state import RouterState
@@ -96,6 +100,9 @@ class RouterParts:
     lifespan: Lifespan
     #: Caps per caller and per session (``resilience/caller_limits.py``); ``None``: none set.
     callers: CallerLimits | None = None
+    #: The admin API and page, and virtual keys' own caps (``None``: no ``admin_keys``).
+    admin: AdminApi | None = None
+    key_caps: KeyCaps | None = None
 
 
 def assemble(
@@ -122,7 +129,7 @@ def assemble(
     router) lives.
     """
     resolved = load_settings(settings, config, authorize)
-    guard = build_guard(resolved)
+    guard: Guard | None = build_guard(resolved) if chose_inbound_auth(resolved) or not resolved.admin_keys else None
     scrub_while_alive(owner, secrets_of(resolved))
     if resolved.allow_unauthenticated:
         logger.warning(
@@ -182,9 +189,18 @@ def assemble(
         if resolved.callers or resolved.sessions is not None
         else None
     )
+    admin: AdminSurface | None = None
+    if resolved.admin_keys:  # virtual keys in front of the configured inbound auth, if any
+        admin = build_admin(
+            resolved, guard, MemoryKeyTable(), caller_ledger_for(resolved, router_state, clock), clock=clock
+        )
+        guard = admin.guard
+    assert guard is not None
     metrics, pages, background = build_pages(
         resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
     )
+    if admin is not None:
+        background.append(admin.ring.keep_fresh)
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
@@ -210,4 +226,6 @@ def assemble(
         tracing=tracing_for(tracer_provider),
         lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
         callers=callers,
+        admin=admin.api if admin is not None else None,
+        key_caps=admin.key_caps if admin is not None else None,
     )

@@ -90,8 +90,11 @@ def check_api_keys(value: ApiKeys | None) -> ApiKeys | None:
     return value
 
 
-def check_inbound_auth(*, authorize: bool, api_keys: bool, allow_unauthenticated: bool) -> None:
-    """Refuse settings that chose inbound auth not exactly once (each flag: that choice is set)."""
+def check_inbound_auth(
+    *, authorize: bool, api_keys: bool, allow_unauthenticated: bool, virtual_keys: bool = False
+) -> None:
+    """Refuse settings that chose inbound auth not exactly once (each flag: that choice is set);
+    with ``virtual_keys`` (``admin_keys`` set: keys issued at runtime), none chosen is enough."""
     chosen = [
         name
         for name, on in (
@@ -102,6 +105,8 @@ def check_inbound_auth(*, authorize: bool, api_keys: bool, allow_unauthenticated
         if on
     ]
     if not chosen:
+        if virtual_keys:
+            return
         raise ValueError(NO_INBOUND_AUTH)
     if chosen == ["api_keys", "allow_unauthenticated=True"]:
         raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")

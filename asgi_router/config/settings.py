@@ -44,6 +44,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from asgi_router.config import loading
+from asgi_router.config.admin_settings import DEFAULT_ADMIN_ROUTE, check_admin_route
 from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
 from asgi_router.config.catalog_settings import ModelInfo
@@ -270,6 +271,17 @@ class RouterSettings(BaseSettings):
         "only (a warning at start-up).",
     )
 
+    admin_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
+        default=None,
+        description="Keys that open the admin routes (`admin_route`), each at least 16 printable ASCII characters; "
+        "never the same string as an `api_keys` key. In the environment: comma-separated, or JSON.",
+    )
+    admin_route: str = Field(
+        default=DEFAULT_ADMIN_ROUTE,
+        description="Where the admin API and page answer (`{admin_route}/keys`, `{admin_route}/spend`, the page at "
+        "`{admin_route}/`), only when `admin_keys` is set; opened by admin keys alone.",
+    )
+
     _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -314,6 +326,11 @@ class RouterSettings(BaseSettings):
     @classmethod
     def _check_state_key_prefix(cls, value: str) -> str:
         return check_key_prefix(value)
+
+    @field_validator("admin_route")
+    @classmethod
+    def _check_admin_route(cls, value: str) -> str:
+        return check_admin_route(value)
 
     @field_validator("routes")
     @classmethod
@@ -383,6 +400,7 @@ class RouterSettings(BaseSettings):
                 authorize=self.authorize is not None,
                 api_keys=self.api_keys is not None,
                 allow_unauthenticated=self.allow_unauthenticated,
+                virtual_keys=self.admin_keys is not None,
             )
         except ValueError as exc:
             chosen = tuple(name for name in _AUTH_CHOICES if name in self.model_fields_set)

@@ -17,6 +17,7 @@ leaves (:class:`~asgi_router.inbound.disconnect.ListeningScope`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
@@ -63,6 +64,9 @@ class RequestState:
         "finished",
         "hedge",
         "in_flight",
+        "key_charge",
+        "key_groups",
+        "key_id",
         "last_sent",
         "limit",
         "path",
@@ -109,6 +113,13 @@ class RequestState:
         self.started_at = started_at
         #: Who inbound auth admitted (the attempt events carry it).
         self.principal: object = None
+        #: The virtual key it presented (``None``: none), and the refs that key may ask for
+        #: (``None``: every ref).
+        self.key_id: str | None = None
+        self.key_groups: tuple[str, ...] | None = None
+        #: Charges what the request used to the key's own caps, once known (``None``: the key
+        #: has none, or no key).
+        self.key_charge: Callable[[int, float], None] | None = None
         #: The ``model`` asked for, once it is safe to log (``-`` until then).
         self.ref = "-"
         self.stream = False
