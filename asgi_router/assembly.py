@@ -28,6 +28,7 @@ from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_URL
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import route_kind
 from asgi_router.endpoints.admin_api import AdminApi
@@ -37,7 +38,8 @@ from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_ledger_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
-from asgi_router.keys.key_table import MemoryKeyTable
+from asgi_router.keys.ledger_link import LedgerLink
+from asgi_router.keys.stored_keys import StoredKeys
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
@@ -190,11 +192,13 @@ def assemble(
         else None
     )
     admin: AdminSurface | None = None
+    connected: tuple[Connected, ...] = (router_state,) if isinstance(router_state, Connected) else ()
     if resolved.admin_keys:  # virtual keys in front of the configured inbound auth, if any
-        admin = build_admin(
-            resolved, guard, MemoryKeyTable(), caller_ledger_for(resolved, router_state, clock), clock=clock
-        )
+        link = LedgerLink(resolved.ledger_url.get_secret_value() if resolved.ledger_url else DEFAULT_LEDGER_URL)
+        key_ledger = caller_ledger_for(resolved, router_state, clock)
+        admin = build_admin(resolved, guard, StoredKeys(link.database), key_ledger, clock=clock)
         guard = admin.guard
+        connected += (link,)
     assert guard is not None
     metrics, pages, background = build_pages(
         resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
@@ -204,7 +208,6 @@ def assemble(
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
-    connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
     return RouterParts(
         settings=resolved,

@@ -1,0 +1,15 @@
+"""The ledger: keys and spend that outlast the process, in SQLite (one host) or PostgreSQL (a fleet).
+
+``ledger_url`` names the database (``config/ledger_settings.py``). Nothing here sits on a
+request's path: spend rows are written in background batches, and what the router reads from
+the ledger it reads at start or in the background.
+
+Modules:
+
+* ``database``: the one async interface over both drivers, their errors translated into the
+  router's own (refused at start, unavailable now, a conflict);
+* ``opening``: ``open_database``, the driver ``ledger_url`` names, connected, its schema up to date;
+* ``sqlite_database``: the stdlib's ``sqlite3`` on a thread of its own (WAL, ``busy_timeout``);
+* ``postgres_database``: ``asyncpg`` with a small pool (the ``postgres`` extra);
+* ``schema``: the tables as plain DDL per schema version, and the refusal of a newer schema.
+"""
