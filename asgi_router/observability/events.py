@@ -151,6 +151,8 @@ class RequestRecord:
     #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
     #: ``served``, ``timed_out``, ``full`` or ``left``.
     queued: tuple[str, str, float] | None = None
+    #: The id of the virtual key the request presented (``None``: none).
+    key_id: str | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -262,4 +262,5 @@ class RequestState:
             self.limit,
             self.sticky,
             self.queued,
+            self.key_id,
         )
