@@ -208,6 +208,7 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "key_id": "vk_0123456789abcdef",
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False), 0.25)
@@ -238,4 +239,5 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "key_id": "vk_0123456789abcdef",
     }
