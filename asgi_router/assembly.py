@@ -35,7 +35,7 @@ from asgi_router.endpoints.admin_api import AdminApi
 from asgi_router.endpoints.admin_surface import AdminSurface, build_admin
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
-from asgi_router.fleet.caller_budgets import caller_ledger_for
+from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
 from asgi_router.keys.ledger_link import LedgerLink
@@ -187,7 +187,7 @@ def assemble(
     records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
     overview = Overview(resolved, router_state, resolver.stats, clock)
     callers = (
-        CallerLimits(resolved, caller_ledger_for(resolved, router_state, clock))
+        CallerLimits(resolved, caller_tallies_for(resolved, router_state, clock))
         if resolved.callers or resolved.sessions is not None
         else None
     )

@@ -335,7 +335,7 @@ class ModelRouter:
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
         if ticket is not None and (spend := state.spend) is not None and self._callers is not None:
-            # Charged to the caller (and session): one call into the ledger; never the client's
+            # Charged to the caller (and session): one call into the tallies; never the client's
             # problem. Only a served request has a spend (a refused one never reaches the answer).
             counted = spend.tokens
             try:

@@ -51,7 +51,7 @@ from asgi_router.resilience.caller_tally import (
     UNDER,
     WINDOW,
     Account,
-    CallerLedger,
+    CallerTallies,
     Cap,
     Table,
     Tally,
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # redis-py is imported only when state_url names a store
 
     from asgi_router.fleet.link import Link
 
-__all__ = ["AHEAD", "CALLER_LEASE", "SLICE", "CallerLeases", "SharedCallerLedger", "caller_ledger_for"]
+__all__ = ["AHEAD", "CALLER_LEASE", "SLICE", "CallerLeases", "SharedCallerTallies", "caller_tallies_for"]
 
 #: The share of a cap leased at a time.
 SLICE: Final = 0.02
@@ -254,8 +254,8 @@ class CallerLeases:
             held.asking = False
 
 
-class SharedCallerLedger(CallerLedger):
-    """A :class:`CallerLedger` whose answers are the fleet's (see the module docstring)."""
+class SharedCallerTallies(CallerTallies):
+    """A :class:`CallerTallies` whose answers are the fleet's (see the module docstring)."""
 
     shared = True
 
@@ -336,10 +336,10 @@ class SharedCallerLedger(CallerLedger):
                 self._leases.spend(self._key(subject, cap)[0], usd if cap.kind.startswith("usd") else tokens)
 
 
-def caller_ledger_for(settings: RouterSettings, state: object, clock: Callable[[], float]) -> CallerLedger:
-    """The fleet's ledger when ``state`` is shared through a store, else this process's own."""
+def caller_tallies_for(settings: RouterSettings, state: object, clock: Callable[[], float]) -> CallerTallies:
+    """The fleet's tallies when ``state`` is shared through a store, else this process's own."""
     link = getattr(state, "link", None)
     if getattr(state, "shared", False) is not True or link is None:
-        return CallerLedger(settings.max_callers, clock)
+        return CallerTallies(settings.max_callers, clock)
     ttl = settings.sessions.ttl if settings.sessions is not None else float(DAY)
-    return SharedCallerLedger(link, settings.state_key_prefix, settings.max_callers, ttl, clock)
+    return SharedCallerTallies(link, settings.state_key_prefix, settings.max_callers, ttl, clock)
