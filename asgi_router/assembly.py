@@ -195,8 +195,8 @@ def assemble(
     connected: tuple[Connected, ...] = (router_state,) if isinstance(router_state, Connected) else ()
     if resolved.admin_keys:  # virtual keys in front of the configured inbound auth, if any
         link = LedgerLink(resolved.ledger_url.get_secret_value() if resolved.ledger_url else DEFAULT_LEDGER_URL)
-        key_ledger = caller_ledger_for(resolved, router_state, clock)
-        admin = build_admin(resolved, guard, StoredKeys(link.database), key_ledger, clock=clock)
+        key_tallies = caller_tallies_for(resolved, router_state, clock)
+        admin = build_admin(resolved, guard, StoredKeys(link.database), key_tallies, clock=clock)
         guard = admin.guard
         connected += (link,)
     assert guard is not None

@@ -10,7 +10,8 @@ made of each have a module: ``provider_settings.py`` (providers, timeouts, the c
 and ``queue``), ``rules_settings.py``, ``catalog_settings.py``,
 ``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
 events), ``state_settings.py`` (the shared state store), ``ledger_settings.py`` (the ledger's URL, admin
-keys apart from inbound keys), ``auth_settings.py`` (inbound auth), ``admin_settings.py`` (where the admin API and page answer) and
+keys apart from inbound keys), ``auth_settings.py`` (inbound auth), ``admin_settings.py`` (where the
+admin API and page answer) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per
 session); ``cross_checks.py`` checks that every
 name a table uses names something configured; ``named.py`` lists the models a configuration

@@ -22,7 +22,7 @@ from asgi_router.inbound.key_auth import KeyGuard
 from asgi_router.keys.key_operations import KeyOperations
 from asgi_router.keys.key_ring import KeyRing
 from asgi_router.keys.key_table import KeyTable
-from asgi_router.resilience.caller_tally import CallerLedger
+from asgi_router.resilience.caller_tally import CallerTallies
 from asgi_router.resilience.key_caps import KeyCaps
 
 __all__ = ["AdminSurface", "build_admin"]
@@ -43,7 +43,7 @@ def build_admin(
     settings: RouterSettings,
     inner: Guard | None,
     table: KeyTable,
-    ledger: CallerLedger,
+    tallies: CallerTallies,
     spend: SpendQuery | None = None,
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
@@ -53,4 +53,4 @@ def build_admin(
     ring = KeyRing(table, wall=wall, clock=clock)
     operations = KeyOperations(table, wall, ring.learn)
     api = AdminApi(settings.admin_route, AdminDoor(settings.admin_keys, clock), operations, spend, wall)
-    return AdminSurface(KeyGuard(ring, inner), api, KeyCaps(settings, ledger), ring)
+    return AdminSurface(KeyGuard(ring, inner), api, KeyCaps(settings, tallies), ring)

@@ -18,7 +18,7 @@ from asgi_router.config.caller_settings import CallerCaps
 from asgi_router.config.settings import RouterSettings
 from asgi_router.keys.virtual_key import VirtualKey
 from asgi_router.resilience.caller_limits import OTHER, CallerLimits, CallerTicket, table_of
-from asgi_router.resilience.caller_tally import CallerLedger, Table
+from asgi_router.resilience.caller_tally import CallerTallies, Table
 
 __all__ = ["KeyCaps"]
 
@@ -28,9 +28,9 @@ _MOST_TABLES: Final = 100_000
 class KeyCaps:
     """Caps per virtual key (see the module docstring)."""
 
-    def __init__(self, settings: RouterSettings, ledger: CallerLedger) -> None:
+    def __init__(self, settings: RouterSettings, tallies: CallerTallies) -> None:
         #: The caps' judge and counter, over the keys' own tally table (no caller table of its own).
-        self.limits = CallerLimits(settings.model_copy(update={"callers": {}, "sessions": None}), ledger)
+        self.limits = CallerLimits(settings.model_copy(update={"callers": {}, "sessions": None}), tallies)
         self._tables: dict[str, tuple[VirtualKey, Table]] = {}
 
     def table(self, key: VirtualKey) -> Table:
@@ -55,12 +55,12 @@ class KeyCaps:
         """The request's ticket against the key's caps: served at once when every cap is far,
         else ``ticket.judged`` holds the caps past their limits, for the decision point."""
         limits = self.limits
-        ledger = limits.ledger
+        tallies = limits.tallies
         table = self.table(key)
         name = "key:" + key.id
-        tally = ledger.caller(name, False)
+        tally = tallies.caller(name, False)
         ticket = CallerTicket(name, OTHER, tally, table)
-        level, cap = ledger.judge(tally.subject, tally, table)
+        level, cap = tallies.judge(tally.subject, tally, table)
         if cap is not None:
             ticket.judged = ((cap, level, table),)
         else:
