@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import httpx2
-import pytest
 
 from .fleet import Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
