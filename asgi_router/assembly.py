@@ -28,6 +28,7 @@ from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
+from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import route_kind
 from asgi_router.endpoints.count_tokens import count_tokens_routes
@@ -59,10 +60,11 @@ from asgi_router.transports.transport_factory import make_transport
 if TYPE_CHECKING:  # the optional extras: imported only by a router that uses them
     from opentelemetry.trace import TracerProvider
 
+    from asgi_router.ledger.service import Ledger
     from asgi_router.observability.metrics import RouterMetrics
     from asgi_router.observability.tracing import Tracing
 
-__all__ = ["RouterParts", "assemble"]
+__all__ = ["RouterParts", "assemble", "ledger_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,8 @@ class RouterParts:
     lifespan: Lifespan
     #: Caps per caller and per session (``resilience/caller_limits.py``); ``None``: none set.
     callers: CallerLimits | None = None
+    #: Keys and spend that last (``ledger/service.py``); ``None``: no ledger configured.
+    ledger: Ledger | None = None
 
 
 def assemble(
@@ -187,6 +191,7 @@ def assemble(
     )
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
+    ledger = ledger_for(resolved, callers is not None)
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
@@ -208,6 +213,34 @@ def assemble(
         metrics=metrics,
         pages=pages,
         tracing=tracing_for(tracer_provider),
-        lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
+        lifespan=Lifespan(
+            app,
+            resolved,
+            upstream,
+            events,
+            health,
+            connected,
+            background,
+            ledger=ledger,
+            seed=callers.seed if callers is not None and not callers.tallies.shared else None,
+        ),
         callers=callers,
+        ledger=ledger,
+    )
+
+
+def ledger_for(settings: RouterSettings, capped: bool) -> Ledger | None:
+    """The router's ledger, if it has one; the warning that caps without one reset on restart."""
+    url = effective_ledger_url(settings.ledger_url, settings.admin_keys)
+    if url is None:
+        if capped:
+            logger.warning(CAPS_WITHOUT_LEDGER)
+        return None
+    if settings.ledger_url is None:
+        logger.info("admin_keys is set and ledger_url is not: the ledger is %s in %s", url, os.getcwd())
+    from asgi_router.ledger.service import Ledger  # only a router with a ledger loads it
+
+    session_ttl = settings.sessions.ttl if settings.sessions is not None else None
+    return Ledger(
+        url, settings.ledger_buffer, settings.ledger_flush_interval, settings.ledger_retention_days, session_ttl
     )

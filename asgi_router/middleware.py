@@ -177,6 +177,8 @@ class ModelRouter:
         self._pages = parts.pages
         self._lifespan = parts.lifespan
         self._callers = parts.callers
+        #: Keeps each admitted request's spend row (``None``: no ledger).
+        self._ledger = parts.ledger
         #: The session header, when caps or a sticky group read it (its length is checked).
         self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
@@ -255,6 +257,7 @@ class ModelRouter:
         if isinstance(verdict, RouterError):
             return verdict
         state.principal = verdict.principal  # the attempt events carry it
+        state.admitted = True
         refused = screen_headers(state.scope)
         if refused is None and self._session_header is not None:
             refused = session_refusal(state.scope["headers"], self._session_header)
@@ -273,6 +276,8 @@ class ModelRouter:
                 refusal = callers.refuse(ticket, answer.cap, answer.table)
         state.caller, state.caller_outcome, state.limit = ticket.caller, ticket.outcome, ticket.limit
         state.downgrade_to = ticket.downgrade_to
+        if ticket.session is not None:
+            state.session = ticket.session.subject[2:]  # "s:<digest>": the digest, for the ledger
         return refusal if refusal is not None else ticket
 
     async def _read(self, state: RequestState) -> InboundRequest | RouterError | None:
@@ -317,3 +322,5 @@ class ModelRouter:
         if not self._lifespan.seen:  # said once, at the first request
             self._lifespan.warn_if_missing()
         self.events.publish(record)
+        if self._ledger is not None and state.admitted:
+            self._ledger.add(record)  # an append: the row is written in the background

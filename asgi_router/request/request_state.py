@@ -50,6 +50,7 @@ class RequestState:
     """One request from arrival to its record: what it is, what happened so far, what it came to."""
 
     __slots__ = (
+        "admitted",
         "anthropic",
         "bytes_relayed",
         "caller",
@@ -63,6 +64,7 @@ class RequestState:
         "finished",
         "hedge",
         "in_flight",
+        "key_id",
         "last_sent",
         "limit",
         "path",
@@ -77,6 +79,7 @@ class RequestState:
         "rule",
         "scope",
         "send",
+        "session",
         "spend",
         "started_at",
         "status",
@@ -109,6 +112,12 @@ class RequestState:
         self.started_at = started_at
         #: Who inbound auth admitted (the attempt events carry it).
         self.principal: object = None
+        #: Inbound auth admitted it (its spend is kept in the ledger, if there is one).
+        self.admitted = False
+        #: The virtual key that admitted it (its id), when one did.
+        self.key_id: str | None = None
+        #: The digest of its session, when sessions are capped and it names one.
+        self.session: str | None = None
         #: The ``model`` asked for, once it is safe to log (``-`` until then).
         self.ref = "-"
         self.stream = False
@@ -251,4 +260,6 @@ class RequestState:
             self.limit,
             self.sticky,
             self.queued,
+            self.key_id,
+            self.session,
         )
