@@ -28,7 +28,7 @@ from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
-from asgi_router.config.ledger_settings import DEFAULT_LEDGER_URL
+from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import route_kind
 from asgi_router.endpoints.admin_api import AdminApi
@@ -38,8 +38,6 @@ from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
-from asgi_router.keys.ledger_link import LedgerLink
-from asgi_router.keys.stored_keys import StoredKeys
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
@@ -65,10 +63,11 @@ from asgi_router.transports.transport_factory import make_transport
 if TYPE_CHECKING:  # the optional extras: imported only by a router that uses them
     from opentelemetry.trace import TracerProvider
 
+    from asgi_router.ledger.service import Ledger
     from asgi_router.observability.metrics import RouterMetrics
     from asgi_router.observability.tracing import Tracing
 
-__all__ = ["RouterParts", "assemble"]
+__all__ = ["RouterParts", "assemble", "ledger_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +104,8 @@ class RouterParts:
     #: The admin API and page, and virtual keys' own caps (``None``: no ``admin_keys``).
     admin: AdminApi | None = None
     key_caps: KeyCaps | None = None
+    #: Keys and spend that last (``ledger/service.py``); ``None``: no ledger configured.
+    ledger: Ledger | None = None
 
 
 def assemble(
@@ -191,14 +192,11 @@ def assemble(
         if resolved.callers or resolved.sessions is not None
         else None
     )
+    ledger = ledger_for(resolved, callers is not None)
     admin: AdminSurface | None = None
-    connected: tuple[Connected, ...] = (router_state,) if isinstance(router_state, Connected) else ()
-    if resolved.admin_keys:  # virtual keys in front of the configured inbound auth, if any
-        link = LedgerLink(resolved.ledger_url.get_secret_value() if resolved.ledger_url else DEFAULT_LEDGER_URL)
-        key_tallies = caller_tallies_for(resolved, router_state, clock)
-        admin = build_admin(resolved, guard, StoredKeys(link.database), key_tallies, clock=clock)
+    if resolved.admin_keys and ledger is not None:  # virtual keys in front of the configured inbound auth
+        admin = build_admin(resolved, guard, ledger, caller_tallies_for(resolved, router_state, clock), clock=clock)
         guard = admin.guard
-        connected += (link,)
     assert guard is not None
     metrics, pages, background = build_pages(
         resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
@@ -208,6 +206,7 @@ def assemble(
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
+    connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
     return RouterParts(
         settings=resolved,
@@ -227,8 +226,36 @@ def assemble(
         metrics=metrics,
         pages=pages,
         tracing=tracing_for(tracer_provider),
-        lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
+        lifespan=Lifespan(
+            app,
+            resolved,
+            upstream,
+            events,
+            health,
+            connected,
+            background,
+            ledger=ledger,
+            seed=callers.seed if callers is not None and not callers.tallies.shared else None,
+        ),
         callers=callers,
         admin=admin.api if admin is not None else None,
         key_caps=admin.key_caps if admin is not None else None,
+        ledger=ledger,
+    )
+
+
+def ledger_for(settings: RouterSettings, capped: bool) -> Ledger | None:
+    """The router's ledger, if it has one; the warning that caps without one reset on restart."""
+    url = effective_ledger_url(settings.ledger_url, settings.admin_keys)
+    if url is None:
+        if capped:
+            logger.warning(CAPS_WITHOUT_LEDGER)
+        return None
+    if settings.ledger_url is None:
+        logger.info("admin_keys is set and ledger_url is not: the ledger is %s in %s", url, os.getcwd())
+    from asgi_router.ledger.service import Ledger  # only a router with a ledger loads it
+
+    session_ttl = settings.sessions.ttl if settings.sessions is not None else None
+    return Ledger(
+        url, settings.ledger_buffer, settings.ledger_flush_interval, settings.ledger_retention_days, session_ttl
     )

@@ -183,6 +183,8 @@ class ModelRouter:
         #: The admin API and page (``None``: no ``admin_keys``), and virtual keys' own caps.
         self._admin = parts.admin
         self._keys = parts.key_caps
+        #: Keeps each admitted request's spend row (``None``: no ledger).
+        self._ledger = parts.ledger
         #: The session header, when caps or a sticky group read it (its length is checked).
         self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
@@ -263,6 +265,7 @@ class ModelRouter:
         if isinstance(verdict, RouterError):
             return verdict
         state.principal = verdict.principal  # the attempt events carry it
+        state.admitted = True
         refused = screen_headers(state.scope)
         if refused is None and self._session_header is not None:
             refused = session_refusal(state.scope["headers"], self._session_header)
@@ -288,6 +291,8 @@ class ModelRouter:
             state.caller_outcome, state.limit = ticket.outcome, ticket.limit
             state.downgrade_to = ticket.downgrade_to
         state.caller = ticket.caller
+        if ticket.session is not None:
+            state.session = ticket.session.subject[2:]  # "s:<digest>": the digest, for the ledger
         return refusal if refusal is not None else ticket
 
     def _key_caps(self, state: RequestState, key: VirtualKey) -> RouterError | None:
@@ -362,3 +367,5 @@ class ModelRouter:
         if not self._lifespan.seen:  # said once, at the first request
             self._lifespan.warn_if_missing()
         self.events.publish(record)
+        if self._ledger is not None and state.admitted:
+            self._ledger.add(record)  # an append: the row is written in the background

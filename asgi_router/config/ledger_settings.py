@@ -21,11 +21,13 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 __all__ = [
+    "CAPS_WITHOUT_LEDGER",
     "DEFAULT_LEDGER_URL",
     "LedgerKind",
     "LedgerTarget",
     "check_admin_keys_apart",
     "check_ledger_url",
+    "effective_ledger_url",
     "ledger_target",
 ]
 
@@ -33,6 +35,12 @@ LedgerKind = Literal["sqlite", "postgresql", "memory"]
 
 #: The ledger of a router with ``admin_keys`` and no ``ledger_url``: a file in the working directory.
 DEFAULT_LEDGER_URL: Final = "sqlite:///asgi_router.sqlite3"
+
+#: Said at start and by ``asgi-router check`` when caps are set and no ledger keeps their tallies.
+CAPS_WITHOUT_LEDGER: Final = (
+    "callers/sessions caps count in memory without a ledger: every tally resets when the router restarts; "
+    "set ledger_url (e.g. sqlite:///asgi_router.sqlite3) to keep them"
+)
 
 _SQLITE_PREFIX: Final = "sqlite:///"
 _POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
@@ -109,6 +117,14 @@ def check_ledger_url(value: SecretStr | None) -> SecretStr | None:
     if target.kind == "postgresql" and importlib.util.find_spec("asyncpg") is None:
         raise ValueError(_NO_ASYNCPG)
     return SecretStr(target.url)
+
+
+def effective_ledger_url(ledger_url: SecretStr | None, admin_keys: list[SecretStr] | None) -> str | None:
+    """The ledger a router uses: ``ledger_url``, else :data:`DEFAULT_LEDGER_URL` when admin keys
+    issue virtual keys (they must live somewhere), else none."""
+    if ledger_url is not None:
+        return ledger_url.get_secret_value()
+    return DEFAULT_LEDGER_URL if admin_keys else None
 
 
 def check_admin_keys_apart(

@@ -2,7 +2,8 @@
 
 ``by`` is ``key``, ``caller``, ``model`` (the candidate that served) or ``day``; ``since`` and
 ``until`` are a day (``2026-01-31``: its start, UTC), an RFC 3339 time, or a span back from now
-(``7d``, ``12h``). The rows are the ledger's aggregation (one query in the database); each has
+(``7d``, ``12h``; ``ledger/spend_report.py`` reads them). The rows are the ledger's aggregation
+(one query in the database); each has
 the group's value under the ``by`` name, then ``requests``, ``input_tokens``,
 ``output_tokens``, ``cached_tokens`` and ``cost_usd``; ``Accept: text/csv`` gets the same
 columns as CSV (a spreadsheet's import).
@@ -12,40 +13,23 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Final
+from typing import Final, get_args
 from urllib.parse import parse_qs
 
-from asgi_router.keys.key_input import InputProblem, parse_time
+from asgi_router.keys.key_input import InputProblem
+from asgi_router.ledger.spend_report import COLUMNS, By, parse_when
 
-__all__ = ["BY", "COLUMNS", "SpendQuery", "as_csv", "parse_when", "spend_request"]
+__all__ = ["SpendQuery", "as_csv", "spend_request"]
 
 #: What spend may be grouped by.
-BY: Final = ("key", "caller", "model", "day")
-#: The figures of each row, after the group's own column.
-COLUMNS: Final = ("requests", "input_tokens", "output_tokens", "cached_tokens", "cost_usd")
-_SPAN: Final = re.compile(r"(\d{1,5})([dhm])")
-_UNIT: Final = {"d": 86_400.0, "h": 3_600.0, "m": 60.0}
-_DAY: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
+_BY: Final[tuple[By, ...]] = get_args(By)
 
 #: The ledger's aggregation: ``(by, since, until)`` (Unix seconds, ``None``: unbounded) to rows.
-SpendQuery = Callable[[str, float | None, float | None], Awaitable[Sequence[Mapping[str, object]]]]
+SpendQuery = Callable[[By, float | None, float | None], Awaitable[Sequence[Mapping[str, object]]]]
 
 
-def parse_when(text: str, now: float) -> float:
-    """``since``/``until`` as Unix seconds (see the module docstring); :class:`ValueError` if not."""
-    text = text.strip()
-    span = _SPAN.fullmatch(text)
-    if span is not None:
-        return now - int(span.group(1)) * _UNIT[span.group(2)]
-    if _DAY.fullmatch(text):
-        return datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
-    return parse_time(text)
-
-
-def spend_request(query_string: bytes, now: float) -> tuple[str, float | None, float | None] | InputProblem:
+def spend_request(query_string: bytes, now: float) -> tuple[By, float | None, float | None] | InputProblem:
     """The query's ``by``, ``since`` and ``until``, or why they are refused."""
     try:
         query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
@@ -54,9 +38,9 @@ def spend_request(query_string: bytes, now: float) -> tuple[str, float | None, f
     unknown = sorted(set(query) - {"by", "since", "until"})
     if unknown:
         return InputProblem(400, unknown[0], f"unknown parameter {unknown[0]!r}")
-    by = query.get("by", ["key"])[-1]
-    if by not in BY:
-        return InputProblem(422, "by", f"by: one of {', '.join(BY)}")
+    by = next((name for name in _BY if name == query.get("by", ["key"])[-1]), None)
+    if by is None:
+        return InputProblem(422, "by", f"by: one of {', '.join(_BY)}")
     bounds: list[float | None] = []
     for name in ("since", "until"):
         given = query.get(name)

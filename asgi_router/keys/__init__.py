@@ -8,5 +8,5 @@ the in-memory table); ``key_ring.py`` is this process's copy that requests read:
 round trip for a known key, changes picked up in the background within a second;
 ``key_operations.py`` is what an operator does to keys (create, change, revoke, rotate), for the
 admin API and the command line alike; ``stored_keys.py`` is the ``keys`` table in the ledger's
-database, reached through ``ledger_link.py`` (opened on first use, closed on shutdown).
+database (the ledger's, opened at start).
 """

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 from asgi_router.config.ledger_settings import LedgerKind
 
@@ -69,7 +70,7 @@ class Database(ABC):
         """Run one statement once per row, all in one transaction (all written, or none)."""
 
     @abstractmethod
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[object, ...]]:
+    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """The rows one query returns, as tuples."""
 
     @abstractmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import asyncpg
 
@@ -114,7 +114,7 @@ class PostgresDatabase(Database):
         except _UNAVAILABLE as exc:
             raise LedgerUnavailable(f"ledger_url: {self.shown}: {type(exc).__name__}") from None
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[object, ...]]:
+    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         try:
             records = await self._pool.fetch(numbered(sql), *params)
         except _UNAVAILABLE as exc:

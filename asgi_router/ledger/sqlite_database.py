@@ -19,7 +19,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from asgi_router.ledger.database import Database, LedgerConflict, LedgerRefused, LedgerUnavailable, Params
 from asgi_router.ledger.schema import VERSION, VERSION_TABLE, SchemaTooNew, pending
@@ -127,7 +127,7 @@ class SqliteDatabase(Database):
             raise LedgerUnavailable(f"ledger_url: {self.path}: {exc}") from None
         return changed
 
-    def _read(self, sql: str, params: Params) -> list[tuple[object, ...]]:
+    def _read(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         connection = self._connection
         if connection is None:
             raise LedgerUnavailable("ledger: the database is closed")
@@ -144,7 +144,7 @@ class SqliteDatabase(Database):
     async def execute_many(self, sql: str, rows: Sequence[Params]) -> None:
         await self._run(lambda: self._write(lambda c: c.executemany(sql, [tuple(row) for row in rows]).rowcount))
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[object, ...]]:
+    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         return await self._run(lambda: self._read(sql, params))
 
     async def close(self) -> None:

@@ -151,8 +151,11 @@ class RequestRecord:
     #: A request that joined its group's queue: ``(group, outcome, seconds waited)``, outcome
     #: ``served``, ``timed_out``, ``full`` or ``left``.
     queued: tuple[str, str, float] | None = None
-    #: The id of the virtual key the request presented (``None``: none).
+    #: The virtual key that admitted the request (its id; ``None``: not a virtual key).
     key_id: str | None = None
+    #: The request's session as caps count it: the digest of its caller and id, never the id
+    #: (``None``: sessions are not capped, or it named none).
+    session: str | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -51,6 +51,7 @@ class RequestState:
     """One request from arrival to its record: what it is, what happened so far, what it came to."""
 
     __slots__ = (
+        "admitted",
         "anthropic",
         "bytes_relayed",
         "caller",
@@ -81,6 +82,7 @@ class RequestState:
         "rule",
         "scope",
         "send",
+        "session",
         "spend",
         "started_at",
         "status",
@@ -113,13 +115,17 @@ class RequestState:
         self.started_at = started_at
         #: Who inbound auth admitted (the attempt events carry it).
         self.principal: object = None
-        #: The virtual key it presented (``None``: none), and the refs that key may ask for
-        #: (``None``: every ref).
+        #: Inbound auth admitted it (its spend is kept in the ledger, if there is one).
+        self.admitted = False
+        #: The virtual key that admitted it (its id), when one did, and the refs that key may
+        #: ask for (``None``: every ref).
         self.key_id: str | None = None
         self.key_groups: tuple[str, ...] | None = None
         #: Charges what the request used to the key's own caps, once known (``None``: the key
         #: has none, or no key).
         self.key_charge: Callable[[int, float], None] | None = None
+        #: The digest of its session, when sessions are capped and it names one.
+        self.session: str | None = None
         #: The ``model`` asked for, once it is safe to log (``-`` until then).
         self.ref = "-"
         self.stream = False
@@ -263,4 +269,5 @@ class RequestState:
             self.sticky,
             self.queued,
             self.key_id,
+            self.session,
         )

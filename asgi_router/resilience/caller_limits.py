@@ -37,6 +37,7 @@ from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCa
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.session_id import session_digest, session_value
+from asgi_router.ledger.start_tallies import StartTallies
 from asgi_router.resilience.caller_tally import Account, CallerTallies, Cap, CapKind, Table, Tally
 
 __all__ = [
@@ -210,6 +211,35 @@ class CallerLimits:
             if cap is not None:
                 ticket.judged += ((cap, level, sessions),)
         return ticket
+
+    def seed(self, found: StartTallies) -> None:
+        """Count what the ledger says was used before this process started (a restart changes no
+        cap): today's spend of each capped caller, its requests of the last minute, and each
+        session still alive. Wall times become this process's monotonic ones."""
+        tallies = self.tallies
+        now = tallies.clock()
+
+        def tally_of(name: str) -> tuple[Tally, Table] | None:
+            named = self._named.get(name)
+            table = named if named is not None else self._any
+            return None if table is None else (tallies.caller(name, named is not None), table)
+
+        for name, (usd, tokens) in found.today.items():
+            kept = tally_of(name)
+            if kept is not None and kept[1].daily:
+                kept[0].usd += usd
+                kept[0].tokens += tokens
+        for name, finished in found.recent.items():
+            kept = tally_of(name)
+            if kept is not None and kept[1].rpm is not None:
+                kept[0].starts.extend(now - (found.now - at) for at in finished)
+        if self._sessions is not None:
+            for digest, (usd, tokens, seen) in found.sessions.items():
+                session = tallies.session(digest, self._session_ttl)
+                session.usd += usd
+                session.tokens += tokens
+                session.seen = now - (found.now - seen)
+        self._tickets.clear()
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
         """The request is served: as asked, or (``ref``) from the downgrade ``cap`` past its

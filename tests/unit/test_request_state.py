@@ -208,7 +208,8 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
-        "key_id": "vk_0123456789abcdef",
+        "key_id": "key-1",
+        "session": "ab" * 32,
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False), 0.25)
@@ -239,5 +240,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
-        "key_id": "vk_0123456789abcdef",
+        "key_id": "key-1",
+        "session": "ab" * 32,
     }
