@@ -102,6 +102,12 @@ def _replay(args: argparse.Namespace) -> int:
     return replay(settings, args.config, records, args.show, args.progress, args.fail_on_change)
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from asgi_router.cli.keys import run_keys
+
+    return run_keys(load_config(args.config, serving=False), args.action, args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asgi-router", description="Check, serve, explain and replay an asgi_router configuration."
@@ -151,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a progress bar on stderr (default: for files over 1 MiB when stderr is a terminal)",
     )
     replay.add_argument("--fail-on-change", action="store_true", help="exit 1 when any request routes differently")
+    from asgi_router.cli.keys import ACTIONS, add_arguments
+
+    keys = commands.add_parser("keys", help="issue, list and revoke virtual keys in the ledger (no server needed)")
+    keys.add_argument("action", choices=ACTIONS)
+    keys.add_argument("config", type=Path, help="the router's TOML configuration")
+    keys.set_defaults(run=_keys)
+    add_arguments(keys)
     return parser
 
 
