@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx2
 import openai
 import pytest
@@ -40,7 +41,9 @@ def records() -> RecordSink:
 
 @pytest.fixture
 def served(upstream: MockUpstream, tmp_path: Path, records: RecordSink) -> Iterator[ServerThread]:
-    settings = keys_settings(upstream, tmp_path / "ledger.db", aliases={"fast": "mock/ok"})
+    settings = keys_settings(
+        upstream, tmp_path / "ledger.db", aliases={"fast": "mock/ok"}, routes=["/v1/chat/completions", "/v1/messages"]
+    )
     with ServerThread(ModelRouter(host_app(), settings=settings, sinks=[records])) as server:
         yield server
 
@@ -135,6 +138,10 @@ async def test_a_key_outside_its_groups_gets_403_model_not_allowed_and_aliases_c
         with pytest.raises(openai.PermissionDeniedError) as caught:
             await sdk.chat.completions.create(**{**CHAT, "model": "mock2/ok"})
     assert caught.value.code == "model_not_allowed"
+    async with anthropic.AsyncAnthropic(base_url=served.url, api_key=key["secret"], max_retries=0) as claude:
+        with pytest.raises(anthropic.PermissionDeniedError) as refused:
+            await claude.messages.create(model="mock2/ok", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.body["error"]["message"].startswith("model_not_allowed")  # type: ignore[index]
 
 
 async def test_a_keys_own_rpm_cap_refuses_with_429_caller_limit_reached(
