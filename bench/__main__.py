@@ -38,7 +38,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default="json,json-100k,sse", help="load scenarios to run")
     parser.add_argument(
         "--targets",
-        default="upstream,floor,router,router-metrics,router-callers,router-httpx",
+        default="upstream,floor,router,router-metrics,router-callers,router-keys,router-httpx",
         help="servers to load",
     )
     parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (0: skip)")
