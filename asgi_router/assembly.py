@@ -186,12 +186,22 @@ def assemble(
         if resolved.callers or resolved.sessions is not None
         else None
     )
+    ledger = ledger_for(resolved, callers is not None)
     metrics, pages, background = build_pages(
-        resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
+        resolved,
+        guard,
+        overview,
+        recent,
+        events,
+        callers,
+        loop.capacity,
+        book.rate_limits,
+        ledger.status if ledger is not None else None,
     )
+    if metrics is not None and ledger is not None:
+        metrics.ledger_readings = ledger.readings
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
-    ledger = ledger_for(resolved, callers is not None)
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}

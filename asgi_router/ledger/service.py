@@ -99,6 +99,11 @@ class Ledger:
             self.writer.database = None
             await database.close()
 
+    def readings(self) -> tuple[int, int, int, float]:
+        """For the metrics: rows written, rows dropped, rows waiting, lag in seconds."""
+        writer = self.writer
+        return writer.written, writer.dropped, writer.buffered, writer.lag()
+
     def status(self) -> dict[str, object]:
         """The ledger on the status page: its kind, masked URL, lag and row counts."""
         writer = self.writer
