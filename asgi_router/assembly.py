@@ -232,7 +232,7 @@ def assemble(
             connected,
             background,
             ledger=ledger,
-            seed=callers.seed if callers is not None and not callers.tallies.shared else None,
+            seed=callers.seed if callers is not None else None,
         ),
         callers=callers,
         ledger=ledger,

@@ -67,7 +67,7 @@ class Ledger:
             )
             return None
         self.database = self.writer.database = database
-        logger.info("ledger: %s (%s)", self.shown, self.kind)
+        logger.debug("ledger: %s (%s) opened", self.shown, self.kind)
         try:
             return await read_start_tallies(database, self.wall(), self.session_ttl)
         except LedgerUnavailable as exc:
