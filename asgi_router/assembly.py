@@ -199,10 +199,20 @@ def assemble(
         guard = admin.guard
     assert guard is not None
     metrics, pages, background = build_pages(
-        resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
+        resolved,
+        guard,
+        overview,
+        recent,
+        events,
+        callers,
+        loop.capacity,
+        book.rate_limits,
+        ledger.status if ledger is not None else None,
     )
     if admin is not None:
         background.append(admin.ring.keep_fresh)
+    if metrics is not None and ledger is not None:
+        metrics.ledger_readings = ledger.readings
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
@@ -235,7 +245,7 @@ def assemble(
             connected,
             background,
             ledger=ledger,
-            seed=callers.seed if callers is not None and not callers.tallies.shared else None,
+            seed=callers.seed if callers is not None else None,
         ),
         callers=callers,
         admin=admin.api if admin is not None else None,

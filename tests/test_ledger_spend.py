@@ -4,6 +4,7 @@ real SQLite file or a real PostgreSQL server; the kit's fake upstream reports us
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,11 +13,13 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import redis
 
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.ledger.opening import open_database
 
 from .conftest import host_app, make_settings
+from .fleet import RedisServer
 from .mock_upstream import MockUpstream
 from .postgres import PG_PASSWORD, PostgresServer
 from .servers import ServerThread
@@ -135,3 +138,49 @@ def test_rows_written_while_postgresql_is_stopped_are_all_there_once_it_is_back(
     anyio.run(eventually, lambda: router._ledger.writer.buffered == 0, 30.0)
     assert anyio.run(count) == 13
     assert all(PG_PASSWORD not in record.getMessage() for record in caplog.records)
+
+
+def test_the_ledger_seeds_an_empty_redis_and_redis_counts_win_after(
+    upstream: MockUpstream, serve: Any, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    path = tmp_path / "ledger.db"
+    prefix = f"seed{tmp_path.name[-8:]}"
+    shared = {"state_url": redis_server.url, "state_key_prefix": prefix, "callers": {"team-a": {"tokens_per_day": 250}}}
+    _, server = serve(_settings(upstream, f"sqlite:///{path}", **shared))
+    for _ in range(3):
+        assert _ask(server).status_code == 200  # 309 tokens: past the cap
+    server.stop()
+    with redis.Redis.from_url(redis_server.url) as store:
+        keys = list(store.scan_iter(f"{prefix}:*"))
+        store.delete(*keys)  # Redis forgot (a restart without persistence); the ledger did not
+    _, again = serve(_settings(upstream, f"sqlite:///{path}", **shared))
+
+    def refused() -> bool:
+        return _ask(again).status_code == 429
+
+    anyio.run(eventually, refused)  # the store seeded from the ledger: the fleet's count holds
+    with redis.Redis.from_url(redis_server.url) as store:
+        counts = [float(store.get(key) or 0) for key in store.scan_iter(f"{prefix}:cap:*:tokens_per_day")]
+    assert counts and max(counts) >= 309
+
+
+def test_admin_keys_without_ledger_url_keep_the_ledger_in_the_working_directory(
+    upstream: MockUpstream,
+    serve: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO, "asgi_router")
+    groups = {"main": {"members": ["mock/usage-100"]}}
+    settings = make_settings(upstream.url, api_keys=KEYS, groups=groups, admin_keys=["admin-key-0123456789abcdef"])  # type: ignore[attr-defined]
+    _, server = serve(settings)
+    assert _ask(server).status_code == 200
+    server.stop()
+    assert len(_rows(tmp_path / "asgi_router.sqlite3")) == 1
+    said_url = "sqlite:///asgi_router.sqlite3"
+    said = [record.getMessage() for record in caplog.records if said_url in record.getMessage()]
+    assert said == [
+        f"admin_keys is set and ledger_url is not: the ledger is sqlite:///asgi_router.sqlite3 in {tmp_path}"
+    ]

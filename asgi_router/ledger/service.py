@@ -67,7 +67,7 @@ class Ledger:
             )
             return None
         self.database = self.writer.database = database
-        logger.info("ledger: %s (%s)", self.shown, self.kind)
+        logger.debug("ledger: %s (%s) opened", self.shown, self.kind)
         try:
             return await read_start_tallies(database, self.wall(), self.session_ttl)
         except LedgerUnavailable as exc:
@@ -98,6 +98,11 @@ class Ledger:
         finally:
             self.writer.database = None
             await database.close()
+
+    def readings(self) -> tuple[int, int, int, float]:
+        """For the metrics: rows written, rows dropped, rows waiting, lag in seconds."""
+        writer = self.writer
+        return writer.written, writer.dropped, writer.buffered, writer.lag()
 
     def status(self) -> dict[str, object]:
         """The ledger on the status page: its kind, masked URL, lag and row counts."""

@@ -28,8 +28,8 @@ judges every request on its slices).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Literal
 
 from starlette.types import Scope
 
@@ -212,10 +212,12 @@ class CallerLimits:
                 ticket.judged += ((cap, level, sessions),)
         return ticket
 
-    def seed(self, found: StartTallies) -> None:
+    def seed(self, found: StartTallies) -> Coroutine[Any, Any, None] | None:
         """Count what the ledger says was used before this process started (a restart changes no
         cap): today's spend of each capped caller, its requests of the last minute, and each
-        session still alive. Wall times become this process's monotonic ones."""
+        session still alive. Wall times become this process's monotonic ones. A fleet's tallies
+        live in its store: the work that seeds an empty store is returned, to run in the
+        background (the store's own counts win)."""
         tallies = self.tallies
         now = tallies.clock()
 
@@ -240,6 +242,22 @@ class CallerLimits:
                 session.tokens += tokens
                 session.seen = now - (found.now - seen)
         self._tickets.clear()
+        return tallies.seed_store(self._store_seeds(found)) if tallies.shared else None
+
+    def _store_seeds(self, found: StartTallies) -> list[tuple[str, Cap, float]]:
+        """What the ledger says each capped caller used today and each live session used, per
+        cap that counts it (``rpm``'s minute is left to the store)."""
+        seeds: list[tuple[str, Cap, float]] = []
+        for name, (usd, tokens) in found.today.items():
+            table = self._named.get(name, self._any)
+            for cap in table.caps if table is not None else ():
+                if cap.kind in ("usd_per_day", "tokens_per_day"):
+                    seeds.append(("c:" + name, cap, usd if cap.kind == "usd_per_day" else float(tokens)))
+        for digest, (usd, tokens, _) in found.sessions.items() if self._sessions is not None else ():
+            for cap in self._sessions.caps if self._sessions is not None else ():
+                if cap.kind in ("usd_per_session", "tokens_per_session"):
+                    seeds.append(("s:" + digest, cap, usd if cap.kind == "usd_per_session" else float(tokens)))
+        return seeds
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
         """The request is served: as asked, or (``ref``) from the downgrade ``cap`` past its

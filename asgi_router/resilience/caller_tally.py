@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -388,3 +388,7 @@ class CallerTallies:
 
     def sessions_kept(self) -> int:
         return len(self._sessions)
+
+    async def seed_store(self, used: Sequence[tuple[str, Cap, float]]) -> None:
+        """Write what the ledger says each ``(subject, cap)`` used into the fleet's store, where
+        the store holds nothing for it yet. This process's tallies live in no store: nothing to do."""

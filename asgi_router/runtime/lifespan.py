@@ -71,14 +71,16 @@ class Lifespan:
         connected: Sequence[Connected] = (),
         background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
         ledger: LedgerLike | None = None,
-        seed: Callable[[StartTallies], None] | None = None,
+        seed: Callable[[StartTallies], Coroutine[Any, Any, None] | None] | None = None,
     ) -> None:
         self._app = app
         #: Opened before the app's startup goes on (a ledger it cannot use fails the start),
         #: written from the background, closed (its rows written) at shutdown.
         self._ledger = ledger
-        #: Given the tallies the ledger kept, so that a restart changes no cap.
+        #: Given the tallies the ledger kept, so that a restart changes no cap; it may hand back
+        #: work to run in the background (seeding a fleet's empty store).
         self._seed = seed
+        self._seeding: Coroutine[Any, Any, None] | None = None
         #: Opened with the upstream client, closed after it (the shared state's connection).
         self._connected = tuple(connected)
         #: More work to run from startup to shutdown (the metrics' gauge refresh).
@@ -147,7 +149,7 @@ class Lifespan:
             logger.error("%s", exc)
             raise _StartRefused(str(exc)) from None
         if found is not None and self._seed is not None:
-            self._seed(found)
+            self._seeding = self._seed(found)
 
     async def _background(self, stop: anyio.Event) -> None:
         """Event sink workers and health probes, from lifespan startup until ``stop``."""
@@ -158,6 +160,9 @@ class Lifespan:
                 tasks.start_soon(work)
             if self._ledger is not None:
                 tasks.start_soon(self._ledger.run)
+            if self._seeding is not None:
+                seeding, self._seeding = self._seeding, None
+                tasks.start_soon(lambda: seeding)
             await stop.wait()
             tasks.cancel_scope.cancel()
 
