@@ -4,7 +4,7 @@
 file, and exits 1); each command has a module: ``check.py`` (the groups' plans and rules, as the
 router would use them), ``serve.py`` (the router as a standalone gateway on uvicorn),
 ``explain.py`` (which rule and plan one request would get, and why) and ``replay.py`` (recorded
-requests re-resolved with a new configuration: what would route differently) and ``spend.py``
+requests re-resolved with a new configuration: what would route differently) and ``spend_table.py``
 (the spend the ledger kept, grouped by key, caller, model or day, read from its database
 directly). None of them sends
 anything upstream but ``serve``. This package sits above ``middleware.py``: it uses the router,
