@@ -110,7 +110,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _spend(args: argparse.Namespace) -> int:
-    from asgi_router.cli.spend import spend
+    from asgi_router.cli.spend_table import spend
 
     settings = load_config(args.config, serving=False)
     return spend(settings, args.by, args.since, args.until, args.csv, sys.stdout)

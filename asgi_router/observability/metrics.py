@@ -296,11 +296,12 @@ class RouterMetrics:
             self.callers.flush()
         if self.ledger_readings is not None:
             written, dropped, buffered, lag = self.ledger_readings()
-            files.ledger_rows.labels("written").inc(written - self._ledger_seen[0])
-            files.ledger_rows.labels("dropped").inc(dropped - self._ledger_seen[1])
+            ledger = files.ledger = files.ledger or _LedgerFiles()
+            ledger.rows.labels("written").inc(written - self._ledger_seen[0])
+            ledger.rows.labels("dropped").inc(dropped - self._ledger_seen[1])
             self._ledger_seen = (written, dropped)
-            files.ledger_buffered.set(buffered)
-            files.ledger_lag.set(lag)
+            ledger.buffered.set(buffered)
+            ledger.lag.set(lag)
         if readings.dropped > self._dropped_seen:
             files.events_dropped.inc(readings.dropped - self._dropped_seen)
             self._dropped_seen = readings.dropped
@@ -362,6 +363,14 @@ class _Files:
         self.sticky = Counter(*_STICKY, ["group", "outcome"], registry=None)
         self.queue_depth = Gauge(*_QUEUE_DEPTH, ["group"], registry=None, multiprocess_mode="livesum")
         self.queue_wait = Histogram(*_QUEUE_WAIT, ["group", "outcome"], buckets=QUEUE_WAIT_BUCKETS, registry=None)
-        self.ledger_rows = Counter(*_LEDGER_ROWS, ["outcome"], registry=None)
-        self.ledger_buffered = Gauge(*_LEDGER_BUFFERED, registry=None, multiprocess_mode="livesum")
-        self.ledger_lag = Gauge(*_LEDGER_LAG, registry=None, multiprocess_mode="livemax")
+        #: Made for a router with a ledger only (an unlabelled gauge shows once it exists).
+        self.ledger: _LedgerFiles | None = None
+
+
+class _LedgerFiles:
+    """The ledger's metrics in multiprocess mode."""
+
+    def __init__(self) -> None:
+        self.rows = Counter(*_LEDGER_ROWS, ["outcome"], registry=None)
+        self.buffered = Gauge(*_LEDGER_BUFFERED, registry=None, multiprocess_mode="livesum")
+        self.lag = Gauge(*_LEDGER_LAG, registry=None, multiprocess_mode="livemax")
