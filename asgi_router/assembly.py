@@ -30,13 +30,16 @@ from asgi_router.caching.response_cache import ResponseCache
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
+from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import route_kind
+from asgi_router.endpoints.admin_api import AdminApi
+from asgi_router.endpoints.admin_surface import AdminSurface, build_admin
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
-from asgi_router.fleet.caller_budgets import caller_ledger_for
+from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
-from asgi_router.inbound.auth import Guard, build_guard
+from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
@@ -44,6 +47,7 @@ from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, defa
 from asgi_router.protocols.routes import is_anthropic
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
+from asgi_router.resilience.key_caps import KeyCaps
 from asgi_router.resilience.overview import Overview
 from asgi_router.resilience.retry import RetryPolicy
 from asgi_router.resilience.router_state import RouterState
@@ -61,10 +65,11 @@ from asgi_router.transports.transport_factory import make_transport
 if TYPE_CHECKING:  # the optional extras: imported only by a router that uses them
     from opentelemetry.trace import TracerProvider
 
+    from asgi_router.ledger.service import Ledger
     from asgi_router.observability.metrics import RouterMetrics
     from asgi_router.observability.tracing import Tracing
 
-__all__ = ["RouterParts", "assemble"]
+__all__ = ["RouterParts", "assemble", "ledger_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,11 @@ class RouterParts:
     callers: CallerLimits | None = None
     #: The response cache (``caching/``); ``None``: no group configures one.
     cache: ResponseCache | None = None
+    #: The admin API and page, and virtual keys' own caps (``None``: no ``admin_keys``).
+    admin: AdminApi | None = None
+    key_caps: KeyCaps | None = None
+    #: Keys and spend that last (``ledger/service.py``); ``None``: no ledger configured.
+    ledger: Ledger | None = None
 
 
 def assemble(
@@ -126,7 +136,7 @@ def assemble(
     router) lives.
     """
     resolved = load_settings(settings, config, authorize)
-    guard = build_guard(resolved)
+    guard: Guard | None = build_guard(resolved) if chose_inbound_auth(resolved) or not resolved.admin_keys else None
     scrub_while_alive(owner, secrets_of(resolved))
     if resolved.allow_unauthenticated:
         logger.warning(
@@ -183,13 +193,31 @@ def assemble(
     records_facts = any(getattr(sink, "records_facts", False) is True for sink in sinks)
     overview = Overview(resolved, router_state, resolver.stats, clock)
     callers = (
-        CallerLimits(resolved, caller_ledger_for(resolved, router_state, clock))
+        CallerLimits(resolved, caller_tallies_for(resolved, router_state, clock))
         if resolved.callers or resolved.sessions is not None
         else None
     )
+    ledger = ledger_for(resolved, callers is not None)
+    admin: AdminSurface | None = None
+    if resolved.admin_keys and ledger is not None:  # virtual keys in front of the configured inbound auth
+        admin = build_admin(resolved, guard, ledger, caller_tallies_for(resolved, router_state, clock), clock=clock)
+        guard = admin.guard
+    assert guard is not None
     metrics, pages, background = build_pages(
-        resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
+        resolved,
+        guard,
+        overview,
+        recent,
+        events,
+        callers,
+        loop.capacity,
+        book.rate_limits,
+        ledger.status if ledger is not None else None,
     )
+    if admin is not None:
+        background.append(admin.ring.keep_fresh)
+    if metrics is not None and ledger is not None:
+        metrics.ledger_readings = ledger.readings
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
@@ -216,7 +244,37 @@ def assemble(
         metrics=metrics,
         pages=pages,
         tracing=tracing_for(tracer_provider),
-        lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
+        lifespan=Lifespan(
+            app,
+            resolved,
+            upstream,
+            events,
+            health,
+            connected,
+            background,
+            ledger=ledger,
+            seed=callers.seed if callers is not None else None,
+        ),
         callers=callers,
         cache=cache,
+        admin=admin.api if admin is not None else None,
+        key_caps=admin.key_caps if admin is not None else None,
+        ledger=ledger,
+    )
+
+
+def ledger_for(settings: RouterSettings, capped: bool) -> Ledger | None:
+    """The router's ledger, if it has one; the warning that caps without one reset on restart."""
+    url = effective_ledger_url(settings.ledger_url, settings.admin_keys)
+    if url is None:
+        if capped:
+            logger.warning(CAPS_WITHOUT_LEDGER)
+        return None
+    if settings.ledger_url is None:
+        logger.info("admin_keys is set and ledger_url is not: the ledger is %s in %s", url, os.getcwd())
+    from asgi_router.ledger.service import Ledger  # only a router with a ledger loads it
+
+    session_ttl = settings.sessions.ttl if settings.sessions is not None else None
+    return Ledger(
+        url, settings.ledger_buffer, settings.ledger_flush_interval, settings.ledger_retention_days, session_ttl
     )

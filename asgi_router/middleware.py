@@ -60,6 +60,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import httpx2
@@ -75,9 +76,11 @@ from asgi_router.endpoints.count_tokens import refuse_count_tokens
 from asgi_router.inbound.auth import Admitted
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
+from asgi_router.inbound.key_auth import model_refusal
 from asgi_router.inbound.mounting import route_path
 from asgi_router.inbound.screen import screen_headers
 from asgi_router.inbound.session_id import read_session_header, session_refusal
+from asgi_router.keys.virtual_key import VirtualKey
 from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import Sink
 from asgi_router.request.request_state import RequestState
@@ -183,6 +186,11 @@ class ModelRouter:
         self._pages = parts.pages
         self._lifespan = parts.lifespan
         self._callers = parts.callers
+        #: The admin API and page (``None``: no ``admin_keys``), and virtual keys' own caps.
+        self._admin = parts.admin
+        self._keys = parts.key_caps
+        #: Keeps each admitted request's spend row (``None``: no ledger).
+        self._ledger = parts.ledger
         #: The session header, when caps or a sticky group read it (its length is checked).
         self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
@@ -201,6 +209,8 @@ class ModelRouter:
             kind = scope["type"]
             if kind == "lifespan":
                 await self._lifespan(scope, receive, send)
+            elif kind == "http" and self._admin is not None and self._admin.handles(route_path(scope)):
+                await self._admin(scope, receive, send)
             elif kind == "http" and scope["method"] in ("GET", "HEAD") and self._pages.handles(route_path(scope)):
                 await self._pages(scope, receive, send)
             elif kind == "http" and scope["method"] == "POST" and route_path(scope) in self._count_tokens:
@@ -278,12 +288,18 @@ class ModelRouter:
         if isinstance(verdict, RouterError):
             return verdict
         state.principal = verdict.principal  # the attempt events carry it
+        state.admitted = True
         refused = screen_headers(state.scope)
         if refused is None and self._session_header is not None:
             refused = session_refusal(state.scope["headers"], self._session_header)
-        if refused is not None or self._callers is None:
+        if refused is not None or (self._callers is None and verdict.key is None):
             return refused
+        if verdict.key is not None:  # a virtual key: its id and groups, its own caps
+            refused = self._key_caps(state, verdict.key)
+            if refused is not None or self._callers is None:
+                return refused
         callers = self._callers
+        assert callers is not None
         ticket = callers.admit(verdict.principal, state.scope)  # served unless judged
         refusal: RouterError | None = None
         if ticket.judged:  # a cap past its limit: the decision point answers (downgrade or refuse)
@@ -294,9 +310,35 @@ class ModelRouter:
                 callers.serve(ticket, answer.cap, answer.ref)
             else:
                 refusal = callers.refuse(ticket, answer.cap, answer.table)
-        state.caller, state.caller_outcome, state.limit = ticket.caller, ticket.outcome, ticket.limit
-        state.downgrade_to = ticket.downgrade_to
+        if ticket.outcome != "served" or state.caller_outcome is None:  # the key's downgrade stays
+            state.caller_outcome, state.limit = ticket.outcome, ticket.limit
+            state.downgrade_to = ticket.downgrade_to
+        state.caller = ticket.caller
+        if ticket.session is not None:
+            state.session = ticket.session.subject[2:]  # "s:<digest>": the digest, for the ledger
         return refusal if refusal is not None else ticket
+
+    def _key_caps(self, state: RequestState, key: VirtualKey) -> RouterError | None:
+        """A virtual key's part of phase *admit*: the key named on the request, and its own caps
+        (``resilience/key_caps.py``) answered by the decision point as a caller's are."""
+        state.key_id, state.key_groups = key.id, key.groups
+        keys = self._keys
+        if keys is None or not key.capped:
+            return None
+        ticket = keys.admit(key)
+        limits = keys.limits
+        if ticket.judged:
+            answer = self._decisions.caller(ticket.judged)
+            if answer is None:
+                limits.serve(ticket)
+            elif isinstance(answer, Downgrade):
+                limits.serve(ticket, answer.cap, answer.ref)
+                state.caller_outcome, state.limit, state.downgrade_to = "downgraded", ticket.limit, ticket.downgrade_to
+            else:
+                state.caller, state.caller_outcome = key.caller, "refused"
+                return limits.refuse(ticket, answer.cap, answer.table)
+        state.key_charge = partial(limits.settle, ticket)
+        return None
 
     async def _read(self, state: RequestState) -> InboundRequest | RouterError | None:
         """Phase *read*: the body, bounded in size and time (timed by the request's one timer),
@@ -312,6 +354,8 @@ class ModelRouter:
         request = parse_request(body)
         if not isinstance(request, RouterError):
             state.stream = request.stream
+            if state.key_groups is not None:  # a virtual key that may ask only for some refs
+                return model_refusal(state.key_groups, request.payload, settings.aliases, state.anthropic) or request
         return request
 
     def _record(self, state: RequestState, started: float, ticket: CallerTicket | None) -> None:
@@ -319,13 +363,19 @@ class ModelRouter:
         of the metrics or the trace is logged, never the client's problem (the response is
         complete)."""
         if ticket is not None and (spend := state.spend) is not None and self._callers is not None:
-            # Charged to the caller (and session): one call into the ledger; never the client's
+            # Charged to the caller (and session): one call into the tallies; never the client's
             # problem. Only a served request has a spend (a refused one never reaches the answer).
             counted = spend.tokens
             try:
                 self._callers.charge(ticket, counted[0] + counted[1] if counted else 0, spend.cost_usd or 0.0)
             except Exception:
                 logger.exception("charging request %s to its caller failed", state.request_id)
+        if state.key_charge is not None and (spend := state.spend) is not None:
+            counted = spend.tokens
+            try:
+                state.key_charge(counted[0] + counted[1] if counted else 0, spend.cost_usd or 0.0)
+            except Exception:
+                logger.exception("charging request %s to its key failed", state.request_id)
         now = self._clock()
         record = state.close(now, now - started)
         self.recent.add(record)
@@ -340,3 +390,5 @@ class ModelRouter:
         if not self._lifespan.seen:  # said once, at the first request
             self._lifespan.warn_if_missing()
         self.events.publish(record)
+        if self._ledger is not None and state.admitted:
+            self._ledger.add(record)  # an append: the row is written in the background

@@ -10,7 +10,8 @@ the Python work per request of the floor and the router served by uvicorn, by pa
 function (``bench/opcodes.py``). ``python -m bench streams``
 runs only the "Open slow streams" part (RSS per open idle stream; ``--streams N``, ``--targets``,
 ``--rounds``: each round a fresh process per target; ``--baseline DIR``: another checkout
-measured beside it) and prints its table.
+measured beside it) and prints its table. ``python -m bench ledger`` prints the ledger's
+background writer's CPU per 10,000 spend rows (``bench/ledger_writer.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default="json,json-100k,sse,cache-hit", help="load scenarios to run")
     parser.add_argument(
         "--targets",
-        default="upstream,floor,router,router-metrics,router-callers,router-httpx",
+        default="upstream,floor,router,router-metrics,router-callers,router-keys,router-httpx",
         help="servers to load",
     )
     parser.add_argument("--streams", type=int, default=1000, help="open streams to hold (0: skip)")
@@ -115,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         return opcodes.main(argv[1:])
     if argv[:1] == ["streams"]:
         return _streams_only(argv[1:])
+    if argv[:1] == ["ledger"]:
+        from . import ledger_writer
+
+        return ledger_writer.main(argv[1:])
     args = _arguments(argv)
     config = _config(args)
     as_ci_root = os.geteuid() == 0 and bool(os.environ.get("CI"))

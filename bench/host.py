@@ -24,7 +24,9 @@ a skip, not the refused connection it is about.
 turns it off to see what it is worth). ``BENCH_METRICS=1`` serves Prometheus metrics on
 ``/metrics`` (target ``router-metrics``: what counting every request and attempt costs).
 ``BENCH_CALLERS=1`` caps every caller and session with caps no request reaches (what counting
-them costs, for a server measured from outside).
+them costs, for a server measured from outside). ``BENCH_KEYS=1`` sets ``admin_keys`` and a
+config key (``api_keys``) with an in-memory ledger (target ``router-keys``: the bench creates a
+virtual key through the admin API and sends it with every request, what a virtual key costs).
 """
 
 from __future__ import annotations
@@ -39,7 +41,18 @@ from starlette.routing import Route
 
 from asgi_router import ModelRouter, RouterSettings
 
-__all__ = ["app", "build", "settings_for"]
+__all__ = ["ADMIN_KEY", "CONFIG_KEY", "app", "build", "settings_for"]
+
+#: The ``keys`` variant's admin key and config key (``api_keys``).
+ADMIN_KEY = "bench-admin-key-0123456789"
+CONFIG_KEY = "bench-config-key-0123456789"
+#: Inbound auth for the ``keys`` variant: a config key beside the virtual keys, and the ledger.
+_KEYS: dict[str, Any] = {
+    "admin_keys": [ADMIN_KEY],
+    "api_keys": {"bench": CONFIG_KEY},
+    "ledger_url": "memory://",
+    "allow_unauthenticated": False,
+}
 
 
 #: Caller and session caps for the ``callers`` variant: every cap counted, none ever reached.
@@ -58,6 +71,7 @@ def settings_for(
     metrics: bool = False,
     callers: bool = False,
     sticky: bool = False,
+    keys: bool = False,
 ) -> RouterSettings:
     """The bench's router settings (see the module docstring); ``callers``: every caller capped
     (daily USD and tokens, rpm) and every session too, with caps no request reaches; ``sticky``:
@@ -88,6 +102,7 @@ def settings_for(
             "state_url": state_url,
             **({"metrics_route": "/metrics"} if metrics else {}),
             **(_CALLERS if callers else {}),
+            **(_KEYS if keys else {}),
         }
     )
 
@@ -112,5 +127,6 @@ app = build(
         os.environ.get("BENCH_STATE_URL") or None,
         os.environ.get("BENCH_METRICS", "0") == "1",
         callers=os.environ.get("BENCH_CALLERS", "0") == "1",
+        keys=os.environ.get("BENCH_KEYS", "0") == "1",
     )
 )

@@ -81,6 +81,13 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v >= 0.9,
         ),
         (
+            # A virtual key against no inbound auth: the ring's look-up and the key's admission.
+            "with a virtual key: router-keys/router req/s, c=16, non-streaming",
+            _get(lambda: json16["ratios"]["router-keys/router"]["median"]),  # type: ignore[index]
+            "≥ 0.9",
+            lambda v: v >= 0.9,
+        ),
+        (
             "added p50 over the direct upstream, c=1 (ms)",
             _get(lambda: json1["targets"]["router"]["p50_ms"] - json1["targets"]["upstream"]["p50_ms"]),  # type: ignore[index]
             "≤ 0.5",

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import statistics
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +38,15 @@ class Config:
     rounds: int = 2
     concurrency: tuple[int, ...] = (1, 16, 64)
     scenarios: tuple[str, ...] = ("json", "json-100k", "sse", "cache-hit")
-    targets: tuple[str, ...] = ("upstream", "floor", "router", "router-metrics", "router-callers", "router-httpx")
+    targets: tuple[str, ...] = (
+        "upstream",
+        "floor",
+        "router",
+        "router-metrics",
+        "router-callers",
+        "router-keys",
+        "router-httpx",
+    )
     streams: int = 1000
     demo_app: str = ""
     #: Another checkout of the project whose router runs as target ``router-baseline``.
@@ -50,26 +59,47 @@ class Setup:
 
     wrk: str
     servers: dict[str, Server]
-    scripts: dict[tuple[str, str, bool], Path] = field(default_factory=dict)
+    scripts: dict[tuple[str, str, bool, str | None], Path] = field(default_factory=dict)
+    #: The key a target's requests present (``router-keys``: a virtual key made at start).
+    keys: dict[str, str] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
 
-    def script(self, scenario: str, model: str, session: bool = False) -> Path:
+    def script(self, scenario: str, model: str, session: bool = False, api_key: str | None = None) -> Path:
         """The wrk script that POSTs ``scenario``'s body naming ``model`` (``session``: with a
-        session header, what a capped session's requests carry)."""
-        key = (scenario, model, session)
+        session header, what a capped session's requests carry; ``api_key``: presented as a
+        bearer token)."""
+        key = (scenario, model, session, api_key)
         if key not in self.scripts:
             payload: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
             if scenario == "sse":
                 payload["stream"] = True
             if scenario == "json-100k":
                 payload["messages"].insert(0, {"role": "system", "content": "x" * 100_000})
-            name = f"{scenario}-{model.replace('/', '_')}{'-session' if session else ''}"
+            name = f"{scenario}-{model.replace('/', '_')}{'-session' if session else ''}{'-keyed' if api_key else ''}"
             body = self.workdir / f"{name}.json"
             body.write_bytes(json.dumps(payload, separators=(",", ":")).encode())
             script = self.workdir / f"{name}.lua"
-            script.write_text(wrk.lua_script(body, {"x-session-id": "bench-session"} if session else None))
+            headers = {"x-session-id": "bench-session"} if session else {}
+            if api_key is not None:
+                headers["Authorization"] = f"Bearer {api_key}"
+            script.write_text(wrk.lua_script(body, headers or None))
             self.scripts[key] = script
         return self.scripts[key]
+
+
+def _virtual_key(origin: str) -> str:
+    """A virtual key made through the ``router-keys`` server's admin API: its secret."""
+    from bench.host import ADMIN_KEY
+
+    request = urllib.request.Request(
+        f"{origin}/admin/keys",
+        data=json.dumps({"caller": "bench"}).encode(),
+        headers={"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        secret: str = json.loads(response.read())["secret"]
+    return secret
 
 
 def _model_for(target: str, group: str = "bench") -> str:
@@ -105,6 +135,13 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             servers["router-callers"] = stack.enter_context(
                 Server("router-callers", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp", "BENCH_CALLERS": "1"})
             )
+        keys: dict[str, str] = {}
+        if "router-keys" in targets:  # a virtual key, made through the admin API, on every request
+            served = stack.enter_context(
+                Server("router-keys", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp", "BENCH_KEYS": "1"})
+            )
+            servers["router-keys"] = served
+            keys["router-keys"] = _virtual_key(served.origin)
         if baseline:
             servers["router-baseline"] = stack.enter_context(
                 Server("router-baseline", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"}, cwd=Path(baseline))
@@ -113,14 +150,16 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             servers["router-httpx"] = stack.enter_context(
                 Server("router-httpx", "bench.host:app", {**env, "BENCH_TRANSPORT": "httpx"})
             )
-        yield Setup(wrk_path, servers)
+        yield Setup(wrk_path, servers, keys=keys)
 
 
 def one_run(run: Setup, target: str, scenario: str, connections: int, seconds: float, group: str) -> dict[str, Any]:
     """One wrk run of ``scenario`` against ``target`` (routers asked for ``group/<group>``), with
     the proxy's CPU time per request."""
     server = run.servers[target]
-    script = run.script(scenario, _model_for(target, group), session=target == "router-callers")
+    script = run.script(
+        scenario, _model_for(target, group), session=target == "router-callers", api_key=run.keys.get(target)
+    )
     cpu_before = server.cpu_seconds()
     result = wrk.run(run.wrk, server.origin + CHAT, script, connections, seconds)
     cpu = server.cpu_seconds() - cpu_before
@@ -160,6 +199,8 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
                 pairs.append(("router-metrics", "router"))  # what the metrics cost, in the same rounds
             if "router-callers" in rounds and "router" in rounds:
                 pairs.append(("router-callers", "router"))  # what caller caps cost, likewise
+            if "router-keys" in rounds and "router" in rounds:
+                pairs.append(("router-keys", "router"))  # what a virtual key costs, likewise
             for target, base in pairs:
                 per_round = [r["rps"] / b["rps"] for r, b in zip(rounds[target], rounds[base], strict=True)]
                 cell["ratios"][f"{target}/{base}"] = {

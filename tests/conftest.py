@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -18,6 +21,7 @@ from asgi_router.testing import TEST_KEY
 from .fake_anthropic import FakeAnthropic
 from .fleet import REDIS_PASSWORD, RedisServer
 from .mock_upstream import MockUpstream
+from .postgres import PostgresServer
 from .redaction import LeakTap
 from .servers import ServersByTransport, ServerThread
 from .sleep_tally import SleepTally
@@ -133,6 +137,18 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on a free loopback port, for the ledger's tests (tests/postgres.py)."""
+    # Not under pytest's own temporary directory: it is root's alone, and the server runs as
+    # the postgres user when the tests run as root.
+    workdir = Path(tempfile.mkdtemp(prefix="asgi-router-pg-"))
+    server = PostgresServer(workdir).init()
+    yield server
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

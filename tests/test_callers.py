@@ -192,7 +192,7 @@ async def test_caller_labels_stay_bounded_under_a_thousand_authorize_principals(
     assert scrape.value("asgi_router_caller_requests_total", caller="other", outcome="served") == 1000
     assert scrape.value("asgi_router_caller_requests_total", caller="vip", outcome="served") == 1
     assert scrape.value("asgi_router_caller_tokens_total", caller="vip", kind="prompt") == 100
-    assert router._callers is not None and len(router._callers.ledger.others()) == 100  # max_callers
+    assert router._callers is not None and len(router._callers.tallies.others()) == 100  # max_callers
 
 
 def test_a_caller_table_naming_no_key_is_a_warning_at_load(
@@ -278,7 +278,7 @@ def test_the_usage_route_shows_an_unknown_session_as_zeros_and_keeps_no_tally(
 ) -> None:
     server = serve(_settings(upstream, sessions={"tokens_per_session": 1000}, usage_route="/v1/router/usage"))
     router = cast(ModelRouter, server.server.config.app)
-    ledger = router._callers.ledger  # type: ignore[union-attr]  # how many session tallies are kept
+    tallies = router._callers.tallies  # type: ignore[union-attr]  # how many session tallies are kept
     assert _ask(server, TEAM_A, **{"x-session-id": "known"}).status_code == 200
     headers = {"authorization": f"Bearer {TEAM_A}"}
     known = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": "known"}).json()
@@ -289,4 +289,4 @@ def test_the_usage_route_shows_an_unknown_session_as_zeros_and_keeps_no_tally(
     for n in range(20):
         unknown = httpx2.get(f"{server.url}/v1/router/usage", headers={**headers, "x-session-id": f"new-{n}"}).json()
         assert [(cap["cap"], cap["used"]) for cap in unknown["session"]] == [("tokens_per_session", 0)]
-    assert ledger.sessions_kept() == 1
+    assert tallies.sessions_kept() == 1

@@ -28,6 +28,7 @@ from typing import Final
 
 from asgi_router.attempts.rate_limits import MAX_RESET, RateLimits
 from asgi_router.attempts.usage import estimated, find_usage
+from asgi_router.config.ledger_settings import effective_ledger_url
 from asgi_router.config.named import named_models
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.classify import NOT_PENALISED
@@ -92,7 +93,7 @@ class Bookkeeper:
     ) -> Bookkeeper:
         """Track every model the configuration names; meter those with an rpm/tpm budget; count
         every response's tokens when the metrics are served; estimate every response's when
-        callers or sessions are capped (their caps count tokens and USD); read the rate-limit
+        callers or sessions are capped (their caps count tokens and USD) or a ledger keeps spend; read the rate-limit
         headers of the providers that honour them."""
         metered = {
             member.ref
@@ -100,8 +101,10 @@ class Bookkeeper:
             for member in settings.flat_member_settings(name)
             if member.rpm is not None or member.tpm is not None
         }
-        counted = settings.metrics_route is not None
-        capped = bool(settings.callers) or settings.sessions is not None
+        # A ledger keeps every admitted request's tokens and cost, as caps count them.
+        kept = effective_ledger_url(settings.ledger_url, settings.admin_keys) is not None
+        counted = settings.metrics_route is not None or kept
+        capped = bool(settings.callers) or settings.sessions is not None or kept
         honoured = [name for name, provider in settings.providers.items() if provider.honour_rate_limit_headers]
         return cls(
             stats,

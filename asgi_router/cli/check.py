@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from asgi_router.config.advisories import advisories
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps
 from asgi_router.config.group_settings import GroupSettings, MemberSettings
+from asgi_router.config.ledger_settings import effective_ledger_url, ledger_target
 from asgi_router.config.provider_settings import ProviderSettings
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.settings import RouterSettings
@@ -178,6 +179,14 @@ def _state(settings: RouterSettings) -> str:
     return f"shared through {mask_store_url(url)} (key prefix {settings.state_key_prefix!r})"
 
 
+def _ledger(settings: RouterSettings) -> str:
+    url = effective_ledger_url(settings.ledger_url, settings.admin_keys)
+    if url is None:
+        return "none (no ledger_url): spend is not kept, caps count in memory"
+    default = " (the default with admin_keys)" if settings.ledger_url is None else ""
+    return f"{ledger_target(url).kind} {mask_store_url(url)}{default}"
+
+
 def describe(settings: RouterSettings, path: Path, also: Collection[str] = ()) -> str:
     """The report ``check`` prints for valid ``settings`` loaded from ``path`` (``also``: the
     ``ASGI_ROUTER_...`` variables the command line reads itself, not stray ones)."""
@@ -206,6 +215,7 @@ def describe(settings: RouterSettings, path: Path, also: Collection[str] = ()) -
     lines += _callers(settings)
     lines += ["", f"inbound auth: {_auth(settings)}"]
     lines.append(f"state: {_state(settings)}")
+    lines.append(f"ledger: {_ledger(settings)}")
     lines += warnings(advisories(settings, also))
     return "\n".join(lines)
 

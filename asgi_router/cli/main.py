@@ -5,7 +5,8 @@ environment variables), so what ``check`` accepts is what ``serve`` and a host a
 refusal is printed with the file's name and the key, one line per key, and the command exits 1
 (2 for a command line that does not parse). ``explain`` and ``replay`` serve nobody, so a
 configuration whose inbound keys come from the environment at deployment time (unset here) is
-taken as it is for them; ``check`` and ``serve`` insist, as the router will.
+taken as it is for them (and for ``spend``, which reads the ledger directly); ``check`` and
+``serve`` insist, as the router will.
 
 An ``authorize = "package.module:function"`` is imported from the working directory, as uvicorn
 imports an app.
@@ -102,6 +103,19 @@ def _replay(args: argparse.Namespace) -> int:
     return replay(settings, args.config, records, args.show, args.progress, args.fail_on_change)
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from asgi_router.cli.keys import run_keys
+
+    return run_keys(load_config(args.config, serving=False), args.action, args)
+
+
+def _spend(args: argparse.Namespace) -> int:
+    from asgi_router.cli.spend_table import spend
+
+    settings = load_config(args.config, serving=False)
+    return spend(settings, args.by, args.since, args.until, args.csv, sys.stdout)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asgi-router", description="Check, serve, explain and replay an asgi_router configuration."
@@ -151,6 +165,23 @@ def _parser() -> argparse.ArgumentParser:
         help="a progress bar on stderr (default: for files over 1 MiB when stderr is a terminal)",
     )
     replay.add_argument("--fail-on-change", action="store_true", help="exit 1 when any request routes differently")
+    from asgi_router.cli.keys import ACTIONS, add_arguments
+
+    keys = commands.add_parser("keys", help="issue, list and revoke virtual keys in the ledger (no server needed)")
+    keys.add_argument("action", choices=ACTIONS)
+    keys.add_argument("config", type=Path, help="the router's TOML configuration")
+    keys.set_defaults(run=_keys)
+    add_arguments(keys)
+
+    spend = command("spend", _spend, "spend kept in the ledger, grouped by key, caller, model or day")
+    spend.add_argument(
+        "--by", choices=["key", "caller", "model", "day"], default="caller", help="group by (default caller)"
+    )
+    spend.add_argument(
+        "--since", default="7d", help="from: YYYY-MM-DD, an RFC 3339 time, or a span back like 7d, 12h (default 7d)"
+    )
+    spend.add_argument("--until", help="to (excluded), in the same forms (default: now)")
+    spend.add_argument("--csv", action="store_true", help="CSV instead of a table")
     return parser
 
 

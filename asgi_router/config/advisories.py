@@ -5,8 +5,9 @@ Some settings are accepted because they are right in some deployments: a provide
 deployments have keys for. Others are accepted because they were once the way to do something:
 an OpenAI-kind provider sending Anthropic's ``x-api-key`` and ``anthropic-version`` headers was
 how Anthropic was reached before providers had a ``kind``; such a provider now answers every
-Messages-route request with ``protocol_mismatch``. Neither is an error, both deserve a warning:
-the router logs each at start-up, ``check`` prints them and ``check --strict`` fails on them.
+Messages-route request with ``protocol_mismatch``. Caps without a ledger count in memory and
+reset on restart. None is an error, each deserves a warning: the router logs each at start-up,
+``check`` prints them and ``check --strict`` fails on them.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
+from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.core.route_paths import RouteKind, route_kind
 
 __all__ = [
     "advisories",
+    "caps_without_ledger",
     "downgrade_mismatches",
     "kind_mismatches",
     "stray_environment",
@@ -158,5 +161,17 @@ def advisories(settings: RouterSettings, also: Collection[str] = ()) -> list[str
     """Every warning a valid ``settings`` deserves, in the order ``check`` prints them (``also``:
     ``ASGI_ROUTER_...`` variables a command reads besides the settings)."""
     return (
-        unset_keys(settings) + kind_mismatches(settings) + downgrade_mismatches(settings) + stray_environment(also=also)
+        unset_keys(settings)
+        + kind_mismatches(settings)
+        + downgrade_mismatches(settings)
+        + caps_without_ledger(settings)
+        + stray_environment(also=also)
     )
+
+
+def caps_without_ledger(settings: RouterSettings) -> list[str]:
+    """Caps whose tallies no ledger keeps: they reset when the router restarts."""
+    capped = bool(settings.callers) or settings.sessions is not None
+    if capped and effective_ledger_url(settings.ledger_url, settings.admin_keys) is None:
+        return [CAPS_WITHOUT_LEDGER]
+    return []

@@ -69,29 +69,33 @@ def split_api_keys(value: Any) -> Any:
     return [key.strip() for key in text.split(",") if key.strip()]
 
 
-def check_api_keys(value: ApiKeys | None) -> ApiKeys | None:
-    """Refuse an empty list, a bad principal name, a short, non-ASCII or repeated key."""
+def check_api_keys(value: ApiKeys | None, field: str = "api_keys") -> ApiKeys | None:
+    """Refuse an empty list, a bad principal name, a short, non-ASCII or repeated key (``field``:
+    the setting's name in the refusal: ``admin_keys`` are checked alike)."""
     if value is None:
         return None
     if not value:
-        raise ValueError("api_keys is empty; list at least one key, or leave it out")
+        raise ValueError(f"{field} is empty; list at least one key, or leave it out")
     keys = list(value.values()) if isinstance(value, dict) else value
     for name in value if isinstance(value, dict) else ():
         if not is_valid_name(name):
-            raise ValueError(f"api_keys.{name}: names are letters, digits, '_', '.', '-'")
+            raise ValueError(f"{field}.{name}: names are letters, digits, '_', '.', '-'")
     for index, key in enumerate(keys):
         secret = key.get_secret_value()
         if len(secret) < MIN_INBOUND_KEY_LENGTH:
-            raise ValueError(f"api_keys[{index}] is shorter than {MIN_INBOUND_KEY_LENGTH} characters")
+            raise ValueError(f"{field}[{index}] is shorter than {MIN_INBOUND_KEY_LENGTH} characters")
         if any(not (33 <= ord(ch) < 127) for ch in secret):
-            raise ValueError(f"api_keys[{index}] must be printable ASCII without spaces (it travels in a header)")
+            raise ValueError(f"{field}[{index}] must be printable ASCII without spaces (it travels in a header)")
     if len({key.get_secret_value() for key in keys}) != len(keys):
-        raise ValueError("api_keys lists the same key twice")
+        raise ValueError(f"{field} lists the same key twice")
     return value
 
 
-def check_inbound_auth(*, authorize: bool, api_keys: bool, allow_unauthenticated: bool) -> None:
-    """Refuse settings that chose inbound auth not exactly once (each flag: that choice is set)."""
+def check_inbound_auth(
+    *, authorize: bool, api_keys: bool, allow_unauthenticated: bool, virtual_keys: bool = False
+) -> None:
+    """Refuse settings that chose inbound auth not exactly once (each flag: that choice is set);
+    with ``virtual_keys`` (``admin_keys`` set: keys issued at runtime), none chosen is enough."""
     chosen = [
         name
         for name, on in (
@@ -102,6 +106,8 @@ def check_inbound_auth(*, authorize: bool, api_keys: bool, allow_unauthenticated
         if on
     ]
     if not chosen:
+        if virtual_keys:
+            return
         raise ValueError(NO_INBOUND_AUTH)
     if chosen == ["api_keys", "allow_unauthenticated=True"]:
         raise ValueError("allow_unauthenticated=True contradicts api_keys; choose one")

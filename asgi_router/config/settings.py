@@ -44,6 +44,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from asgi_router.config import loading
+from asgi_router.config.admin_settings import DEFAULT_ADMIN_ROUTE, check_admin_route
 from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
 from asgi_router.config.cache_settings import DEFAULT_CACHE_MAX_BYTES
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
@@ -51,6 +52,7 @@ from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
 from asgi_router.config.cross_checks import Problem, reference_problems, refusal
 from asgi_router.config.group_settings import GroupSettings, MemberSettings, flatten_groups
+from asgi_router.config.ledger_settings import check_admin_keys_apart, check_ledger_url
 from asgi_router.config.pages_settings import check_page_route, check_pages
 from asgi_router.config.provider_settings import PoolSettings, ProviderSettings
 from asgi_router.config.resilience_settings import (
@@ -276,6 +278,38 @@ class RouterSettings(BaseSettings):
         "only (a warning at start-up).",
     )
 
+    # The ledger (``config/ledger_settings.py``): keys and spend that outlast the process.
+    ledger_url: SecretStr | None = Field(
+        default=None,
+        description="Where spend rows and virtual keys last: `sqlite:///path/file.db` (one host; its workers share "
+        "the file), `postgresql://user:password@host:5432/db` (a fleet; needs the `postgres` extra) or `memory://` "
+        "(nothing lasts). Unset: no ledger, unless `admin_keys` is set (then `sqlite:///asgi_router.sqlite3` in "
+        "the working directory). A secret: shown masked.",
+    )
+    ledger_buffer: PositiveInt = Field(
+        default=100_000,
+        description="Spend rows kept in memory while the ledger's database is unreachable; past it rows are "
+        "dropped and counted (the requests still succeed).",
+    )
+    ledger_flush_interval: PositiveFloat = Field(
+        default=1.0,
+        description="Seconds between the background writes of spend rows: a crash loses at most this much.",
+    )
+    ledger_retention_days: PositiveInt | None = Field(
+        default=None,
+        description="Days spend rows are kept; older rows are pruned in the background. Unset: kept for ever.",
+    )
+    admin_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
+        default=None,
+        description="Keys that open the admin routes (`admin_route`), each at least 16 printable ASCII characters; "
+        "never the same string as an `api_keys` key. In the environment: comma-separated, or JSON.",
+    )
+    admin_route: str = Field(
+        default=DEFAULT_ADMIN_ROUTE,
+        description="Where the admin API and page answer (`{admin_route}/keys`, `{admin_route}/spend`, the page at "
+        "`{admin_route}/`), only when `admin_keys` is set; opened by admin keys alone.",
+    )
+
     _flat: dict[str, tuple[MemberSettings, ...]] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -311,6 +345,22 @@ class RouterSettings(BaseSettings):
     ) -> list[SecretStr] | dict[str, SecretStr] | None:
         return check_api_keys(value)
 
+    @field_validator("admin_keys", mode="before")
+    @classmethod
+    def _split_admin_keys(cls, value: Any) -> Any:
+        return split_api_keys(value)
+
+    @field_validator("admin_keys")
+    @classmethod
+    def _check_admin_keys(cls, value: list[SecretStr] | None) -> list[SecretStr] | None:
+        checked = check_api_keys(value, "admin_keys")
+        return checked if isinstance(checked, list) or checked is None else None
+
+    @field_validator("ledger_url")
+    @classmethod
+    def _check_ledger_url(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_ledger_url(value)
+
     @field_validator("state_url")
     @classmethod
     def _check_state_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -320,6 +370,11 @@ class RouterSettings(BaseSettings):
     @classmethod
     def _check_state_key_prefix(cls, value: str) -> str:
         return check_key_prefix(value)
+
+    @field_validator("admin_route")
+    @classmethod
+    def _check_admin_route(cls, value: str) -> str:
+        return check_admin_route(value)
 
     @field_validator("routes")
     @classmethod
@@ -381,6 +436,10 @@ class RouterSettings(BaseSettings):
                 check_callers(self.callers, self.sessions, named_keys, self.aliases, self.providers, self.groups)
             except ValueError as exc:
                 problems.append(Problem((), str(exc)))
+        try:
+            check_admin_keys_apart(self.admin_keys, self.api_keys)
+        except ValueError as exc:
+            problems.append(Problem((), str(exc)))
         # Refused rather than ignored: an operator who set the cap expects it to hold.
         if self.transport == "aiohttp" and self.pool.max_keepalive_connections is not None:
             problems.append(Problem((), _AIOHTTP_IDLE_CAP))
@@ -389,6 +448,7 @@ class RouterSettings(BaseSettings):
                 authorize=self.authorize is not None,
                 api_keys=self.api_keys is not None,
                 allow_unauthenticated=self.allow_unauthenticated,
+                virtual_keys=self.admin_keys is not None,
             )
         except ValueError as exc:
             chosen = tuple(name for name in _AUTH_CHOICES if name in self.model_fields_set)

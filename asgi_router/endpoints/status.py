@@ -9,7 +9,8 @@ then, when a group has a ``queue`` or ``sticky`` or a provider's rate-limit head
 over budget, a Capacity table (each queue's depth and how its latest waits ended, each sticky
 group's affinities held and how its requests stuck, each member over its provider's stated limit
 and when that resets);
-then the most recent requests with each attempt. The data is read on demand from the
+then the most recent requests with each attempt; in the header, the ledger (its kind, its URL
+masked, how far its writes lag) when there is one. The data is read on demand from the
 router's state (``resilience/overview.py``) and its ring of recent requests; nothing is kept for
 the page between loads.
 
@@ -188,8 +189,11 @@ class StatusEndpoint:
         callers: CallerLimits | None = None,
         capacity: Capacity | None = None,
         rate_limits: RateLimits | None = None,
+        ledger: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self._callers = callers
+        #: The ledger's kind, masked URL, lag and row counts (``None``: no ledger).
+        self._ledger = ledger
         #: Sticky groups and queues (``None``: no group has either), providers' stated limits.
         self._capacity = capacity
         self._rate_limits = rate_limits
@@ -244,6 +248,7 @@ class StatusEndpoint:
             ],
             "callers": self._callers.rows(CALLERS_SHOWN) if self._callers is not None else None,
             "capacity": _capacity(self._capacity, self._rate_limits),
+            "ledger": self._ledger() if self._ledger is not None else None,
             "recent": [_request(record) for record in recent],
             "refused": {
                 "total": sum(by_status.values()),

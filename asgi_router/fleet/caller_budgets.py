@@ -40,8 +40,10 @@ import hashlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
+
+import anyio
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.resilience.caller_tally import (
@@ -51,7 +53,7 @@ from asgi_router.resilience.caller_tally import (
     UNDER,
     WINDOW,
     Account,
-    CallerLedger,
+    CallerTallies,
     Cap,
     Table,
     Tally,
@@ -62,7 +64,19 @@ if TYPE_CHECKING:  # redis-py is imported only when state_url names a store
 
     from asgi_router.fleet.link import Link
 
-__all__ = ["AHEAD", "CALLER_LEASE", "SLICE", "CallerLeases", "SharedCallerLedger", "caller_ledger_for"]
+__all__ = [
+    "AHEAD",
+    "CALLER_LEASE",
+    "SEED_WAIT",
+    "SLICE",
+    "CallerLeases",
+    "SharedCallerTallies",
+    "caller_tallies_for",
+]
+
+#: Seconds the ledger's seeding of an empty store waits for the store's connection at start.
+SEED_WAIT: Final = 10.0
+_SEED_POLL: Final = 0.05
 
 #: The share of a cap leased at a time.
 SLICE: Final = 0.02
@@ -254,8 +268,8 @@ class CallerLeases:
             held.asking = False
 
 
-class SharedCallerLedger(CallerLedger):
-    """A :class:`CallerLedger` whose answers are the fleet's (see the module docstring)."""
+class SharedCallerTallies(CallerTallies):
+    """A :class:`CallerTallies` whose answers are the fleet's (see the module docstring)."""
 
     shared = True
 
@@ -271,6 +285,8 @@ class SharedCallerLedger(CallerLedger):
         super().__init__(max_tallies, clock, wall)
         self._leases = CallerLeases(link, prefix, 2 * max_tallies, clock)
         self._session_ttl = session_ttl
+        self._link = link
+        self._prefix = prefix
         #: Each (subject, cap, day)'s key and ttl, computed once.
         self._keys: dict[tuple[str, str, int], tuple[str, float]] = {}
         self._max_keys = 4 * max_tallies
@@ -335,11 +351,33 @@ class SharedCallerLedger(CallerLedger):
             if cap.kind != "rpm":
                 self._leases.spend(self._key(subject, cap)[0], usd if cap.kind.startswith("usd") else tokens)
 
+    async def seed_store(self, used: Sequence[tuple[str, Cap, float]]) -> None:
+        """The ledger seeds an empty store: each daily or session cap's count is set to what the
+        ledger says was used, only where the store has no count yet (the fleet's own count wins).
+        Waits a little for the store's connection at start; a store that stays away is not seeded
+        (every process then enforces the caps on its own tallies, which the ledger seeded)."""
+        for _ in range(int(SEED_WAIT / _SEED_POLL)):  # the link says when it is up, not by an event
+            if self._link.up:
+                break
+            await anyio.sleep(_SEED_POLL)
+        keyed = [(self._key(subject, cap), amount) for subject, cap, amount in used if amount > 0]
+        if not keyed or not self._link.up:
+            return
+        prefix = self._prefix
 
-def caller_ledger_for(settings: RouterSettings, state: object, clock: Callable[[], float]) -> CallerLedger:
-    """The fleet's ledger when ``state`` is shared through a store, else this process's own."""
+        async def write(client: Redis) -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                for (key, ttl), amount in keyed:
+                    pipe.set(f"{prefix}:cap:{key}", f"{amount:.17g}", nx=True, ex=max(1, math.ceil(ttl)))
+                await pipe.execute()
+
+        await self._link.call(write)
+
+
+def caller_tallies_for(settings: RouterSettings, state: object, clock: Callable[[], float]) -> CallerTallies:
+    """The fleet's tallies when ``state`` is shared through a store, else this process's own."""
     link = getattr(state, "link", None)
     if getattr(state, "shared", False) is not True or link is None:
-        return CallerLedger(settings.max_callers, clock)
+        return CallerTallies(settings.max_callers, clock)
     ttl = settings.sessions.ttl if settings.sessions is not None else float(DAY)
-    return SharedCallerLedger(link, settings.state_key_prefix, settings.max_callers, ttl, clock)
+    return SharedCallerTallies(link, settings.state_key_prefix, settings.max_callers, ttl, clock)

@@ -46,8 +46,9 @@ from asgi_router.config.auth_settings import NO_INBOUND_AUTH, Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.keys.virtual_key import VirtualKey
 
-__all__ = ["Admitted", "Forbidden", "Guard", "Verdict", "build_guard", "presented_key"]
+__all__ = ["Admitted", "Forbidden", "Guard", "Verdict", "build_guard", "chose_inbound_auth", "presented_key"]
 
 _FORBIDDEN: Final = "these credentials are not allowed to use this endpoint"
 
@@ -71,6 +72,8 @@ class Admitted:
     """A request inbound auth let through, and who it belongs to."""
 
     principal: object = None
+    #: The virtual key it presented (``None``: a configured key, ``authorize=`` or no auth).
+    key: VirtualKey | None = None
 
 
 Verdict = Admitted | RouterError
@@ -221,6 +224,12 @@ class _Callable(_Guard):
             # Not a principal the host app knows: 401 whether credentials came or not.
             return _INVALID if _has_credentials(scope["headers"]) else _NO_CREDENTIALS
         return Admitted(None if verdict is True else verdict)
+
+
+def chose_inbound_auth(settings: RouterSettings) -> bool:
+    """Whether the settings chose ``authorize``, ``api_keys`` or ``allow_unauthenticated`` (with
+    ``admin_keys``, virtual keys may be the inbound auth alone)."""
+    return settings.authorize is not None or settings.api_keys is not None or settings.allow_unauthenticated
 
 
 def build_guard(settings: RouterSettings) -> Guard:

@@ -188,6 +188,11 @@ class RequestRecord:
     cache_write_tokens: int = 0
     #: A cached group's request: what its response cache made of it (``None``: no cache asked).
     cache: CacheOutcome | None = None
+    #: The virtual key that admitted the request (its id; ``None``: not a virtual key).
+    key_id: str | None = None
+    #: The request's session as caps count it: the digest of its caller and id, never the id
+    #: (``None``: sessions are not capped, or it named none).
+    session: str | None = None
 
 
 def _attempt_text(event: AttemptEvent) -> str:

@@ -29,6 +29,9 @@ contract (dashboards and alerts are built on them)::
     asgi_router_cache_requests_total{group, outcome}    hit | semantic_hit | miss | bypass (cached groups)
     asgi_router_cache_saved_usd_total{group}            what answers served from the cache first cost
     asgi_router_cache_bytes                             gauge: the response cache's entries
+    asgi_router_ledger_rows_total{outcome}              spend rows: written | dropped (with a ledger)
+    asgi_router_ledger_buffered_rows                    gauge: spend rows waiting to be written
+    asgi_router_ledger_lag_seconds                      gauge: age of the oldest unwritten row (0: none)
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
 sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
@@ -111,6 +114,12 @@ _DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's ful
 _STICKY = ("asgi_router_sticky", "Sticky groups' requests with a key: hit, miss or moved.")
 _QUEUE_DEPTH = ("asgi_router_queue_depth", "Requests waiting for capacity, by group (this process).")
 _QUEUE_WAIT = ("asgi_router_queue_wait_seconds", "Seconds requests waited for capacity, by group and outcome.")
+_LEDGER_ROWS = ("asgi_router_ledger_rows", "Spend rows of the ledger: written, or dropped (its buffer full).")
+_LEDGER_BUFFERED = ("asgi_router_ledger_buffered_rows", "Spend rows waiting in memory to be written to the ledger.")
+_LEDGER_LAG = ("asgi_router_ledger_lag_seconds", "Age of the oldest spend row not yet written (0 when none).")
+
+#: The ledger's figures for a scrape: rows written, rows dropped, rows waiting, lag in seconds.
+LedgerReadings = tuple[int, int, int, float]
 
 
 def multiprocess_dir() -> str | None:
@@ -171,6 +180,8 @@ class RouterMetrics:
         self.queue_depths: Callable[[], Sequence[tuple[str, int]]] = tuple
         #: The response cache's counts, once the router has a cache (``cache_bytes`` set).
         self.cache: CacheCounts | None = None
+        #: The ledger's figures (``None``: no ledger).
+        self.ledger_readings: Callable[[], LedgerReadings] | None = None
         #: Requests, tokens and cost per caller, when caps are configured.
         self.callers = CallerCounts(callers) if callers is not None else None
         #: What requests added (since the last flush, in multiprocess mode).
@@ -179,6 +190,7 @@ class RouterMetrics:
         if self.multiprocess:
             self._files = _Files()
             self._dropped_seen = 0
+            self._ledger_seen = (0, 0)
         else:
             self.registry = CollectorRegistry(auto_describe=True)
             self.registry.register(self)
@@ -246,8 +258,16 @@ class RouterMetrics:
                 queue_depth,
                 _histogram(*_QUEUE_WAIT, ["group", "outcome"], tally.queued.items()),
                 *(self.cache.families() if self.cache is not None else ()),
+                *self._ledger_families(),
             ]
         )
+
+    def _ledger_families(self) -> list[Metric]:
+        if self.ledger_readings is None:
+            return []
+        written, dropped, buffered, lag = self.ledger_readings()
+        rows = self._counter(_LEDGER_ROWS, ["outcome"], [(("written",), written), (("dropped",), dropped)])
+        return [rows, GaugeMetricFamily(*_LEDGER_BUFFERED, value=buffered), GaugeMetricFamily(*_LEDGER_LAG, value=lag)]
 
     @staticmethod
     def _counter(
@@ -306,6 +326,14 @@ class RouterMetrics:
             self.callers.flush()
         if self.cache is not None:
             self.cache.flush()
+        if self.ledger_readings is not None:
+            written, dropped, buffered, lag = self.ledger_readings()
+            ledger = files.ledger = files.ledger or _LedgerFiles()
+            ledger.rows.labels("written").inc(written - self._ledger_seen[0])
+            ledger.rows.labels("dropped").inc(dropped - self._ledger_seen[1])
+            self._ledger_seen = (written, dropped)
+            ledger.buffered.set(buffered)
+            ledger.lag.set(lag)
         if readings.dropped > self._dropped_seen:
             files.events_dropped.inc(readings.dropped - self._dropped_seen)
             self._dropped_seen = readings.dropped
@@ -377,3 +405,14 @@ class _Files:
         self.sticky = Counter(*_STICKY, ["group", "outcome"], registry=None)
         self.queue_depth = Gauge(*_QUEUE_DEPTH, ["group"], registry=None, multiprocess_mode="livesum")
         self.queue_wait = Histogram(*_QUEUE_WAIT, ["group", "outcome"], buckets=QUEUE_WAIT_BUCKETS, registry=None)
+        #: Made for a router with a ledger only (an unlabelled gauge shows once it exists).
+        self.ledger: _LedgerFiles | None = None
+
+
+class _LedgerFiles:
+    """The ledger's metrics in multiprocess mode."""
+
+    def __init__(self) -> None:
+        self.rows = Counter(*_LEDGER_ROWS, ["outcome"], registry=None)
+        self.buffered = Gauge(*_LEDGER_BUFFERED, registry=None, multiprocess_mode="livesum")
+        self.lag = Gauge(*_LEDGER_LAG, registry=None, multiprocess_mode="livemax")

@@ -83,7 +83,8 @@ _CREDENTIAL_HEADER: Final = re.compile(r"key|token|secret|auth|password|credenti
 
 def secrets_of(settings: RouterSettings) -> list[str]:
     """Every key ``settings`` configures: the providers' (resolved from the environment too),
-    the inbound ``api_keys`` and the shared state's Redis password."""
+    the inbound ``api_keys`` and ``admin_keys``, the shared state's Redis password and the
+    ledger's database password."""
     found = [key.get_secret_value() for provider in settings.providers.values() if (key := provider.key())]
     # Static provider headers that carry credentials (Azure's ``api-key``, a gateway token, ...).
     found += [
@@ -99,4 +100,8 @@ def secrets_of(settings: RouterSettings) -> list[str]:
     # URL masked; this catches any other path).
     if settings.state_url is not None:
         found += [text for text in store_url_secrets(settings.state_url.get_secret_value()) if len(text) > 4]
+    if settings.ledger_url is not None:
+        found += [text for text in store_url_secrets(settings.ledger_url.get_secret_value()) if len(text) > 4]
+    if settings.admin_keys is not None:
+        found += [key.get_secret_value() for key in settings.admin_keys]
     return found

@@ -17,6 +17,7 @@ leaves (:class:`~asgi_router.inbound.disconnect.ListeningScope`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
@@ -50,6 +51,7 @@ class RequestState:
     """One request from arrival to its record: what it is, what happened so far, what it came to."""
 
     __slots__ = (
+        "admitted",
         "anthropic",
         "bytes_relayed",
         "cache",
@@ -64,6 +66,9 @@ class RequestState:
         "finished",
         "hedge",
         "in_flight",
+        "key_charge",
+        "key_groups",
+        "key_id",
         "last_sent",
         "limit",
         "path",
@@ -78,6 +83,7 @@ class RequestState:
         "rule",
         "scope",
         "send",
+        "session",
         "spend",
         "started_at",
         "status",
@@ -110,6 +116,17 @@ class RequestState:
         self.started_at = started_at
         #: Who inbound auth admitted (the attempt events carry it).
         self.principal: object = None
+        #: Inbound auth admitted it (its spend is kept in the ledger, if there is one).
+        self.admitted = False
+        #: The virtual key that admitted it (its id), when one did, and the refs that key may
+        #: ask for (``None``: every ref).
+        self.key_id: str | None = None
+        self.key_groups: tuple[str, ...] | None = None
+        #: Charges what the request used to the key's own caps, once known (``None``: the key
+        #: has none, or no key).
+        self.key_charge: Callable[[int, float], None] | None = None
+        #: The digest of its session, when sessions are capped and it names one.
+        self.session: str | None = None
         #: The ``model`` asked for, once it is safe to log (``-`` until then).
         self.ref = "-"
         self.stream = False
@@ -257,4 +274,6 @@ class RequestState:
             tokens.cache_read if tokens is not None else 0,  # cached_prompt_tokens
             tokens.cache_write if tokens is not None else 0,  # cache_write_tokens
             self.cache,
+            self.key_id,
+            self.session,
         )

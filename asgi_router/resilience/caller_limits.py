@@ -7,7 +7,7 @@ and does the bookkeeping; the answer itself is the decision point's
 when a cap stands past its limit:
 
 1. :meth:`CallerLimits.admit`: the request's :class:`CallerTicket`. The usual request, every cap
-   far, is counted as served in one call into the ledger, on the ticket its caller's (and
+   far, is counted as served in one call into the tallies, on the ticket its caller's (and
    session's) earlier requests share: with no cap past its limit the decision point's answer is
    serve, and nothing is asked. Otherwise the request gets a ticket of its own
    (:meth:`CallerLimits.judge`) with each cap of the caller's table, then of its session's, that
@@ -20,16 +20,16 @@ when a cap stands past its limit:
    SDKs' quick retries would only meet the cap again).
 
 Spend is known only after the answer (the upstream's usage, else the estimate), so a request
-that starts under a cap finishes, and :attr:`CallerLimits.charge` (one call into the ledger)
+that starts under a cap finishes, and :attr:`CallerLimits.charge` (one call into the tallies)
 counts what it used. The numbers live in a
-:class:`~asgi_router.resilience.caller_tally.CallerLedger` (this process's, or the fleet's, which
+:class:`~asgi_router.resilience.caller_tally.CallerTallies` (this process's, or the fleet's, which
 judges every request on its slices).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Literal
 
 from starlette.types import Scope
 
@@ -37,7 +37,8 @@ from asgi_router.config.caller_settings import ANY_CALLER, CALLER_NAME, CallerCa
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
 from asgi_router.inbound.session_id import session_digest, session_value
-from asgi_router.resilience.caller_tally import Account, CallerLedger, Cap, CapKind, Table, Tally
+from asgi_router.ledger.start_tallies import StartTallies
+from asgi_router.resilience.caller_tally import Account, CallerTallies, Cap, CapKind, Table, Tally
 
 __all__ = [
     "ANONYMOUS",
@@ -124,10 +125,10 @@ class CallerTicket(Account):
 
 
 class CallerLimits:
-    """The caps of one router's settings over one ledger; asked once per request."""
+    """The caps of one router's settings over one set of tallies; asked once per request."""
 
-    def __init__(self, settings: RouterSettings, ledger: CallerLedger) -> None:
-        self.ledger = ledger
+    def __init__(self, settings: RouterSettings, tallies: CallerTallies) -> None:
+        self.tallies = tallies
         self._named = {name: table_of(caps) for name, caps in settings.callers.items() if name != ANY_CALLER}
         caps_any = settings.callers.get(ANY_CALLER)
         self._any = table_of(caps_any) if caps_any is not None else None
@@ -135,12 +136,12 @@ class CallerLimits:
         self._session_ttl = (self._sessions.ttl if self._sessions is not None else None) or 0.0
         self._header = settings.session_header.encode("latin-1")
         #: What an admitted request used, once known, charged to its ticket's tallies (the
-        #: caller's and the session's): the ledger's one call on the request's path.
-        self.charge: Callable[[Account, int, float], None] = ledger.settle
+        #: caller's and the session's): the tallies' one call on the request's path.
+        self.charge: Callable[[Account, int, float], None] = tallies.settle
         #: The tickets requests served as asked share, by caller and session (:meth:`admit`).
         self._tickets: dict[tuple[str, str | None], CallerTicket] = {}
         self._most_tickets = 2 * settings.max_callers + len(self._named) + 1
-        ledger.forget.append(self._tickets.clear)  # a ticket holds only the ledger's current tallies
+        tallies.forget.append(self._tickets.clear)  # a ticket holds only the tallies' current tallies
 
     @property
     def names(self) -> frozenset[str]:
@@ -162,7 +163,7 @@ class CallerLimits:
         """The request's ticket, and when nothing is near a cap, the request counted as served.
 
         The usual request: its caller's (and session's) ticket, made by an earlier request and
-        shared, is handed to the ledger in one call (:meth:`CallerLedger.admit`), which counts it
+        shared, is handed to the tallies in one call (:meth:`CallerTallies.admit`), which counts it
         as served while every cap is far. Otherwise (a first request, a tally near a cap, a fleet)
         the request gets a ticket of its own, judged cap by cap (:meth:`judge`): with nothing past
         a limit it is served at once; else ``ticket.judged`` holds the caps past their limits, for
@@ -171,7 +172,7 @@ class CallerLimits:
         name = ANONYMOUS if principal is None else principal if type(principal) is str else str(principal)
         session = self.session_of(name, scope) if self._sessions is not None else None
         ticket = self._tickets.get((name, session))
-        if ticket is not None and self.ledger.admit(ticket):
+        if ticket is not None and self.tallies.admit(ticket):
             return ticket
         ticket = self._judge(name, session)
         if not ticket.judged:
@@ -189,27 +190,74 @@ class CallerLimits:
         return self._judge(name, self.session_of(name, scope))
 
     def _judge(self, name: str, session: str | None) -> CallerTicket:
-        ledger = self.ledger
+        tallies = self.tallies
         table = self._named.get(name)
         if table is not None:
-            ticket = CallerTicket(name, name, ledger.caller(name, True), table)
+            ticket = CallerTicket(name, name, tallies.caller(name, True), table)
         elif (table := self._any) is not None:
-            ticket = CallerTicket(name, OTHER, ledger.caller(name, False), table)
+            ticket = CallerTicket(name, OTHER, tallies.caller(name, False), table)
         else:
             ticket = CallerTicket(name, OTHER)
         tally = ticket.tally
         if tally is not None and table is not None:
-            level, cap = ledger.judge(tally.subject, tally, table)
+            level, cap = tallies.judge(tally.subject, tally, table)
             if cap is not None:
                 ticket.judged = ((cap, level, table),)
         sessions = self._sessions
         if sessions is not None and session is not None:
-            found = ledger.session(session, self._session_ttl)
+            found = tallies.session(session, self._session_ttl)
             ticket.with_session(found, sessions)
-            level, cap = ledger.judge(found.subject, found, sessions)
+            level, cap = tallies.judge(found.subject, found, sessions)
             if cap is not None:
                 ticket.judged += ((cap, level, sessions),)
         return ticket
+
+    def seed(self, found: StartTallies) -> Coroutine[Any, Any, None] | None:
+        """Count what the ledger says was used before this process started (a restart changes no
+        cap): today's spend of each capped caller, its requests of the last minute, and each
+        session still alive. Wall times become this process's monotonic ones. A fleet's tallies
+        live in its store: the work that seeds an empty store is returned, to run in the
+        background (the store's own counts win)."""
+        tallies = self.tallies
+        now = tallies.clock()
+
+        def tally_of(name: str) -> tuple[Tally, Table] | None:
+            named = self._named.get(name)
+            table = named if named is not None else self._any
+            return None if table is None else (tallies.caller(name, named is not None), table)
+
+        for name, (usd, tokens) in found.today.items():
+            kept = tally_of(name)
+            if kept is not None and kept[1].daily:
+                kept[0].usd += usd
+                kept[0].tokens += tokens
+        for name, finished in found.recent.items():
+            kept = tally_of(name)
+            if kept is not None and kept[1].rpm is not None:
+                kept[0].starts.extend(now - (found.now - at) for at in finished)
+        if self._sessions is not None:
+            for digest, (usd, tokens, seen) in found.sessions.items():
+                session = tallies.session(digest, self._session_ttl)
+                session.usd += usd
+                session.tokens += tokens
+                session.seen = now - (found.now - seen)
+        self._tickets.clear()
+        return tallies.seed_store(self._store_seeds(found)) if tallies.shared else None
+
+    def _store_seeds(self, found: StartTallies) -> list[tuple[str, Cap, float]]:
+        """What the ledger says each capped caller used today and each live session used, per
+        cap that counts it (``rpm``'s minute is left to the store)."""
+        seeds: list[tuple[str, Cap, float]] = []
+        for name, (usd, tokens) in found.today.items():
+            table = self._named.get(name, self._any)
+            for cap in table.caps if table is not None else ():
+                if cap.kind in ("usd_per_day", "tokens_per_day"):
+                    seeds.append(("c:" + name, cap, usd if cap.kind == "usd_per_day" else float(tokens)))
+        for digest, (usd, tokens, _) in found.sessions.items() if self._sessions is not None else ():
+            for cap in self._sessions.caps if self._sessions is not None else ():
+                if cap.kind in ("usd_per_session", "tokens_per_session"):
+                    seeds.append(("s:" + digest, cap, usd if cap.kind == "usd_per_session" else float(tokens)))
+        return seeds
 
     def serve(self, ticket: CallerTicket, cap: Cap | None = None, ref: str | None = None) -> None:
         """The request is served: as asked, or (``ref``) from the downgrade ``cap`` past its
@@ -217,7 +265,7 @@ class CallerLimits:
         if ref is not None and cap is not None:
             ticket.outcome, ticket.limit, ticket.downgrade_to = "downgraded", cap.kind, ref
         tally, table = ticket.tally, ticket.table
-        self.ledger.started(
+        self.tallies.started(
             tally.subject if tally is not None else "", tally, table.rpm if table is not None else None, ticket.session
         )
 
@@ -232,7 +280,7 @@ class CallerLimits:
         on_session = cap.kind in ("usd_per_session", "tokens_per_session")
         tally = ticket.session if on_session else ticket.tally
         assert tally is not None
-        resets = self.ledger.resets_in(tally, cap, table.ttl)
+        resets = self.tallies.resets_in(tally, cap, table.ttl)
         whose = f"{shown(ticket.caller)}'s session" if on_session else shown(ticket.caller)
         limit = f"{cap.limit:g} {_UNITS[cap.kind]}"
         if cap.refuse_at is not None and cap.refuse_at != cap.limit:
@@ -251,7 +299,7 @@ class CallerLimits:
     def settle(self, ticket: CallerTicket, tokens: int, usd: float) -> None:
         """What an admitted request used, once known (estimated where the upstream said nothing)."""
         if ticket.refusal is None and (tokens > 0 or usd > 0):
-            self.ledger.settle(ticket, tokens, usd)
+            self.tallies.settle(ticket, tokens, usd)
 
     # --- what the status page and the usage route show -----------------------------------------
 
@@ -262,11 +310,11 @@ class CallerLimits:
             rows.append(
                 {
                     "cap": cap.kind,
-                    "used": round(self.ledger.used_by(subject, tally, cap), 6),
+                    "used": round(self.tallies.used_by(subject, tally, cap), 6),
                     "limit": cap.limit,
                     "refused_at": cap.refuse_at,
                     "downgrade_to": table.downgrade_to,
-                    "resets_in": round(self.ledger.resets_in(tally, cap, table.ttl), 1),
+                    "resets_in": round(self.tallies.resets_in(tally, cap, table.ttl), 1),
                 }
             )
         return rows
@@ -276,14 +324,14 @@ class CallerLimits:
         session's. Reading keeps nothing: a caller or session not yet seen shows zeros."""
         name = caller_name(principal)
         table = self.table(name)
-        report: dict[str, object] = {"caller": shown(name), "caps": [], "shared": self.ledger.shared}
+        report: dict[str, object] = {"caller": shown(name), "caps": [], "shared": self.tallies.shared}
         if table is not None:
             named = name in self._named
-            tally = self.ledger.caller_kept(name, named) or Tally(self.ledger.today(), "c:" + name)
+            tally = self.tallies.caller_kept(name, named) or Tally(self.tallies.today(), "c:" + name)
             report["caps"] = self.figures(tally.subject, tally, table)
         session = self.session_of(name, scope)
         if session is not None and self._sessions is not None:
-            found = self.ledger.session_kept(session, self._session_ttl) or Tally(self.ledger.today(), "s:" + session)
+            found = self.tallies.session_kept(session, self._session_ttl) or Tally(self.tallies.today(), "s:" + session)
             report["session"] = self.figures(found.subject, found, self._sessions)
         return report
 
@@ -291,10 +339,10 @@ class CallerLimits:
         """The status page's Callers table: every named caller, then up to ``most`` others."""
         rows: list[dict[str, object]] = []
         for name, table in self._named.items():
-            tally = self.ledger.caller(name, True)
+            tally = self.tallies.caller(name, True)
             rows.append({"caller": name, "caps": self.figures(tally.subject, tally, table)})
         if self._any is not None:
-            for name, tally in self.ledger.others()[:most]:
+            for name, tally in self.tallies.others()[:most]:
                 rows.append({"caller": shown(name), "caps": self.figures(tally.subject, tally, self._any)})
         return rows
 

@@ -11,13 +11,14 @@ id, never the id) is kept in a table of at most ``max_callers`` entries, the lea
 forgotten first (a forgotten caller starts from nothing: a bound on memory, not a way round a
 cap, since only ``max_callers`` other callers seen since can push it out).
 
-:class:`CallerLedger` answers from this process's own view; a fleet sharing ``state_url``
-replaces :meth:`CallerLedger.level` and the two ways usage is counted with leased slices
+:class:`CallerTallies` answers from this process's own view; a fleet sharing ``state_url``
+replaces :meth:`CallerTallies.level` and the two ways usage is counted with leased slices
 (``fleet/caller_budgets.py``), keeping this view as the answer while the store is unreachable.
-Every method is synchronous and cheap: it sits on the request's path. A request meets the ledger
+Every method is synchronous and cheap: it sits on the request's path. A request meets the tallies
 through two calls on an :class:`Account` (its tallies, found once and shared by the caller's and
-session's requests): :meth:`CallerLedger.admit` as it starts, :meth:`CallerLedger.settle` once
-its usage is known; the fleet's ledger overrides both.
+session's requests): :meth:`CallerTallies.admit` as it starts, :meth:`CallerTallies.settle` once
+its usage is known; the fleet's tallies override both. (Not the ledger: that is the database
+of spend rows and keys, ``asgi_router/ledger``; these tallies are what caps read, in memory.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -38,7 +39,7 @@ __all__ = [
     "WINDOW",
     "Cap",
     "CapKind",
-    "CallerLedger",
+    "CallerTallies",
     "Table",
     "Tally",
     "level_of",
@@ -91,7 +92,7 @@ class Table:
     #: The lowest limit of the caps counting USD, and of those counting tokens (``inf``: none):
     #: usage under both, and requests under ``rpm``, is under every cap (``hard_limit`` >= 1),
     #: which a request's judgement checks in three comparisons, reading no clock, before looking
-    #: cap by cap (:meth:`CallerLedger.judge`).
+    #: cap by cap (:meth:`CallerTallies.judge`).
     usd_under: float = field(init=False, default=math.inf)
     tokens_under: float = field(init=False, default=math.inf)
     #: The ``rpm`` cap's limit (``inf``: none), beside the two above.
@@ -139,7 +140,7 @@ class Tally:
 
 class Account:
     """What a request is charged to: its caller's tally and table, its session's (each ``None``
-    when nothing caps it). The ledger's two calls on a request's path take one."""
+    when nothing caps it). The tallies' two calls on a request's path take one."""
 
     __slots__ = ("daily", "session", "sessions", "table", "tally", "ttl")
 
@@ -159,10 +160,10 @@ class Account:
         self.ttl = sessions.ttl or 0.0
 
 
-class CallerLedger:
+class CallerTallies:
     """Tallies for callers and sessions, in this process (see the module docstring)."""
 
-    #: A ledger shared by a fleet says so (the status page and the usage route label figures).
+    #: Tallies shared by a fleet say so (the status page and the usage route label figures).
     shared = False
 
     def __init__(
@@ -293,7 +294,7 @@ class CallerLedger:
             tally.day_ends = float((today + 1) * DAY)
 
     def used_by(self, subject: str, tally: Tally, cap: Cap) -> float:
-        """What ``subject`` used of ``cap`` as far as this ledger knows (a fleet's: the fleet's)."""
+        """What ``subject`` used of ``cap`` as far as these tallies know (a fleet's: the fleet's)."""
         return self.used(tally, cap.kind)
 
     def level(self, subject: str, tally: Tally, cap: Cap) -> int:
@@ -326,11 +327,11 @@ class CallerLedger:
         as served (seen now, started against ``rpm``). ``False`` asks for the request to be judged
         cap by cap (:meth:`judge`, the decision point, :meth:`started`): usage as last counted not
         under a table's lowest USD and token limits, its ``rpm`` reached, a session past its ttl,
-        or a fleet's ledger, whose every request reads its slices.
+        or a fleet's tallies, whose every request reads its slices.
 
         One call, reading the clock once: the usual request (every cap far) shares its account
         with the caller's (and session's) other requests and judges nothing cap by cap. An
-        account's tallies are the ledger's own: a tally forgotten (the bound, a session's ttl)
+        account's tallies are these tallies' own: a tally forgotten (the bound, a session's ttl)
         forgets every account made before (:attr:`forget`). A new day needs no look: it only
         lowers usage.
         """
@@ -387,3 +388,7 @@ class CallerLedger:
 
     def sessions_kept(self) -> int:
         return len(self._sessions)
+
+    async def seed_store(self, used: Sequence[tuple[str, Cap, float]]) -> None:
+        """Write what the ledger says each ``(subject, cap)`` used into the fleet's store, where
+        the store holds nothing for it yet. This process's tallies live in no store: nothing to do."""

@@ -25,12 +25,28 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_router.config.settings import RouterSettings
+from asgi_router.ledger.database import LedgerRefused
+from asgi_router.ledger.start_tallies import StartTallies
 from asgi_router.observability.events import logger
 from asgi_router.observability.sinks import EventBus
 from asgi_router.runtime.health import HealthProber
 from asgi_router.transports.transport import Transport
 
-__all__ = ["Connected", "Lifespan"]
+__all__ = ["Connected", "Lifespan", "LedgerLike"]
+
+
+class LedgerLike(Protocol):
+    """The ledger as the lifespan drives it (``ledger/service.py``)."""
+
+    async def start(self) -> StartTallies | None: ...
+
+    async def run(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _StartRefused(Exception):
+    """The ledger cannot be opened: the start fails with its message."""
 
 
 @runtime_checkable
@@ -54,8 +70,17 @@ class Lifespan:
         health: HealthProber,
         connected: Sequence[Connected] = (),
         background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+        ledger: LedgerLike | None = None,
+        seed: Callable[[StartTallies], Coroutine[Any, Any, None] | None] | None = None,
     ) -> None:
         self._app = app
+        #: Opened before the app's startup goes on (a ledger it cannot use fails the start),
+        #: written from the background, closed (its rows written) at shutdown.
+        self._ledger = ledger
+        #: Given the tallies the ledger kept, so that a restart changes no cap; it may hand back
+        #: work to run in the background (seeding a fleet's empty store).
+        self._seed = seed
+        self._seeding: Coroutine[Any, Any, None] | None = None
         #: Opened with the upstream client, closed after it (the shared state's connection).
         self._connected = tuple(connected)
         #: More work to run from startup to shutdown (the metrics' gauge refresh).
@@ -78,6 +103,7 @@ class Lifespan:
                 self._transport.start()
                 for part in self._connected:
                     part.start()
+                await self._start_ledger()
                 background.start_soon(self._background, stop)
             return message
 
@@ -96,17 +122,34 @@ class Lifespan:
         async with anyio.create_task_group() as background:
             try:
                 await self._app(scope, receive_startup, send_shutdown)
+            except _StartRefused as exc:
+                ended.append({"type": "lifespan.startup.failed", "message": str(exc)})
             except Exception as exc:  # re-raised as itself, not wrapped in an ExceptionGroup
                 failure = exc
             finally:
                 stop.set()
         await self._transport.aclose()
+        if self._ledger is not None:
+            await self._ledger.close()  # after the background work ended: one writer at a time
         for part in self._connected:
             await part.aclose()
         if ended:
             await send(ended[0])  # the last await: the server may end the loop from here on
         if failure is not None:
             raise failure
+
+    async def _start_ledger(self) -> None:
+        """Open the ledger and seed the caps with what it kept; a ledger that cannot be the
+        router's (a corrupted or foreign file, a newer schema) fails the start, naming why."""
+        if self._ledger is None:
+            return
+        try:
+            found = await self._ledger.start()
+        except LedgerRefused as exc:
+            logger.error("%s", exc)
+            raise _StartRefused(str(exc)) from None
+        if found is not None and self._seed is not None:
+            self._seeding = self._seed(found)
 
     async def _background(self, stop: anyio.Event) -> None:
         """Event sink workers and health probes, from lifespan startup until ``stop``."""
@@ -115,6 +158,11 @@ class Lifespan:
             tasks.start_soon(self._health.run)
             for work in self._more:
                 tasks.start_soon(work)
+            if self._ledger is not None:
+                tasks.start_soon(self._ledger.run)
+            if self._seeding is not None:
+                seeding, self._seeding = self._seeding, None
+                tasks.start_soon(lambda: seeding)
             await stop.wait()
             tasks.cancel_scope.cancel()
 
@@ -133,6 +181,8 @@ class Lifespan:
             idle.append("health probes of " + ", ".join(self._health.providers))
         if self._settings.gc_freeze:
             idle.append("gc_freeze")
+        if self._ledger is not None:
+            idle.append("the ledger (spend rows are kept in memory, never written)")
         if idle:
             logger.warning(
                 "serving without a lifespan startup (a mounted sub-app, or a server or "

@@ -13,9 +13,9 @@ from starlette.types import Scope
 from asgi_router import RouterSettings
 from asgi_router.attempts.decisions import Decisions
 from asgi_router.attempts.request_answers import Downgrade, Refuse
-from asgi_router.fleet.caller_budgets import SharedCallerLedger
+from asgi_router.fleet.caller_budgets import SharedCallerTallies
 from asgi_router.resilience.caller_limits import CallerLimits, CallerTicket
-from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerLedger, Cap, Table, level_of
+from asgi_router.resilience.caller_tally import DAY, PAST, REFUSED, UNDER, CallerTallies, Cap, Table, level_of
 
 from ..doubles import FakeClock
 
@@ -32,7 +32,7 @@ def _limits(clock: FakeClock, **settings: Any) -> CallerLimits:
         groups={"cheap": {"members": ["p/small"]}},
         **settings,
     )
-    return CallerLimits(built, CallerLedger(built.max_callers, clock, clock.wall))
+    return CallerLimits(built, CallerTallies(built.max_callers, clock, clock.wall))
 
 
 def _admit(limits: CallerLimits, principal: object, scope: Scope) -> CallerTicket:
@@ -117,9 +117,9 @@ def test_tallies_of_unnamed_callers_and_sessions_are_bounded_least_recently_seen
     limits = _limits(clock, callers={"team-a": {"rpm": 10}, "*": {"rpm": 10}}, max_callers=3)
     for name in ("u1", "u2", "u3", "u1", "u4"):
         _admit(limits, name, _scope())
-    assert [name for name, _ in limits.ledger.others()] == ["u4", "u1", "u3"]  # u2 went first
+    assert [name for name, _ in limits.tallies.others()] == ["u4", "u1", "u3"]  # u2 went first
     _admit(limits, "team-a", _scope())
-    assert len(limits.ledger.others()) == 3  # a named caller is kept apart, for good
+    assert len(limits.tallies.others()) == 3  # a named caller is kept apart, for good
 
 
 def test_requests_far_from_every_cap_share_a_ticket_and_are_each_counted() -> None:
@@ -221,68 +221,68 @@ class FakeStore:
 async def test_a_fleet_slice_decides_once_known_and_an_empty_rpm_slice_waits_for_nothing() -> None:
     link = FakeLink()
     clock = FakeClock()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
+    tallies = SharedCallerTallies(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("rpm", 100.0, 100.0)
-    tally = ledger.caller("team-a", True)
-    assert ledger.level("c:team-a", tally, cap) == UNDER  # before any answer: this process's view
+    tally = tallies.caller("team-a", True)
+    assert tallies.level("c:team-a", tally, cap) == UNDER  # before any answer: this process's view
     store = FakeStore(2, UNDER, 40, 30)
     await link.asks.pop()(store)
     assert store.calls[0]["args"][:4] == ["window", 100.0, 100.0, 2.0]  # a 2 % slice of the cap
     assert "team-a" not in store.calls[0]["keys"][0]  # names never reach the store
-    ledger.started("c:team-a", tally, cap)  # half the slice is gone: its refill is asked for
+    tallies.started("c:team-a", tally, cap)  # half the slice is gone: its refill is asked for
     assert len(link.asks) == 1
-    assert ledger.level("c:team-a", tally, cap) == UNDER
-    ledger.started("c:team-a", tally, cap)
+    assert tallies.level("c:team-a", tally, cap) == UNDER
+    tallies.started("c:team-a", tally, cap)
     # The slice is empty, its refill on the way and the fleet (40 of 100 as last answered) under
     # the cap: still under, one request ahead of the grants.
-    assert ledger.level("c:team-a", tally, cap) == UNDER
-    ledger.started("c:team-a", tally, cap)
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # no more than one ahead: never over
+    assert tallies.level("c:team-a", tally, cap) == UNDER
+    tallies.started("c:team-a", tally, cap)
+    assert tallies.level("c:team-a", tally, cap) == REFUSED  # no more than one ahead: never over
     await link.asks.pop()(FakeStore(2, UNDER, 43, 30))  # the refill pays the request ahead
-    assert ledger.level("c:team-a", tally, cap) == UNDER
+    assert tallies.level("c:team-a", tally, cap) == UNDER
     await link.asks.pop()(FakeStore(0, REFUSED, 100, 12))  # (asked again at once: low again)
-    assert ledger.level("c:team-a", tally, cap) == REFUSED
-    assert ledger.used_by("c:team-a", tally, cap) == 100  # the fleet's count
+    assert tallies.level("c:team-a", tally, cap) == REFUSED
+    assert tallies.used_by("c:team-a", tally, cap) == 100  # the fleet's count
     link.up = False  # the store is unreachable: this process's own view decides
-    assert ledger.level("c:team-a", tally, cap) == UNDER
+    assert tallies.level("c:team-a", tally, cap) == UNDER
 
 
 @pytest.mark.anyio
 async def test_an_empty_rpm_slice_is_past_the_cap_only_when_the_fleets_count_is() -> None:
     link = FakeLink()
     clock = FakeClock()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
+    tallies = SharedCallerTallies(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("rpm", 20.0, 20.0)  # a slice of one request: every request empties it
-    tally = ledger.caller("team-a", True)
-    ledger.level("c:team-a", tally, cap)
+    tally = tallies.caller("team-a", True)
+    tallies.level("c:team-a", tally, cap)
     await link.asks.pop()(FakeStore(1, UNDER, 20, 30))  # the cap's last request granted (20 of 20)
-    ledger.started("c:team-a", tally, cap)
+    tallies.started("c:team-a", tally, cap)
     assert link.asks  # the refill is on its way
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # 20 of 20 as last answered: at the cap
+    assert tallies.level("c:team-a", tally, cap) == REFUSED  # 20 of 20 as last answered: at the cap
     await link.asks.pop()(FakeStore(0, REFUSED, 20, 12))
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # nothing granted, nothing coming
+    assert tallies.level("c:team-a", tally, cap) == REFUSED  # nothing granted, nothing coming
     clock.advance(61)
-    ledger.level("c:team-a", tally, cap)  # the window moved on: asked again
+    tallies.level("c:team-a", tally, cap)  # the window moved on: asked again
     await link.asks.pop()(FakeStore(1, UNDER, 1, 60))
-    ledger.started("c:team-a", tally, cap)
-    assert ledger.level("c:team-a", tally, cap) == UNDER  # 1 of 20: the refill is on its way
-    ledger.started("c:team-a", tally, cap)
-    assert ledger.level("c:team-a", tally, cap) == REFUSED  # one ahead already
+    tallies.started("c:team-a", tally, cap)
+    assert tallies.level("c:team-a", tally, cap) == UNDER  # 1 of 20: the refill is on its way
+    tallies.started("c:team-a", tally, cap)
+    assert tallies.level("c:team-a", tally, cap) == REFUSED  # one ahead already
 
 
 @pytest.mark.anyio
 async def test_a_fleet_usd_slice_takes_the_stores_level_and_carries_a_debt() -> None:
     link = FakeLink()
     clock = FakeClock()
-    ledger = SharedCallerLedger(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
+    tallies = SharedCallerTallies(link, "t", 100, 600.0, clock, clock.wall)  # type: ignore[arg-type]
     cap = Cap("usd_per_day", 50.0, 100.0)
-    tally = ledger.caller("team-a", True)
-    ledger.level("c:team-a", tally, cap)
+    tally = tallies.caller("team-a", True)
+    tallies.level("c:team-a", tally, cap)
     await link.asks.pop()(FakeStore(1.0, UNDER, 1.0, DAY))
-    ledger.charge(
+    tallies.charge(
         "c:team-a", tally, Table((cap,), "group/cheap", daily=True), 1000, 3.0
     )  # cost more than the slice held
     store = FakeStore(1.0, PAST, 53.0, DAY)
     await link.asks.pop()(store)
     assert store.calls[0]["args"][4] == 2.0  # the debt goes with the ask
-    assert ledger.level("c:team-a", tally, cap) == PAST
+    assert tallies.level("c:team-a", tally, cap) == PAST

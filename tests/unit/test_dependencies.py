@@ -23,7 +23,7 @@ _PACKAGE = _ROOT / "asgi_router"
 _TESTING = _ROOT / "asgi_router" / "testing"
 _FLEET = _ROOT / "asgi_router" / "fleet"
 #: Sub-packages imported only when a setting asks for them, and the extra that installs what they import.
-_OPTIONAL = {_FLEET: "redis"}
+_OPTIONAL = {_FLEET: "redis", _ROOT / "asgi_router" / "ledger" / "postgres_database.py": "postgres"}
 _PACKAGE = _ROOT / "asgi_router"
 #: The library's optional extras, and the only modules that import them when the module loads.
 _EXTRAS = {
@@ -66,7 +66,7 @@ def _imported_top_level_modules(*paths: Path) -> set[str]:
     names: set[str] = set()
     for path in paths:
         for module in path.rglob("*.py") if path.is_dir() else [path]:
-            if any(path != folder and folder in module.parents for folder in (_TESTING, *_OPTIONAL)):
+            if any(path != folder and folder in (module, *module.parents) for folder in (_TESTING, *_OPTIONAL)):
                 continue  # the test kit and the optional sub-packages: their own extras (below)
             for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):

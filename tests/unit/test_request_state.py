@@ -210,6 +210,8 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
         "cache": CacheOutcome("chat", "hit", 15, 0.25, 3),
+        "key_id": "key-1",
+        "session": "ab" * 32,
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False, 6, 2), 0.25)
@@ -250,4 +252,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
             "age": 3,
             "similarity": None,
         },
+        "key_id": "key-1",
+        "session": "ab" * 32,
     }

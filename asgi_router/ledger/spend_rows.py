@@ -1,0 +1,79 @@
+"""One spend row per finished request: what the ledger keeps of a :class:`RequestRecord`.
+
+The row is built by the writer, off the request's path, from the record the request closed
+with (:func:`spend_row_from_record`). Its columns, in :data:`INSERT_SPEND`'s order: a row id
+(made once per row, so a batch written twice is counted once), the request id, when it
+finished (Unix seconds) and its UTC day, the virtual key that admitted it (if one did), the
+caller, the session (its digest, never its id), the model as asked, the candidate that served,
+the status, input and output tokens and whether the upstream measured them, the cost in USD,
+the cached prompt tokens and whether a cache answered it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+from asgi_router.observability.events import RequestRecord
+
+#: The response cache's outcomes that answered the request from a stored answer.
+CACHE_HITS: Final = frozenset(("hit", "semantic_hit"))
+
+__all__ = ["ANONYMOUS_CALLER", "DAY", "INSERT_SPEND", "SpendRow", "caller_of", "spend_row_from_record"]
+
+#: Seconds in a UTC day (POSIX time has no leap seconds).
+DAY: Final = 86_400
+#: The caller of a request without a principal (as the caller caps name it).
+ANONYMOUS_CALLER: Final = "anonymous"
+
+INSERT_SPEND: Final = (
+    "INSERT INTO spend (row_id, request_id, at, day, key_id, caller, session, model, served_by, status, "
+    "input_tokens, output_tokens, measured, cost_usd, cached_tokens, cache_hit) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+#: One row's values, in :data:`INSERT_SPEND`'s order.
+SpendRow = tuple[
+    str, str, float, int, str | None, str, str | None, str, str | None, int, int, int, int, float, int, int
+]
+
+
+def caller_of(record: RequestRecord) -> str:
+    """The caller a request is charged to: as the caps counted it, else its principal's text
+    (``anonymous`` without one), the caps' own naming."""
+    if record.caller is not None:
+        return record.caller
+    principal = record.principal
+    if principal is None:
+        return ANONYMOUS_CALLER
+    return principal if isinstance(principal, str) else str(principal)
+
+
+def spend_row_from_record(record: RequestRecord) -> SpendRow:
+    """The ledger's row for ``record`` (see the module docstring).
+
+    The cache's part: ``cached_tokens`` are the prompt tokens the provider read from its prompt
+    cache (the record's ``cached_prompt_tokens``); ``cache_hit`` says the router's response cache
+    answered (an exact or a semantic hit), which cost nothing.
+    """
+    finished = record.started_at + record.latency
+    cache = record.cache
+    hit = cache is not None and cache.outcome in CACHE_HITS
+    return (
+        uuid.uuid4().hex,
+        record.request_id,
+        finished,
+        int(finished // DAY),
+        record.key_id,
+        caller_of(record),
+        record.session,
+        record.ref,
+        record.winner,
+        record.status,
+        0 if hit else record.prompt_tokens or 0,  # a hit spent nothing: caps rebuilt from rows count 0
+        0 if hit else record.completion_tokens or 0,
+        int(record.tokens_measured),
+        0.0 if hit else float(record.cost_usd or 0.0),
+        record.cached_prompt_tokens,
+        int(hit),
+    )
