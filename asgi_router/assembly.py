@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import random as random_module
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 from starlette.types import ASGIApp
@@ -40,6 +40,7 @@ from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
+from asgi_router.ledger.start_tallies import StartTallies
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
@@ -253,7 +254,7 @@ def assemble(
             connected,
             background,
             ledger=ledger,
-            seed=callers.seed if callers is not None else None,
+            seed=start_seed(callers, admin.key_caps if admin is not None else None),
         ),
         callers=callers,
         cache=cache,
@@ -261,6 +262,21 @@ def assemble(
         key_caps=admin.key_caps if admin is not None else None,
         ledger=ledger,
     )
+
+
+def start_seed(
+    callers: CallerLimits | None, key_caps: KeyCaps | None
+) -> Callable[[StartTallies], Coroutine[Any, Any, None] | None] | None:
+    """What the ledger's tallies at start seed: the callers' and sessions' caps, and the virtual
+    keys' own (each only where the router has them)."""
+    if key_caps is None:
+        return callers.seed if callers is not None else None
+
+    def seed(found: StartTallies) -> Coroutine[Any, Any, None] | None:
+        key_caps.seed(found)
+        return callers.seed(found) if callers is not None else None
+
+    return seed
 
 
 def ledger_for(settings: RouterSettings, capped: bool) -> Ledger | None:

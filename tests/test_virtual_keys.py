@@ -232,3 +232,20 @@ async def test_a_duplicate_name_is_409_an_unknown_id_404_and_a_body_not_json_400
     assert (await admin.post("/keys/vk_nothing/rotate", json={})).status_code == 404
     assert (await admin.post("/keys", content=b"{not json")).status_code == 400
     assert (await admin.post("/keys/x/rotate", json={"grace": -1})).status_code == 422
+
+
+async def test_a_keys_own_daily_cap_survives_a_restart(upstream: MockUpstream, tmp_path: Path) -> None:
+    settings = keys_settings(upstream, tmp_path / "ledger.db")
+    usage = {**CHAT, "model": "mock/usage-100"}  # 103 tokens an answer
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as first:
+        async with httpx2.AsyncClient(base_url=f"{first.url}/admin", headers=headers) as admin:
+            key = await create(admin, tokens_per_day=150)
+        async with sdk_for(first, key["secret"]) as sdk:
+            await sdk.chat.completions.create(**usage)  # 103 of 150
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as second:
+        async with sdk_for(second, key["secret"]) as sdk:
+            await sdk.chat.completions.create(**usage)  # 206: started under the cap
+            with pytest.raises(openai.RateLimitError) as caught:
+                await sdk.chat.completions.create(**usage)  # past it: the first process's 103 counted
+    assert caught.value.code == "caller_limit_reached"

@@ -17,12 +17,15 @@ from typing import Final
 from asgi_router.config.caller_settings import CallerCaps
 from asgi_router.config.settings import RouterSettings
 from asgi_router.keys.virtual_key import VirtualKey
+from asgi_router.ledger.start_tallies import StartTallies
 from asgi_router.resilience.caller_limits import OTHER, CallerLimits, CallerTicket, table_of
 from asgi_router.resilience.caller_tally import CallerTallies, Table
 
 __all__ = ["KeyCaps"]
 
 _MOST_TABLES: Final = 100_000
+#: A key's tallies are kept under this prefix and its id (never a caller's name: callers have no colon).
+KEY_SUBJECT: Final = "key:"
 
 
 class KeyCaps:
@@ -51,13 +54,28 @@ class KeyCaps:
         self._tables[key.id] = (key, table)
         return table
 
+    def seed(self, found: StartTallies) -> None:
+        """Count what the ledger says each key used today and in the last minute (a restart
+        changes no key's cap). A fleet's key tallies live in its store and are left to it: a key's
+        caps are known only once its key is, so an empty store is not seeded with them."""
+        tallies = self.limits.tallies
+        if tallies.shared:
+            return
+        now = tallies.clock()
+        for key_id, (usd, tokens) in found.keys_today.items():
+            tally = tallies.caller(KEY_SUBJECT + key_id, False)
+            tally.usd += usd
+            tally.tokens += tokens
+        for key_id, finished in found.keys_recent.items():
+            tallies.caller(KEY_SUBJECT + key_id, False).starts.extend(now - (found.now - at) for at in finished)
+
     def admit(self, key: VirtualKey) -> CallerTicket:
         """The request's ticket against the key's caps: served at once when every cap is far,
         else ``ticket.judged`` holds the caps past their limits, for the decision point."""
         limits = self.limits
         tallies = limits.tallies
         table = self.table(key)
-        name = "key:" + key.id
+        name = KEY_SUBJECT + key.id
         tally = tallies.caller(name, False)
         ticket = CallerTicket(name, OTHER, tally, table)
         level, cap = tallies.judge(tally.subject, tally, table)
