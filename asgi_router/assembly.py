@@ -217,6 +217,8 @@ def assemble(
     )
     if admin is not None:
         background.append(admin.ring.keep_fresh)
+        if metrics is not None and metrics.callers is not None:  # callers named by keys count as configured
+            admin.ring.on_caller = metrics.callers.name
     if metrics is not None and ledger is not None:
         metrics.ledger_readings = ledger.readings
     if metrics is not None and loop.capacity is not None:

@@ -17,6 +17,7 @@ from asgi_router import ModelRouter
 
 from .conftest import CLIENT_KEY, host_app, make_settings
 from .doubles import RecordSink
+from .metrics_helpers import Scrape
 from .mock_upstream import MockUpstream
 from .servers import ServerThread
 from .waiting import eventually
@@ -249,3 +250,17 @@ async def test_a_keys_own_daily_cap_survives_a_restart(upstream: MockUpstream, t
             with pytest.raises(openai.RateLimitError) as caught:
                 await sdk.chat.completions.create(**usage)  # past it: the first process's 103 counted
     assert caught.value.code == "caller_limit_reached"
+
+
+async def test_a_caller_named_by_a_virtual_key_has_a_metric_label_of_its_own(
+    upstream: MockUpstream, tmp_path: Path
+) -> None:
+    settings = keys_settings(upstream, tmp_path / "ledger.db", callers={"*": {"rpm": 1000}}, metrics_route="/metrics")
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as served:
+        async with httpx2.AsyncClient(base_url=f"{served.url}/admin", headers=headers) as admin:
+            key = await create(admin, caller="team-z")
+        async with sdk_for(served, key["secret"]) as sdk:
+            await sdk.chat.completions.create(**CHAT)
+        scrape = Scrape(httpx2.get(f"{served.url}/metrics", headers={"Authorization": f"Bearer {key['secret']}"}).text)
+    assert scrape.labels("asgi_router_caller_requests_total", "caller") == {"team-z"}  # not "other"

@@ -61,6 +61,8 @@ class KeyRing:
         self._filled = clock()
         self._since = 0.0
         self._failing = False
+        #: Told the caller of every key learned (the per-caller metrics give each its label).
+        self.on_caller: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -81,6 +83,8 @@ class KeyRing:
         if key.previous_digest is not None:
             self._by_digest[key.previous_digest] = key
         self._misses.pop(key.digest, None)
+        if self.on_caller is not None:
+            self.on_caller(key.caller)
 
     def may_look_up(self, digest: bytes) -> bool:
         """Whether an unknown secret may be looked up now (not missed within a second, and the

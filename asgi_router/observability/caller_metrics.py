@@ -4,7 +4,8 @@
     asgi_router_caller_cost_usd_total{caller}           where the catalog has prices
     asgi_router_caller_tokens_total{caller, kind}       kind: prompt | completion
 
-``caller`` is a caller with a table of its own (``callers.<name>``) or ``other``: principals are
+``caller`` is a caller with a table of its own (``callers.<name>``), a caller a virtual key names
+(an operator issued it: at most :data:`MOST_KEY_CALLERS` of them), or ``other``: principals are
 the clients' (an ``authorize=`` callable may return one per user), so no other value is ever a
 label and the label sets stay bounded however many callers come. Tokens and cost are what the
 caps count: the upstream's usage, else the router's estimate (``asgi_router_tokens_total`` reports
@@ -25,10 +26,12 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from asgi_router.observability.events import RequestRecord
 
-__all__ = ["OTHER_CALLERS", "CallerCounts"]
+__all__ = ["MOST_KEY_CALLERS", "OTHER_CALLERS", "CallerCounts"]
 
 #: The label of every caller without a table of its own.
 OTHER_CALLERS: Final = "other"
+#: Callers named only by virtual keys that get labels of their own; beyond, ``other``.
+MOST_KEY_CALLERS: Final = 1_000
 
 _REQUESTS = ("asgi_router_caller_requests", "Chat requests by caller: served, downgraded or refused by its caps.")
 _COST = ("asgi_router_caller_cost_usd", "USD callers' requests cost, from the catalog's prices.")
@@ -38,14 +41,20 @@ _TOKENS = ("asgi_router_caller_tokens", "Tokens callers' requests used, as calle
 class CallerCounts:
     """Requests, tokens and cost per caller label, as plain numbers (see the module docstring)."""
 
-    __slots__ = ("_files", "cost", "names", "requests", "tokens")
+    __slots__ = ("_configured", "_files", "cost", "names", "requests", "tokens")
 
     def __init__(self, names: Iterable[str]) -> None:
-        self.names = frozenset(names)
+        self.names = set(names)
+        self._configured = len(self.names)
         self.requests: dict[tuple[str, str], int] = {}
         self.tokens: dict[str, list[int]] = {}
         self.cost: dict[str, float] = {}
         self._files: _Files | None = None
+
+    def name(self, caller: str) -> None:
+        """Give ``caller``, named by a virtual key, a label of its own (within the bound)."""
+        if caller not in self.names and len(self.names) < self._configured + MOST_KEY_CALLERS:
+            self.names.add(caller)
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request of a capped router (``record.caller`` is set)."""
