@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Final
 
 from asgi_router.core.header_names import HOP_BY_HOP, NO_TOKENS, connection_tokens, is_sane_request_id
@@ -25,6 +26,7 @@ __all__ = ["relayed_headers", "response_headers_for_client"]
 
 #: A byte no header value may hold on the wire (RFC 9110 field-value: TAB is allowed).
 _CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_VALUE: Final = itemgetter(1)
 
 
 # Upstream response headers never relayed: hop-by-hop, cookies, framing the ASGI server
@@ -51,7 +53,7 @@ def response_headers_for_client(upstream: Iterable[tuple[bytes, bytes]]) -> list
 def relayed_headers(upstream: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
     """:func:`response_headers_for_client`, and how many were dropped for a control byte."""
     relayed = _filtered(upstream)
-    if _CONTROL.search(b"".join([value for _, value in relayed])) is None:
+    if _CONTROL.search(b"".join(map(_VALUE, relayed))) is None:
         return relayed, 0  # the usual answer: one scan, nothing dropped
     clean = [(name, value) for name, value in relayed if _CONTROL.search(value) is None]
     return clean, len(relayed) - len(clean)
