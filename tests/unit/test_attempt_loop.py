@@ -1,5 +1,7 @@
 """The attempt loop (``attempts/loop.py``) on its own, over the memory transport: the plan phase's
-plan walked until a candidate commits, retried in place, failed over, or waited for capacity.
+plan walked until a candidate commits, retried in place, failed over, or waited for capacity; and
+a committed stream's continuations (``attempts/continuing.py``), made by the loop's continuer
+when the answer's relay reports a break.
 
 The router's parts are built by ``assemble`` as a router builds them, with the test kit's memory
 transport as every upstream; the loop's clock is the event loop's, and the loop runs on a fake
@@ -18,6 +20,7 @@ from asgi_router.assembly import RouterParts, assemble
 from asgi_router.attempts.outcomes import Committed
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
+from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.inbound.body import InboundRequest, parse_request
 from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import RequestFacts
@@ -40,7 +43,7 @@ class _Upstreams:
     """Each model's scripted answers, in turn (the last one repeated): a status, or ``STALL``
     for an upstream that never answers; every call is written down by model."""
 
-    def __init__(self, **scripts: list[int | object]) -> None:
+    def __init__(self, **scripts: list[Any]) -> None:
         self._scripts = scripts
         self.calls: list[str] = []
         #: Set at the first call.
@@ -54,6 +57,9 @@ class _Upstreams:
         self.called.set()
         if answer is STALL:
             return MemoryResponse([], b"application/json", ending=STALL)
+        if isinstance(answer, tuple):  # a stream: its chunks, then how it ends
+            chunks, ending = answer
+            return MemoryResponse(chunks, ending=ending)
         assert isinstance(answer, int)
         return MemoryResponse([_ANSWER], b"application/json", status=answer)
 
@@ -91,19 +97,51 @@ def _parts(upstreams: _Upstreams, groups: dict[str, Any], **provider: Any) -> Ro
     )
 
 
-async def _run(parts: RouterParts, model: str) -> tuple[RequestState, Committed | Any]:
-    """One request for ``model`` through the plan phase and the attempt loop: its state and outcome."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
+async def _run(parts: RouterParts, model: str, client: Any = None) -> tuple[RequestState, Committed | Any]:
+    """One request for ``model`` through the plan phase and the attempt loop: its state and
+    outcome; with a ``client`` (an ASGI ``send``), a streamed request answered to it as well."""
+    stream = client is not None
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}).encode()
     headers = [(b"content-type", b"application/json")]
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
-    state = RequestState(scope, None, None, "req-1", "/v1/chat/completions")  # type: ignore[arg-type]
+    state = RequestState(scope, None, client, "req-1", "/v1/chat/completions")  # type: ignore[arg-type]
     request = parse_request(body)
     assert isinstance(request, InboundRequest)
     facts = RequestFacts(request.payload, headers)
     plan = await parts.plan_phase(state, request, facts)
     assert not isinstance(plan, RouterError)
-    _, outcome = await parts.loop.run(plan, request, state, facts)
+    plan, outcome = await parts.loop.run(plan, request, state, facts)
+    if stream:
+        await parts.answer(state, plan, request, facts, outcome)
     return state, outcome
+
+
+def _chunk(text: str) -> bytes:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+_FINISH = b'data: {"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Client:
+    """The ASGI ``send`` of a streamed answer: the bytes the client received."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            self.bodies.append(message["body"])
+
+    @property
+    def text(self) -> str:
+        said = []
+        for line in b"".join(self.bodies).splitlines():
+            if line.startswith(b"data: {") and b"content" in line:
+                said.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+        return "".join(said)
 
 
 def _events(state: RequestState) -> list[tuple[str, str, str]]:
@@ -170,3 +208,33 @@ async def test_a_queued_request_that_finds_no_capacity_within_max_wait_gets_toda
     assert state.queued is not None and state.queued[:2] == ("q", "timed_out")
     assert state.queued[2] == pytest.approx(2.0, abs=0.01)
     assert upstreams.calls == ["a"]  # the waiting request never reached the upstream
+
+
+async def test_a_stream_that_breaks_is_continued_by_the_loops_continuer_and_the_client_gets_one_whole_answer() -> None:
+    broken = ([_chunk("Hel"), _chunk("lo")], UpstreamBroken("reset by peer"))
+    upstreams = _Upstreams(a=[broken, 503], b=[([_chunk(", world"), _FINISH, _DONE], None)])
+    groups = {"g": {"members": [{"ref": "p/a", "resume": "prefill"}, {"ref": "p/b", "resume": "prefill"}]}}
+    parts = _parts(upstreams, groups)
+    client = _Client()
+    state, outcome = await _run(parts, "group/g", client)
+    assert isinstance(outcome, Committed) and outcome.candidate.key == "p/a"
+    assert client.text == "Hello, world" and _DONE in client.bodies
+    assert upstreams.calls == ["a", "a", "b"]  # the cut candidate asked first (it refused), then the next
+    assert state.resumes == (("p/a", "served"),)
+    assert state.status == 200 and _events(state) == [
+        ("p/a", "resumed", "stream_interrupted"),
+        ("p/a", "failed", "upstream_5xx"),
+        ("p/b", "served", "served"),
+    ]
+
+
+async def test_a_stream_whose_continuations_all_fail_ends_with_the_in_band_error() -> None:
+    broken = ([_chunk("Hel")], UpstreamBroken("reset by peer"))
+    upstreams = _Upstreams(a=[broken, 503], b=[503])
+    groups = {"g": {"members": [{"ref": "p/a", "resume": "prefill"}, {"ref": "p/b", "resume": "prefill"}]}}
+    parts = _parts(upstreams, groups)
+    client = _Client()
+    state, _ = await _run(parts, "group/g", client)
+    assert client.text == "Hel" and _DONE not in client.bodies
+    assert b'"error"' in client.bodies[-1]
+    assert state.resumes == (("p/a", "failed"),)
