@@ -93,6 +93,7 @@ class Continuations:
         context = self.context
         sent_tokens = (len(text) + 3) // 4  # the router's usual estimate: about four characters a token
         deadline = context.clock() + context.policy.deadline
+        retry.continuing(deadline)
         path = state.path
         messages_path = is_anthropic(route_kind(path))
         for candidate, mode in order:

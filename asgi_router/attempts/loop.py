@@ -68,6 +68,8 @@ class AttemptLoop:
         #: Continuation attempts of a committed stream that broke (on the candidates ``resumes``
         #: allows): the loop hands each resumable stream it commits what continues it.
         self.continuations = Continuations(context, resumes)
+        # Whether any candidate may continue a broken stream: a router without ``resume`` asks nothing.
+        self._resumable = resumes is not None and resumes.enabled
         #: The wait for capacity of a queued group's request, which plans it again through the
         #: pipeline's plan phase.
         self.capacity_wait = CapacityWait(plan_phase, context.clock)
@@ -91,7 +93,8 @@ class AttemptLoop:
         capacity, queue, group = self.capacity, None, plan.policy
         if capacity is not None and group is not None and group.queue is not None:
             queue = capacity.queues.get(group.name)
-        retry = RetryState(context.decisions, plan, inbound)  # the request's, before and after commit
+        # The request's retry state, before and after commit.
+        retry = RetryState(context.decisions, plan, inbound, deadline, facts, request.stream)
         attempts = RequestAttempts(context, plan, request, state, facts, deadline, retry)
         decided: Committed | Refused | RouterError | None = None
         walked = queue is None or queue.head() is None  # with requests waiting, a newcomer waits behind them
@@ -111,7 +114,7 @@ class AttemptLoop:
         stuck = state.stuck
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
             state.sticky = (stuck.group, capacity.answered(stuck, decided))
-        if request.stream and isinstance(decided, Committed):  # a break is reported back here
+        if self._resumable and request.stream and isinstance(decided, Committed):  # a break is reported back here
             decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts, retry)
         return attempts.plan, decided
 

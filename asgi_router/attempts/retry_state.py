@@ -25,6 +25,7 @@ of them decides.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from asgi_router.attempts.decisions import Admit, Decisions, Next, Retry
@@ -35,7 +36,7 @@ from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.skip import Skip
-from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.facts import EMPTY_FACTS, RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.provider import ProviderRuntime
 
@@ -47,19 +48,35 @@ class RetryState:
 
     __slots__ = (
         "_broke",
+        "_deadline",
         "_decisions",
+        "_facts",
         "_inbound",
         "_open_skips",
         "_policy",
         "_retried",
+        "_stream",
         "_token",
         "resumes",
         "retries",
     )
 
-    def __init__(self, decisions: Decisions, plan: Plan, inbound: Sequence[tuple[bytes, bytes]]) -> None:
+    def __init__(
+        self,
+        decisions: Decisions,
+        plan: Plan,
+        inbound: Sequence[tuple[bytes, bytes]],
+        deadline: float = math.inf,
+        facts: RequestFacts = EMPTY_FACTS,
+        stream: bool = False,
+    ) -> None:
         self._decisions = decisions
         self._inbound = inbound
+        #: What the request is, for every admission: by when a candidate must have committed
+        #: (monotonic), the facts budgets are estimated from, and whether it streams.
+        self._deadline = deadline
+        self._facts = facts
+        self._stream = stream
         #: The plan's group policy (a group's admission rules).
         self._policy = plan.policy
         #: Candidates of this pass over the plan skipped for an open or recovering breaker, each
@@ -82,24 +99,27 @@ class RetryState:
         self._policy = plan.policy
         self._open_skips = None  # a fresh pass over the new plan
 
+    def continuing(self, deadline: float) -> None:
+        """A broken stream is being continued: a new wait, so the request's deadline runs again
+        (``deadline``, monotonic) for the continuation's admissions and retries."""
+        self._deadline = deadline
+
     def admit(
         self,
         candidate: Candidate,
         provider: ProviderRuntime | None,
         wire: SplicedBody | WireBody | str | None,
         attempts: int,
-        deadline: float,
-        facts: RequestFacts,
         *,
         force: bool = False,
-        stream: bool = False,
         in_place: bool = False,
     ) -> Admit | Skip:
-        """A lease on ``candidate``, or the skip and why (the decision point's first table); a
-        skip for an open or recovering breaker is kept for the all-open rule, unless the
-        candidate was being retried in place (``in_place``) or the skip stops the pass."""
+        """A lease on ``candidate``, or the skip and why (the decision point's first table, asked
+        with the request's deadline, facts and kind); a skip for an open or recovering breaker
+        is kept for the all-open rule, unless the candidate was being retried in place
+        (``in_place``) or the skip stops the pass."""
         admitted = self._decisions.admit(
-            candidate, provider, wire, attempts, deadline, self._policy, facts, force, stream
+            candidate, provider, wire, attempts, self._deadline, self._policy, self._facts, force, self._stream
         )
         if type(admitted) is Skip and admitted.opened_at is not None and not admitted.stops and not in_place:
             if self._open_skips is None:
@@ -116,15 +136,13 @@ class RetryState:
         """``candidate`` is to be tried with retries in place: none made of it yet."""
         self._retried = 0
 
-    def after(
-        self, result: Attempted, failover_on: frozenset[Reason], deadline: float, candidate: Candidate, in_place: bool
-    ) -> Next:
+    def after(self, result: Attempted, failover_on: frozenset[Reason], candidate: Candidate, in_place: bool) -> Next:
         """What next after ``candidate``'s call ended in ``result`` (the decision point's second
         table); ``in_place``: it may be retried in place. A :class:`Retry` holds a token of the
         provider's retry budget until :meth:`retry_over`."""
         retried, retries = (self._retried, self.retries) if in_place else (0, 0)
         answer = self._decisions.after(
-            result, failover_on, deadline, candidate.provider, retried, retries, candidate.key
+            result, failover_on, self._deadline, candidate.provider, retried, retries, candidate.key
         )
         if type(answer) is Retry:
             self._token = candidate.provider

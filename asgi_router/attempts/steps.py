@@ -196,17 +196,7 @@ class RequestAttempts:
                     wire = self._cache_wire(caching)
             else:
                 wire = self._wire_for(target, provider.default_max_tokens)
-        admitted = self.retry.admit(
-            candidate,
-            provider,
-            wire,
-            self.attempts,
-            self.deadline,
-            self.facts,
-            force=force,
-            stream=self._stream,
-            in_place=retry,
-        )
+        admitted = self.retry.admit(candidate, provider, wire, self.attempts, force=force, in_place=retry)
         key = candidate.key
         if isinstance(admitted, Skip):
             self.skip(key, admitted)
@@ -339,7 +329,7 @@ class RequestAttempts:
             ready.lease.finish(result.reason)
             book.failed(ready.key, self.facts, result.reason, elapsed, ready.provider.timeouts.first_byte)
             self._note(ready.key, "failed", result, elapsed)
-        answer = self.retry.after(result, self.failover_on, self.deadline, ready.candidate, in_place)
+        answer = self.retry.after(result, self.failover_on, ready.candidate, in_place)
         if isinstance(answer, FailOver) and answer.skip is not None:
             self.skip(ready.key, answer.skip)
         return answer

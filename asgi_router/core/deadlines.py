@@ -153,9 +153,8 @@ class Deadline:
 
     def arm(self, seconds: float) -> None:
         """The next read must be done within ``seconds`` (0 or less: at once)."""
-        loop = self._loop
-        assert loop is not None, "arm() inside the block"
-        expires = self._expires = loop.time() + seconds
+        assert self._loop is not None, "arm() inside the block"
+        expires = self._expires = self._now() + seconds
         owner = self._host or self
         if expires < owner._when:  # earlier than the timer: move it (later ones wait for it)
             mark = owner._expires  # a lender's own deadline may be noted with no timer set yet
@@ -171,9 +170,8 @@ class Deadline:
         timer (or its lender's) and its cancellation taken back by :meth:`unbound`, which the
         code that bounds the stretch calls in ``except asyncio.CancelledError`` and after it.
         One stretch at a time; a later :meth:`bound` moves it (a read after a read)."""
-        loop = self._loop
-        assert loop is not None, "bound() inside the block"  # a bound after it cuts nothing (_cut)
-        expires = self._bound = loop.time() + seconds
+        assert self._loop is not None, "bound() inside the block"  # a bound after it cuts nothing (_cut)
+        expires = self._bound = self._now() + seconds
         owner = self._host or self
         if expires < owner._when:  # as arm(): the timer only ever moves earlier
             mark = owner._expires
@@ -327,8 +325,13 @@ class Reads:
             scope.__enter__()
         loop_now = scope._now  # known once the scope is entered
         self._loop_now = None if self._clock is loop_now else loop_now
-        if self._seconds < math.inf:
-            scope.bound(self._seconds)
+        seconds = self._seconds
+        if seconds < math.inf:  # Deadline.bound's work inline, once per block (docs/performance.md)
+            expires = scope._bound = loop_now() + seconds
+            owner = scope._host or scope
+            if expires < owner._when:
+                mark = owner._expires
+                owner._schedule(expires if expires <= mark else mark)
         return self
 
     def start(self) -> None:
@@ -389,7 +392,7 @@ def reading(
     of its own.
     """
     scope = _lender.get()
-    if scope is not None and scope._task is asyncio.current_task():
+    if scope is not None and scope._task is asyncio.current_task(scope._loop):
         reads = scope._reads
         if reads is None:
             reads = scope._reads = Reads()

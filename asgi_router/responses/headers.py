@@ -10,21 +10,28 @@ this filter (``request/router_headers.py``): an upstream's under the same prefix
 
 A value holding a control byte (below 0x20 but TAB, or DEL) is dropped too, and counted (the
 attempt's event says how many): an ASGI server refuses to send it, and the client would get no
-response at all. Clean headers, the usual case, cost one scan of their values in C.
+response at all. Clean headers, the usual case, cost one pass over their values in C.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Final
 
 from asgi_router.core.header_names import HOP_BY_HOP, NO_TOKENS, connection_tokens, is_sane_request_id
 
 __all__ = ["relayed_headers", "response_headers_for_client"]
 
-#: A byte no header value may hold on the wire (RFC 9110 field-value: TAB is allowed).
-_CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+#: The bytes no header value may hold on the wire (RFC 9110 field-value: TAB is allowed).
+_CONTROL: Final = bytes(range(0x09)) + bytes(range(0x0A, 0x20)) + b"\x7f"
+_VALUE: Final = itemgetter(1)
+
+
+def _holds_control(value: bytes) -> bool:
+    """Whether ``value`` holds a control byte: deleting them shortens it (one pass in C, with
+    no per-byte matching as a regular expression's character class does)."""
+    return len(value.translate(None, _CONTROL)) != len(value)
 
 
 # Upstream response headers never relayed: hop-by-hop, cookies, framing the ASGI server
@@ -51,9 +58,9 @@ def response_headers_for_client(upstream: Iterable[tuple[bytes, bytes]]) -> list
 def relayed_headers(upstream: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
     """:func:`response_headers_for_client`, and how many were dropped for a control byte."""
     relayed = _filtered(upstream)
-    if _CONTROL.search(b"".join([value for _, value in relayed])) is None:
+    if not _holds_control(b"".join(map(_VALUE, relayed))):
         return relayed, 0  # the usual answer: one scan, nothing dropped
-    clean = [(name, value) for name, value in relayed if _CONTROL.search(value) is None]
+    clean = [(name, value) for name, value in relayed if not _holds_control(value)]
     return clean, len(relayed) - len(clean)
 
 

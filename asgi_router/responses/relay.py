@@ -59,8 +59,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from starlette.types import Send
 
@@ -101,8 +100,7 @@ def event_boundary(last: bytes) -> bytes:
     return b"\n\n"
 
 
-@dataclass(frozen=True, slots=True)
-class RelayResult:
+class RelayResult(NamedTuple):
     """How a relay ended: ``served``, or the late failure / disconnect that ended it; and the
     chunks it sent (how many, and the last two: where a stream's final ``usage`` is)."""
 

@@ -479,8 +479,8 @@ def test_the_callers_caps_serve_downgrade_or_refuse_as_the_table_says(
 
 def test_a_429_marks_the_member_over_budget_until_its_retry_after_whatever_comes_next() -> None:
     parts = _parts()
-    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=0), [])
-    answer = retry.after(_failed("rate_limited", retry_after=3.0), DEFAULT_FAILOVER, 400.0, CANDIDATE, False)
+    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=0), [], 400.0)
+    answer = retry.after(_failed("rate_limited", retry_after=3.0), DEFAULT_FAILOVER, CANDIDATE, False)
     assert answer == FAIL_OVER
     assert parts.book.over_stated_limit(KEY, RequestFacts({}, [])) == pytest.approx(3.0)
     parts.clock.now += 3.0
@@ -489,19 +489,19 @@ def test_a_429_marks_the_member_over_budget_until_its_retry_after_whatever_comes
 
 def test_the_retry_state_retries_a_candidate_in_place_as_often_as_its_plan_allows_and_gives_tokens_back() -> None:
     parts = _parts(retry_budget={"ratio": 0.2, "min_concurrent": 1})
-    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=1), [])
+    retry = RetryState(parts.decisions, Plan((CANDIDATE,), retries=1), [], 400.0)
     retry.retrying(CANDIDATE)
-    assert isinstance(retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True), Retry)
+    assert isinstance(retry.after(_failed("timeout"), DEFAULT_FAILOVER, CANDIDATE, True), Retry)
     assert not parts.gate.begin_retry("p")  # the retry holds the one token min_concurrent allows
     retry.retry_over()
-    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True) == FAIL_OVER  # one retry
+    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, CANDIDATE, True) == FAIL_OVER  # one retry
     assert parts.gate.begin_retry("p")  # given back
 
 
 def test_the_retry_state_gives_a_client_that_retries_on_its_own_no_retries_in_place() -> None:
-    retry = RetryState(_parts().decisions, Plan((CANDIDATE,), retries=2), [(CLIENT_RETRY_COUNT, b"0")])
+    retry = RetryState(_parts().decisions, Plan((CANDIDATE,), retries=2), [(CLIENT_RETRY_COUNT, b"0")], 400.0)
     assert retry.retries == 0
-    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, 400.0, CANDIDATE, True) == FAIL_OVER
+    assert retry.after(_failed("timeout"), DEFAULT_FAILOVER, CANDIDATE, True) == FAIL_OVER
 
 
 @pytest.mark.parametrize(
@@ -518,9 +518,9 @@ def test_the_retry_state_keeps_open_breaker_skips_of_its_pass_for_the_all_open_r
     parts = _parts()
     parts.gate.trip("p")
     plan = Plan((CANDIDATE,))
-    retry = RetryState(parts.decisions, plan, [])
+    retry = RetryState(parts.decisions, plan, [], 400.0, EMPTY)
     provider = ProviderRuntime.build("p", parts.settings.providers["p"], parts.settings.routes)
-    skipped = retry.admit(CANDIDATE, provider, WireBody({"model": "x"}), 0, 400.0, EMPTY, in_place=in_place)
+    skipped = retry.admit(CANDIDATE, provider, WireBody({"model": "x"}), 0, in_place=in_place)
     assert skipped == Skip("circuit_open", opened_at=100.0, cause="failures")
     if replanned:
         retry.replanned(plan)
