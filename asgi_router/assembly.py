@@ -29,7 +29,7 @@ from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.route_paths import route_kind
+from asgi_router.core.route_paths import RouteKind, route_kind
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_ledger_for
@@ -39,7 +39,6 @@ from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.protocols.routes import is_anthropic
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.overview import Overview
@@ -74,7 +73,7 @@ class RouterParts:
     guard: Guard
     state: RouterState
     #: Each chat route, and whether it speaks Anthropic's protocol.
-    routes: dict[str, bool]
+    routes: dict[str, RouteKind]
     #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
     count_tokens: frozenset[str]
     resolver: Resolver
@@ -189,7 +188,7 @@ def assemble(
         metrics.queue_depths = loop.capacity.depths
     health = HealthProber(resolved, providers, gate)
     connected = (router_state,) if isinstance(router_state, Connected) else ()
-    routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
+    routes = {route: route_kind(route) for route in resolved.routes}
     return RouterParts(
         settings=resolved,
         guard=guard,

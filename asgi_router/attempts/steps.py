@@ -242,8 +242,9 @@ class RequestAttempts:
             if target.translated and self._stream
             else None
         )
-        # A relayed stream commits on its first real event; a translated one already does.
-        anthropic_events = self.state.anthropic if self._stream and not target.translated else None
+        # An answer relayed as it is commits on its first real event (streamed; a Responses answer
+        # whole too); a translated one already does.
+        events = None if target.translated else self.state.kind
         if trace is not None:  # the attempt's span, and its traceparent in the headers
             trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers, began)
         calling = call(
@@ -256,7 +257,7 @@ class RequestAttempts:
             self.attempts,
             self.deadline,
             translation,
-            anthropic_events,
+            events,
         )
         del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:

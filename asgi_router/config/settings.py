@@ -102,10 +102,11 @@ class RouterSettings(BaseSettings):
         description='Bare names that stand for a `provider/model-id` or `group/<id>`, e.g. `fast = "group/coder"`.',
     )
     routes: list[str] = Field(
-        default_factory=lambda: ["/v1/chat/completions"],
+        default_factory=lambda: ["/v1/chat/completions", "/v1/responses"],
         description="Paths the router answers (`POST` only; below the app's `root_path`); each starts with `/`. "
-        "A path ending in `/chat/completions` is OpenAI chat, one ending in `/messages` Anthropic's Messages API "
-        "(see [Protocols](protocols.md)). Everything else goes to the host app.",
+        "A path ending in `/chat/completions` is OpenAI chat, one ending in `/messages` Anthropic's Messages API, "
+        "one ending in `/responses` OpenAI's Responses API (see [Protocols](protocols.md)). Everything else goes to "
+        "the host app.",
     )
     max_body_bytes: PositiveInt = Field(
         default=10 * 1024 * 1024, description="The largest request body accepted (413 above it)."

@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
+from asgi_router.core.route_paths import RouteKind
 from asgi_router.observability.events import AttemptEvent, HedgeOutcome, Outcome, RequestRecord
 from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.spend import Spend
@@ -63,6 +64,7 @@ class RequestState:
         "finished",
         "hedge",
         "in_flight",
+        "kind",
         "last_sent",
         "limit",
         "path",
@@ -94,14 +96,16 @@ class RequestState:
         send: Send,
         request_id: str,
         path: str = "",
-        anthropic: bool = False,
+        kind: RouteKind = "chat",
         started_at: float = 0.0,
     ) -> None:
         self.scope = scope
         #: The URL path asked for, below ``root_path`` (``inbound/mounting.py``).
         self.path = path
+        #: The protocol the path speaks (``core/route_paths.py``).
+        self.kind = kind
         #: The path speaks Anthropic's Messages API: errors in its shape.
-        self.anthropic = anthropic
+        self.anthropic = kind == "messages"
         self.receive = receive
         self.send = send
         self.request_id = request_id

@@ -26,6 +26,7 @@ rewritten.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Committed, Refused
@@ -36,6 +37,7 @@ from asgi_router.core.router_errors import RouterError, stream_error_event
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.protocols.openai_responses_events import ResponsesEnd, responses_stream_error
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import add_router_headers
 from asgi_router.request.spend import Spend
@@ -125,10 +127,13 @@ class Answer:
             state.response_started = True
             state.in_flight = (winner, result.started)
             error_event = anthropic_stream_error_event if state.anthropic else stream_error_event
+            ends = None
+            if state.kind == "responses":  # its own in-band error, and its own last event
+                error_event, ends = partial(responses_stream_error, result.response_id), ResponsesEnd()
             final = result
             if resumer is None:
                 recent = tail = LastChunks(maxlen=LAST_CHUNKS) if estimate else None
-                relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event)
+                relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event, None, ends)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers, relayed
