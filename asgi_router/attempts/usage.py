@@ -104,15 +104,15 @@ class Tail:
 
 
 def _counts(usage: object) -> tuple[int | None, int | None]:
-    """``(prompt, completion)`` a usage object states, in OpenAI's words or Anthropic's (whose
-    prompt is its input plus the cache's reads and writes)."""
+    """``(prompt, completion)`` a usage object states, in OpenAI's words, Anthropic's (whose
+    prompt is its input plus the cache's reads and writes) or the Responses API's (``input_tokens``
+    already counts its ``input_tokens_details.cached_tokens``). OpenAI's embeddings state only
+    ``prompt_tokens``: a measured usage with no output."""
     if not isinstance(usage, dict):
         return None, None
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        prompt, completion = (
-            plausible_tokens(usage.get("prompt_tokens")),
-            plausible_tokens(usage.get("completion_tokens")),
-        )
+        prompt = plausible_tokens(usage.get("prompt_tokens"))
+        completion = plausible_tokens(usage.get("completion_tokens")) if "completion_tokens" in usage else 0
         return (prompt, completion) if prompt is not None and completion is not None else (None, None)
     parts = [plausible_tokens(usage.get(key)) for key in _ANTHROPIC_INPUT]
     read = sum(part for part in parts if part is not None)
