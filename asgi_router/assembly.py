@@ -25,6 +25,7 @@ from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.plan_phase import PlanPhase
+from asgi_router.attempts.response_affinity import ResponseAffinity
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
@@ -152,7 +153,9 @@ def assemble(
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
     gate = Gate(resolved, router_state, clock)
     capacity = Capacity.for_settings(resolved, clock, router_state)
-    plan_phase = PlanPhase(resolver, capacity)
+    # A Responses route's follow-ups go back to the provider that holds their previous response.
+    responses = ResponseAffinity.for_settings(resolved, router_state)
+    plan_phase = PlanPhase(resolver, capacity, responses)
     loop = AttemptLoop(
         AttemptContext(
             transport=upstream,
@@ -199,7 +202,7 @@ def assemble(
         plan_phase=plan_phase,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
-        answer=Answer(book, clock),
+        answer=Answer(book, clock, responses),
         transport=upstream,
         clock=clock,
         recent=recent,

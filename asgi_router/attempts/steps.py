@@ -34,6 +34,7 @@ from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
+from asgi_router.attempts.request_answers import pinned_error
 from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -381,7 +382,9 @@ class RequestAttempts:
         return self._context.decisions.recheck(self._summaries)
 
     def exhausted(self) -> RouterError:
-        return exhausted_error(self._summaries or [])
+        error = exhausted_error(self._summaries or [])
+        pinned = self.plan.pinned
+        return error if pinned is None else pinned_error(error, pinned)
 
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""

@@ -9,7 +9,8 @@ made of each have a module: ``provider_settings.py`` (providers, timeouts, the c
 ``group_settings.py`` (groups, members, nesting), ``capacity_settings.py`` (a group's ``sticky``
 and ``queue``), ``rules_settings.py``, ``catalog_settings.py``,
 ``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
-events), ``state_settings.py`` (the shared state store), ``auth_settings.py`` (inbound auth) and
+events), ``state_settings.py`` (the shared state store), ``responses_settings.py`` (the
+Responses API's remembered response ids), ``auth_settings.py`` (inbound auth) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per
 session); ``cross_checks.py`` checks that every
 name a table uses names something configured; ``named.py`` lists the models a configuration

@@ -59,6 +59,7 @@ from asgi_router.config.resilience_settings import (
     EventSettings,
     RetryBudgetSettings,
 )
+from asgi_router.config.responses_settings import RESPONSES_MAX, RESPONSES_TTL, ResponsesMax, ResponsesTtl
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.state_settings import check_key_prefix, check_state_url
 from asgi_router.core.reasons import Reason
@@ -232,6 +233,10 @@ class RouterSettings(BaseSettings):
         description="The first segment of every Redis key the router writes, so that two gateways can share one "
         "Redis without sharing state.",
     )
+
+    # The Responses API's stored responses (``config/responses_settings.py``).
+    responses_max: ResponsesMax = RESPONSES_MAX
+    responses_ttl: ResponsesTtl = RESPONSES_TTL
 
     # Caps per caller and per session (``config/caller_settings.py``; see the Callers page).
     session_header: str = Field(

@@ -30,6 +30,7 @@ from functools import partial
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.attempts.response_affinity import ResponseAffinity
 from asgi_router.attempts.usage import LAST_CHUNKS, LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
@@ -56,11 +57,14 @@ __all__ = ["Answer"]
 class Answer:
     """Sends a request's answer and accounts for it: one per router, called once per request."""
 
-    __slots__ = ("_book", "_clock")
+    __slots__ = ("_book", "_clock", "_responses")
 
-    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
+    def __init__(self, book: Bookkeeper, clock: Callable[[], float], responses: ResponseAffinity | None = None) -> None:
         self._book = book
         self._clock = clock
+        #: Where a relayed Responses answer's id is remembered with its producer (``None``: no
+        #: Responses route).
+        self._responses = responses
 
     async def __call__(
         self,
@@ -90,6 +94,8 @@ class Answer:
             return
         stream = request.stream
         winner = result.candidate.key
+        if result.response_id is not None and self._responses is not None:  # a follow-up comes back here
+            self._responses.remember(result.response_id, winner, state.principal)
         tail: LastChunks | Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
