@@ -45,7 +45,7 @@ _CODES: Final[dict[str, int]] = {
     "invalid_prompt": 400,
 }
 #: A stream's last event, by its type (in its ``event:`` line or its data's ``type``).
-_LAST: Final = re.compile(rb'(?:event:\s?|"type"\s*:\s*")response\.(?:completed|failed|incomplete)\b')
+_LAST: Final = re.compile(rb'(?:\nevent: ?|"type"\s*:\s*")response\.(?:completed|failed|incomplete)\b')
 #: How many bytes of a chunk are kept to find a last event's name cut across two chunks.
 _CARRY: Final = 48
 _FAILED: Final = re.compile(rb'"status"\s*:\s*"failed"')
@@ -125,14 +125,17 @@ class ResponsesEnd:
     __slots__ = ("_carry", "said")
 
     def __init__(self) -> None:
-        self._carry = b""
+        # What came before the stream's first byte: a line's end, so that an ``event:`` line is
+        # told by the line end before it (a JSON string holds no raw line end).
+        self._carry = b"\n"
         #: The last event went out: the client has the whole answer.
         self.said = False
 
     def feed(self, chunk: bytes) -> None:
         if not self.said:
-            self.said = _LAST.search(self._carry + chunk) is not None
-            self._carry = chunk[-_CARRY:]
+            seen = self._carry + chunk
+            self.said = _LAST.search(seen) is not None
+            self._carry = seen[-_CARRY:]
 
 
 def failed_body(body: bytes) -> tuple[str, str] | None:
