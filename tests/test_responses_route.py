@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import agents
 import httpx2
 import openai
 import pytest
@@ -230,3 +231,34 @@ def test_responses_usage_reaches_the_record_the_metrics_and_a_callers_cap(
         refused = httpx2.post(f"{server.url}/v1/responses", json=body, headers=headers, timeout=5)
     assert refused.status_code == 429  # 18 tokens spent, over 15: the cap is reached
     assert refused.json()["error"]["code"] == "caller_limit_reached"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("native_fails", [False, True])
+async def test_an_openai_agent_runs_a_function_tool_through_the_responses_route(
+    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream, native_fails: bool
+) -> None:
+    server = served[0]
+    if native_fails:
+        fake_upstream.script("gpt-4o", reply.status(503))
+    answering = "gpt-4o-mini" if native_fails else "gpt-4o"
+    fake_upstream.script(answering, reply.tool_call("add", {"a": 2, "b": 3}), reply.ok("2 + 3 = 5"))
+    added: list[tuple[int, int]] = []
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        added.append((a, b))
+        return a + b
+
+    agents.set_tracing_disabled(True)
+    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
+        model = agents.OpenAIResponsesModel(model="group/agents", openai_client=client)
+        agent = agents.Agent(name="calculator", instructions="Use the tool.", tools=[add], model=model)
+        result = await agents.Runner.run(agent, "what is 2 + 3?")
+    assert result.final_output == "2 + 3 = 5"
+    assert added == [(2, 3)]
+    asked = [hit for hit in fake_upstream.hits if hit.model == answering]
+    assert asked[0].body["tools"][0]["strict"] is True  # the agents SDK's strict schema went through
+    outputs = [item for item in asked[1].body["input"] if item.get("type") == "function_call_output"]
+    assert [item["output"] for item in outputs] == ["5"]
