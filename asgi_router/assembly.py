@@ -25,6 +25,7 @@ from asgi_router.attempts.capacity import Capacity
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.loop import AttemptLoop
 from asgi_router.attempts.plan_phase import PlanPhase
+from asgi_router.attempts.response_affinity import ResponseAffinity
 from asgi_router.caching.cache_factory import response_cache_for
 from asgi_router.caching.response_cache import ResponseCache
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
@@ -32,7 +33,7 @@ from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
 from asgi_router.config.settings import RouterSettings, load_settings
-from asgi_router.core.route_paths import route_kind
+from asgi_router.core.route_paths import RouteKind, route_kind
 from asgi_router.endpoints.admin_api import AdminApi
 from asgi_router.endpoints.admin_surface import AdminSurface, build_admin
 from asgi_router.endpoints.count_tokens import count_tokens_routes
@@ -45,7 +46,6 @@ from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
 from asgi_router.observability.redaction import scrub_while_alive, secrets_of
 from asgi_router.observability.sinks import EventBus, RecentRequests, Sink, default_sinks
-from asgi_router.protocols.routes import is_anthropic
 from asgi_router.resilience.caller_limits import CallerLimits
 from asgi_router.resilience.gate import Gate
 from asgi_router.resilience.key_caps import KeyCaps
@@ -82,7 +82,7 @@ class RouterParts:
     guard: Guard
     state: RouterState
     #: Each chat route, and whether it speaks Anthropic's protocol.
-    routes: dict[str, bool]
+    routes: dict[str, RouteKind]
     #: Anthropic's token counting below each Messages route: refused (``endpoints/count_tokens.py``).
     count_tokens: frozenset[str]
     resolver: Resolver
@@ -169,7 +169,9 @@ def assemble(
     upstream = transport if transport is not None else make_transport(resolved.transport, resolved.pool, http_client)
     gate = Gate(resolved, router_state, clock)
     capacity = Capacity.for_settings(resolved, clock, router_state)
-    plan_phase = PlanPhase(resolver, capacity)
+    # A Responses route's follow-ups go back to the provider that holds their previous response.
+    responses = ResponseAffinity.for_settings(resolved, router_state)
+    plan_phase = PlanPhase(resolver, capacity, responses)
     loop = AttemptLoop(
         AttemptContext(
             transport=upstream,
@@ -228,7 +230,7 @@ def assemble(
     if metrics is not None and cache is not None:
         metrics.cache_bytes = cache.store.size
     connected = (router_state,) if isinstance(router_state, Connected) else ()
-    routes = {route: is_anthropic(route_kind(route)) for route in resolved.routes}
+    routes = {route: route_kind(route) for route in resolved.routes}
     return RouterParts(
         settings=resolved,
         guard=guard,
@@ -239,7 +241,7 @@ def assemble(
         plan_phase=plan_phase,
         recorder=FactRecorder(resolved.rules) if records_facts else None,
         loop=loop,
-        answer=Answer(book, clock),
+        answer=Answer(book, clock, responses),
         transport=upstream,
         clock=clock,
         recent=recent,

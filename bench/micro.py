@@ -41,7 +41,7 @@ from asgi_router.transports.request_headers import request_headers_for_upstream
 
 from .asgi_calls import receive_once
 from .host import settings_for
-from .upstream import COMPLETION, messages_events, sse_events
+from .upstream import COMPLETION, messages_events, responses_events, sse_events
 
 __all__ = ["bench_router", "chat_body", "micro", "router_in_process", "router_loop"]
 
@@ -63,6 +63,14 @@ def chat_body(stream: bool, pad: int = 0, group: str = "bench") -> bytes:
         payload["stream"] = True
     if pad:
         payload["messages"].append({"role": "user", "content": "x" * pad})
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def responses_body(stream: bool, group: str = "bench") -> bytes:
+    """The bench's Responses API request body for ``group/<group>`` (the same words as :func:`chat_body`)."""
+    payload: dict[str, Any] = {"model": f"group/{group}", "input": "Say hello."}
+    if stream:
+        payload["stream"] = True
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -106,12 +114,16 @@ def micro(scale: float = 1.0) -> dict[str, float]:
 
 def _memory_transport(stream: bool) -> MemoryTransport:
     """The bench's upstream in memory: 20 SSE chunks or one JSON answer at once; an Anthropic
-    provider's Messages stream where the URL ends in ``/messages``."""
+    provider's Messages stream where the URL ends in ``/messages``, a Responses API stream where
+    it ends in ``/responses``."""
     parts = sse_events() if stream else [COMPLETION]
     messages = messages_events()
+    responses = responses_events()
     content_type = b"text/event-stream" if stream else b"application/json"
 
     def answer(url: str) -> MemoryResponse:
+        if url.endswith("/responses"):
+            return MemoryResponse(responses, content_type)
         return MemoryResponse(messages if url.endswith("/messages") else parts, content_type)
 
     return MemoryTransport(answer)
@@ -125,9 +137,12 @@ def bench_router(
     callers: bool = False,
     session: bool | None = None,
     sticky: bool = False,
+    responses: bool = False,
 ) -> tuple[ModelRouter, Callable[[Any], Awaitable[None]]]:
     """The bench's ``ModelRouter`` over the in-memory transport, and one request: a coroutine
     function that sends the request to the ASGI app it is given (the router, or a wrapper of it).
+    ``responses``: the request is a Responses API request on ``/v1/responses`` (streamed: the
+    upstream's native Responses stream), else a chat completion.
 
     ``callers``: every caller and session capped (``bench/host.py``); ``session``: the requests
     carry a session header (default: when ``callers`` or ``sticky``), so that the loop without
@@ -148,7 +163,8 @@ def bench_router(
         sticky=sticky,
     )
     router = ModelRouter(host, settings=settings, transport=_memory_transport(stream))
-    body = chat_body(stream, group=group)
+    body = responses_body(stream, group) if responses else chat_body(stream, group=group)
+    path = "/v1/responses" if responses else "/v1/chat/completions"
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if callers or sticky if session is None else session:
         headers.append((b"x-session-id", b"bench-session"))
@@ -158,7 +174,7 @@ def bench_router(
         pass
 
     async def request(app: Any) -> None:
-        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+        scope = {"type": "http", "method": "POST", "path": path, "headers": headers}
         await app(scope, receive_once(body, never.wait), send)
 
     return router, request

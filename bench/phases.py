@@ -5,7 +5,8 @@ The router runs a chat request as named phases (admit, read, plan, attempt, answ
 body, then the upstream headers), called up to the commit point and settled; inside *answer*,
 the winner's bytes are sent or relayed. This command counts, for each of those regions, the
 instructions and the allocations one request spends there, over the bench's in-process router
-(``bench/micro.py``: the memory transport, no sockets), for a JSON request and a 20-chunk stream.
+(``bench/micro.py``: the memory transport, no sockets), for a JSON request, a 20-chunk stream
+and a native Responses API stream of 20 events (``responses``, on ``/v1/responses``).
 
 Method: CPython 3.11 shows callgrind only its C functions (every Python function runs inside the
 same interpreter loop), so the regions are marked from outside. The bench owns its router: for
@@ -59,7 +60,9 @@ from .procs import ROOT
 
 __all__ = ["REGIONS", "main", "rows"]
 
-KINDS: dict[str, bool] = {"json": False, "sse20": True}  # kind -> a stream?
+#: kind -> (a stream?, a Responses API request?): ``responses`` is a native Responses stream of
+#: as many events as ``sse20``'s chat stream, beside it.
+KINDS: dict[str, tuple[bool, bool]] = {"json": (False, False), "sse20": (True, False), "responses": (True, True)}
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,8 @@ class _Window:
 async def _drive(kind: str, requests: int, samples: int, callgrind: Callgrind | None) -> dict[str, Any]:
     """Each region in turn: instructions and allocations under callgrind, else net blocks; how
     many times each region was entered, and whether the router ever yielded to the loop."""
-    router, request = bench_router(KINDS[kind])
+    stream, responses = KINDS[kind]
+    router, request = bench_router(stream, responses=responses)
     harness = _Harness(router)
 
     async def one() -> None:
@@ -386,7 +390,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench phases", description=__doc__)
     parser.add_argument("--requests", type=int, default=300, help="requests counted per region (default 300)")
     parser.add_argument("--samples", type=int, default=10, help="requests whose allocations are counted (default 10)")
-    parser.add_argument("--kinds", default="json,sse20", help="json, sse20 or both (default both)")
+    parser.add_argument(
+        "--kinds", default="json,sse20,responses", help="json, sse20, responses, comma-separated (default all three)"
+    )
     parser.add_argument("--no-valgrind", action="store_true", help="net blocks only, even where valgrind is present")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     return parser.parse_args(argv)

@@ -75,6 +75,38 @@ def sse_events() -> list[bytes]:
     return [_event(index) for index in range(CHUNKS - 1)] + [b"data: [DONE]\n\n"]
 
 
+def responses_events() -> list[bytes]:
+    """The exact frames of one streamed Responses API answer, :data:`CHUNKS` events as the API
+    sends them (``event:`` and ``data:``): the response created and in progress, its message item
+    and text part added, the text in deltas, the text done, and ``response.completed``."""
+    response: dict[str, object] = {"id": "resp_bench", "object": "response", "status": "in_progress", "model": "ok"}
+    response.update(created_at=1700000000, output=[], usage=None)
+    item = {"type": "message", "id": "msg_bench", "status": "in_progress", "role": "assistant", "content": []}
+    where = {"item_id": "msg_bench", "output_index": 0, "content_index": 0}
+    text = "".join(f"w{index} " for index in range(CHUNKS - 5))
+    done = {**item, "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    usage = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": CHUNKS - 5}
+    events: list[dict[str, object]] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.in_progress", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        *(
+            {"type": "response.output_text.delta", **where, "delta": f"w{index} ", "logprobs": []}
+            for index in range(CHUNKS - 5)
+        ),
+        {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
+        {
+            "type": "response.completed",
+            "response": {**response, "status": "completed", "output": [done], "usage": usage},
+        },
+    ]
+    return [
+        b"event: %s\ndata: %s\n\n"
+        % (str(event["type"]).encode(), json.dumps({**event, "sequence_number": at}, separators=(",", ":")).encode())
+        for at, event in enumerate(events)
+    ]
+
+
 MESSAGE: Final = json.dumps(
     {
         "id": "msg_bench",

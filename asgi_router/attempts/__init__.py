@@ -7,7 +7,8 @@ request (a caller's caps: serve, downgrade or refuse; whether a broken stream is
 made in ``request_answers.py``; each request asks them through its own retry state
 (``retry_state.py``: what the request has done so far, kept before and after commit).
 ``plan_phase.py`` is the pipeline's plan phase (the ``model``
-resolved to a plan, a sticky group's member first), asked again by the wait for capacity.
+resolved to a plan, a sticky group's member first, a Responses follow-up pinned to the provider
+``response_affinity.py`` says produced its previous response), asked again by the wait for capacity.
 ``loop.py`` drives the plain walk over a plan and ``hedging.py`` races a second candidate
 against a slow first one; ``steps.py`` does and records each step of one attempt; ``call.py`` is
 the one upstream call (I/O only: it reports what came back); ``context.py`` holds the router's

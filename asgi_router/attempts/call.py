@@ -57,15 +57,26 @@ from asgi_router.core.classify import (
 )
 from asgi_router.core.deadlines import Reads, reading
 from asgi_router.core.reasons import Reason
+from asgi_router.core.route_paths import RouteKind
 from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
 from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
+from asgi_router.protocols.openai_responses_events import (
+    ResponsesFirstEvent,
+    failed_body,
+    response_id_in,
+    responses_refusal,
+    status_of_code,
+)
 from asgi_router.transports.transport import UpstreamResponse, close_response
 
 __all__ = ["call", "read_to_end"]
 
+# The protocols whose streams are always read event by event up to their commit point (a chat
+# stream's first chunk usually shows text: a byte test answers for it).
+_PARSED: Final = frozenset({"messages", "responses"})
 # A failover response's body is read (so its connection can be reused) up to this size.
 _FAILURE_BODY_CAP: Final = 64 * 1024
 
@@ -102,13 +113,14 @@ async def call(
     attempts: int,
     commit_by: float,
     translation: StreamTranslation | None = None,
-    anthropic_events: bool | None = None,
+    events: RouteKind | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
-    whole, here too); a relayed stream (``anthropic_events`` says which protocol its events are
-    in) commits once an event a client shows has come (the commit point)."""
+    whole, here too); an answer relayed as it is (``events`` says which protocol it is in;
+    ``None``: a translated one) commits, streamed, once an event a client shows has come (the
+    commit point); a Responses answer also once it is not a failure."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -138,6 +150,7 @@ async def call(
                 return _in_openai_shape(unserved) if ready.target.translated else unserved
             chunks = response.chunks
             held: tuple[bytes, ...] | None = None
+            response_id: str | None = None
             if translation is None:
                 try:  # the first non-empty chunk (b"": none before the end)
                     first = await anext(chunks)
@@ -145,13 +158,20 @@ async def call(
                         first = await anext(chunks)
                 except StopAsyncIteration:
                     first = b""
-                if first and anthropic_events is not None and (anthropic_events or not shows_text(first)):
-                    held, verdict = await _first_real(
-                        chunks, FirstEvent(anthropic=anthropic_events), context.max_response_bytes, first
+                if first and stream and events is not None and (events in _PARSED or not shows_text(first)):
+                    reader = (
+                        ResponsesFirstEvent() if events == "responses" else FirstEvent(anthropic=events == "messages")
                     )
+                    held, verdict = await _first_real(chunks, reader, context.max_response_bytes, first)
                     first = held[0] if len(held) == 1 else b"".join(held)
                     if verdict is not None and verdict != REAL:  # an error before anything to show
+                        if isinstance(reader, ResponsesFirstEvent) and reader.failure is not None:
+                            return _responses_failed(
+                                context, candidate, status, verdict, reader.failure, failover_on, attempts
+                            )
                         return Failed(classify_status(verdict), status)
+                    if isinstance(reader, ResponsesFirstEvent):
+                        response_id = reader.response_id
                     if verdict is None:
                         first = b""  # it ended (or outgrew the limit) before saying anything
             else:
@@ -174,6 +194,12 @@ async def call(
                     whole = completion_from_message(whole)
                 if whole is None:
                     return Failed("upstream_5xx", status, ttfb=ttfb)
+                if events == "responses":  # a 200 may still say the response failed
+                    failure = failed_body(whole)
+                    if failure is not None:
+                        verdict = status_of_code(failure[0])
+                        return _responses_failed(context, candidate, status, verdict, failure, failover_on, attempts)
+                    response_id = response_id_in(whole)
                 first = whole
             handed_off = True
             return Committed(
@@ -187,6 +213,7 @@ async def call(
                 attempts,
                 translation=translation,
                 parts=held if held is not None and len(held) > 1 and stream else None,
+                response_id=response_id,
             )
         # Only reached when a read overran its time and cut the block short.
         return Failed("timeout", response.status if response else None)
@@ -220,7 +247,7 @@ async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTra
 
 
 async def _first_real(
-    chunks: AsyncIterator[bytes], first_event: FirstEvent, limit: int, first: bytes
+    chunks: AsyncIterator[bytes], first_event: FirstEvent | ResponsesFirstEvent, limit: int, first: bytes
 ) -> tuple[tuple[bytes, ...], int | None]:
     """The stream's chunks from ``first`` up to its first real event, and
     :meth:`FirstEvent.feed`'s verdict (``None``: the stream ended, broke once it had begun, or
@@ -247,6 +274,27 @@ async def _first_real(
     if parts and size <= limit and not first_event.saw_events:  # not an event stream: as it came
         return tuple(parts), REAL
     return (), None
+
+
+def _responses_failed(
+    context: AttemptContext,
+    candidate: Candidate,
+    status: int,
+    verdict: int,
+    failure: tuple[str, str],
+    failover_on: frozenset[Reason],
+    attempts: int,
+) -> Failed | Refused:
+    """A Responses answer that said it failed before anything a client shows: failed over as the
+    status its code stands for, or, when that is the client's own error the decision point passes
+    through (``invalid_prompt``), refused in OpenAI's error shape with that status (``status``: the
+    answer's own, a 200)."""
+    reason = classify_status(verdict)
+    code, message = failure
+    if context.decisions.passes_through(reason, failover_on):
+        body = responses_refusal(code, message)
+        return Refused(candidate, verdict, ((b"content-type", b"application/json"),), body, attempts, reason)
+    return Failed(reason, status)
 
 
 def _in_openai_shape(result: Failed | Refused) -> Failed | Refused:

@@ -65,9 +65,10 @@ class Continuations:
         self, plan: Plan, request: InboundRequest, state: RequestState, facts: RequestFacts, retry: RetryState
     ) -> StreamContinuer | None:
         """What continues ``request``'s committed stream after a break, when its plan has a
-        resumable candidate and the request can be continued at all (one choice, no logprobs)."""
+        resumable candidate and the request can be continued at all (one choice, no logprobs; a
+        chat or Messages request: a Responses stream is its provider's, with no prefill to continue)."""
         resumes = self._resumes
-        if resumes is None:
+        if resumes is None or state.kind == "responses":
             return None
         modes = resumes.modes(plan)
         if modes is None or not resumable_request(request.payload):

@@ -49,6 +49,8 @@ class Committed:
     parts: tuple[bytes, ...] | None = None
     #: A stream whose plan can continue it after a break: what continues it (``None``: nothing).
     continues: Continues | None = None
+    #: The id a Responses answer gave its response (``resp_...``; ``None``: none seen).
+    response_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -9,9 +9,11 @@ questions (admit it, what next after its call):
   numbers and does the I/O), serve the ref asked for, :class:`Downgrade` to the table's
   ``downgrade_to``, or :class:`Refuse`;
 * **a committed stream that broke** (:func:`continuation`): whether it is continued, and on
-  whom (:class:`Continue`).
+  whom (:class:`Continue`);
+* **a follow-up of a stored response** (:func:`pinned_plan`, :func:`pinned_error`): the Responses
+  API's ``previous_response_id`` names a response only the provider that produced it holds.
 
-Both are pure functions of what they are given. The caller's caps table is in ``decisions.py``'s
+All are pure functions of what they are given. The caller's caps table is in ``decisions.py``'s
 docstring with the others; the resume table is here, beside its rule.
 
 **The resume table**: after a committed stream broke (``Decisions.resume``, asked through the
@@ -35,6 +37,28 @@ a stall (``timeout``)                                       Continue: the next r
 no resumable candidate left in that order                   None: the in-band error
 ==========================================================  ==================================
 
+**The affinity table**: a Responses request with ``previous_response_id`` (the plan phase asks,
+``plan_phase.py``, with what ``response_affinity.py`` remembers of the id):
+
+==========================================================  ==================================
+the id                                                      answer
+==========================================================  ==================================
+one the router does not know (never relayed, forgotten)     the normal plan
+one another caller produced                                 404 ``previous_response_not_found``
+                                                            (as for an id never seen)
+one this caller produced                                    the plan's members on the
+                                                            producer's provider, in plan
+                                                            order; none: the producer itself.
+                                                            No failover to another provider
+that pinned plan's walk ends with no answer: all rate-      its 429, with ``Retry-After``
+limited
+the same, for any other reason (skipped: breaker open,      503 ``previous_response_unavailable``
+not configured; or failed)                                  naming the candidate
+==========================================================  ==================================
+
+A 404 from the producer (it no longer holds the response) is passed through, as a refusal is
+(the pinned plan does not fail over on ``model_not_found``).
+
 Each candidate of a :class:`Continue` is one attempt, admitted as any other (``decisions.py``'s
 first table); the first to commit continues the stream, a refused one (a 400 for prefill) moves
 on. This is independent of ``retries`` and of a client's retry headers: a client cannot retry a stream
@@ -44,16 +68,29 @@ whose 200 it already has.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import RouterError
 from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.caller_tally import PAST, REFUSED, Cap, Table
+from asgi_router.routing.plan import Plan
 
-__all__ = ["Continue", "Downgrade", "Refuse", "caller_answer", "continuable", "continuation", "resume_order"]
+__all__ = [
+    "Continue",
+    "Downgrade",
+    "Refuse",
+    "caller_answer",
+    "continuable",
+    "continuation",
+    "not_found",
+    "pinned_error",
+    "pinned_plan",
+    "resume_order",
+]
 
 
 # -- the caller's caps ----------------------------------------------------------------------------
@@ -150,3 +187,34 @@ def continuation(
         return None
     order = resume_order(candidates, modes, broken, reason)
     return Continue(tuple(order)) if order else None
+
+
+def pinned_plan(plan: Plan, producer: str) -> Plan:
+    """``plan`` for a follow-up of a response ``producer`` made: the plan's members on its
+    provider, in plan order, else ``producer`` alone (the affinity table above)."""
+    provider, _, model_id = producer.partition("/")
+    members = tuple(candidate for candidate in plan.candidates if candidate.provider == provider)
+    # A 404 there (``model_not_found``) says the provider no longer holds it: the client's to read.
+    failover_on = plan.failover_on - {"model_not_found"}
+    return replace(
+        plan, candidates=members or (Candidate(provider, model_id),), failover_on=failover_on, pinned=producer
+    )
+
+
+def pinned_error(error: RouterError, producer: str) -> RouterError:
+    """A pinned plan's walk that came to ``error``: a 429 stays one; anything else is a 503
+    naming the candidate that holds the previous response."""
+    if error.status == 429:
+        return error
+    message = (
+        f"the previous response is held by {producer}, which cannot answer now (no other provider holds it); "
+        "retry later, or start a new conversation without previous_response_id\n" + error.message
+    )
+    return RouterError(503, "previous_response_unavailable", message, error.attempts)
+
+
+def not_found(response_id: str) -> RouterError:
+    """The 404 for a response id the router does not know for this caller (never told apart
+    from one another caller produced)."""
+    shown = response_id if len(response_id) <= 64 and response_id.isascii() and response_id.isprintable() else "?"
+    return RouterError(404, "previous_response_not_found", f"Previous response with id '{shown}' not found.")

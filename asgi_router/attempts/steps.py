@@ -36,6 +36,7 @@ from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
+from asgi_router.attempts.request_answers import pinned_error
 from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -261,8 +262,9 @@ class RequestAttempts:
             if target.translated and self._stream
             else None
         )
-        # A relayed stream commits on its first real event; a translated one already does.
-        anthropic_events = self.state.anthropic if self._stream and not target.translated else None
+        # An answer relayed as it is commits on its first real event (streamed; a Responses answer
+        # whole too); a translated one already does.
+        events = None if target.translated else self.state.kind
         if trace is not None:  # the attempt's span, and its traceparent in the headers
             trace.attempt(ready.key, ready.provider.name, ready.candidate.model_id, target.url, headers, began)
         calling = call(
@@ -275,7 +277,7 @@ class RequestAttempts:
             self.attempts,
             self.deadline,
             translation,
-            anthropic_events,
+            events,
         )
         del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:
@@ -399,7 +401,9 @@ class RequestAttempts:
         return self._context.decisions.recheck(self._summaries)
 
     def exhausted(self) -> RouterError:
-        return exhausted_error(self._summaries or [])
+        error = exhausted_error(self._summaries or [])
+        pinned = self.plan.pinned
+        return error if pinned is None else pinned_error(error, pinned)
 
     def skip(self, name: str, skip: Skip) -> None:
         """Event a candidate that was not called."""

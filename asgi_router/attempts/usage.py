@@ -122,15 +122,15 @@ class Tail:
 
 
 def _counts(usage: object) -> tuple[int | None, int | None, int, int]:
-    """``(prompt, completion, cache reads, cache writes)`` a usage object states, in OpenAI's words
-    or Anthropic's (whose prompt is its input plus the cache's reads and writes)."""
+    """``(prompt, completion, cache reads, cache writes)`` a usage object states, in OpenAI's words,
+    Anthropic's (whose prompt is its input plus the cache's reads and writes) or the Responses
+    API's (``input_tokens`` already counts its ``input_tokens_details.cached_tokens``). OpenAI's
+    embeddings state only ``prompt_tokens``: a measured usage with no output."""
     if not isinstance(usage, dict):
         return None, None, 0, 0
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        prompt, completion = (
-            plausible_tokens(usage.get("prompt_tokens")),
-            plausible_tokens(usage.get("completion_tokens")),
-        )
+        prompt = plausible_tokens(usage.get("prompt_tokens"))
+        completion = plausible_tokens(usage.get("completion_tokens")) if "completion_tokens" in usage else 0
         if prompt is None or completion is None:
             return None, None, 0, 0
         details = usage.get("prompt_tokens_details")
@@ -143,6 +143,10 @@ def _counts(usage: object) -> tuple[int | None, int | None, int, int]:
     if parts[0] is None:
         return None, plausible_tokens(usage.get("output_tokens")), 0, 0
     prompt = sum(part for part in parts if part is not None)
+    details = usage.get("input_tokens_details")  # the Responses API's: its input counts them in
+    if isinstance(details, dict):
+        read = plausible_tokens(details.get("cached_tokens")) or 0
+        return prompt, plausible_tokens(usage.get("output_tokens")), min(read, prompt), 0
     return prompt, plausible_tokens(usage.get("output_tokens")), parts[2] or 0, parts[1] or 0
 
 

@@ -43,6 +43,9 @@ from asgi_router.observability.events import CacheOutcome, logger
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import CACHE_TTL, add_router_headers
 
+#: The route kinds whose answers a group's cache keeps: chat completions and Anthropic Messages.
+CACHED_ROUTES: Final = frozenset(("chat", "messages"))
+
 if TYPE_CHECKING:  # numpy is the semantic extra's: imported only by a router that asks for it
     from asgi_router.caching.semantic_lookup import Probe, SemanticLookup
 
@@ -135,6 +138,8 @@ class ResponseCache:
         """Ask the cache for ``payload``, planned on ``group`` by ``rule``: ``True`` when it was
         answered from an entry, a :class:`Pending` (the request's ``send`` to use) when its answer
         is to be stored, ``False`` when it is neither, or the refusal of a malformed header."""
+        if state.kind not in CACHED_ROUTES:  # the Responses API's answers are stored by its providers
+            return False
         headers = state.scope["headers"]
         control = _header(headers, b"cache-control")
         words = {word.strip() for word in control.lower().split(b",")} if control is not None else ()

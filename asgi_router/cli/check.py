@@ -48,6 +48,7 @@ STRATEGY_NOTES: Final = {
 _PROTOCOLS: Final[dict[RouteKind, str]] = {
     "chat": "OpenAI chat completions",
     "messages": "Anthropic Messages",
+    "responses": "OpenAI Responses",
     "openai": "OpenAI, passed through to OpenAI-kind providers",
 }
 

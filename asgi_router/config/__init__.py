@@ -9,7 +9,8 @@ made of each have a module: ``provider_settings.py`` (providers, timeouts, the c
 ``group_settings.py`` (groups, members, nesting), ``capacity_settings.py`` (a group's ``sticky``
 and ``queue``), ``rules_settings.py``, ``catalog_settings.py``,
 ``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
-events), ``state_settings.py`` (the shared state store), ``ledger_settings.py`` (the ledger's URL, admin
+events), ``state_settings.py`` (the shared state store), ``responses_settings.py`` (the
+Responses API's remembered response ids), ``ledger_settings.py`` (the ledger's URL, admin
 keys apart from inbound keys), ``auth_settings.py`` (inbound auth), ``admin_settings.py`` (where the
 admin API and page answer) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per

@@ -107,6 +107,7 @@ def kind_mismatches(settings: RouterSettings) -> list[str]:
 _SERVED_BY: Final[dict[RouteKind, frozenset[str]]] = {
     "chat": frozenset({"openai", "anthropic"}),
     "messages": frozenset({"anthropic"}),
+    "responses": frozenset({"openai"}),
     "openai": frozenset({"openai"}),
 }
 

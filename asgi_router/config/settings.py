@@ -62,6 +62,7 @@ from asgi_router.config.resilience_settings import (
     EventSettings,
     RetryBudgetSettings,
 )
+from asgi_router.config.responses_settings import RESPONSES_MAX, RESPONSES_TTL, ResponsesMax, ResponsesTtl
 from asgi_router.config.rules_settings import RuleSettings
 from asgi_router.config.state_settings import check_key_prefix, check_state_url
 from asgi_router.core.reasons import Reason
@@ -105,10 +106,11 @@ class RouterSettings(BaseSettings):
         description='Bare names that stand for a `provider/model-id` or `group/<id>`, e.g. `fast = "group/coder"`.',
     )
     routes: list[str] = Field(
-        default_factory=lambda: ["/v1/chat/completions"],
+        default_factory=lambda: ["/v1/chat/completions", "/v1/responses"],
         description="Paths the router answers (`POST` only; below the app's `root_path`); each starts with `/`. "
-        "A path ending in `/chat/completions` is OpenAI chat, one ending in `/messages` Anthropic's Messages API "
-        "(see [Protocols](protocols.md)). Everything else goes to the host app.",
+        "A path ending in `/chat/completions` is OpenAI chat, one ending in `/messages` Anthropic's Messages API, "
+        "one ending in `/responses` OpenAI's Responses API (see [Protocols](protocols.md)). Everything else goes to "
+        "the host app.",
     )
     max_body_bytes: PositiveInt = Field(
         default=10 * 1024 * 1024, description="The largest request body accepted (413 above it)."
@@ -239,6 +241,10 @@ class RouterSettings(BaseSettings):
         description="The first segment of every Redis key the router writes, so that two gateways can share one "
         "Redis without sharing state.",
     )
+
+    # The Responses API's stored responses (``config/responses_settings.py``).
+    responses_max: ResponsesMax = RESPONSES_MAX
+    responses_ttl: ResponsesTtl = RESPONSES_TTL
 
     # Caps per caller and per session (``config/caller_settings.py``; see the Callers page).
     session_header: str = Field(

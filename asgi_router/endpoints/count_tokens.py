@@ -15,6 +15,7 @@ from typing import Final
 
 from starlette.types import Send
 
+from asgi_router.core.route_paths import RouteKind
 from asgi_router.protocols.anthropic_errors import anthropic_error_body
 
 __all__ = ["COUNT_TOKENS", "NOT_SUPPORTED", "count_tokens_routes", "refuse_count_tokens"]
@@ -29,9 +30,9 @@ NOT_SUPPORTED: Final = (
 _BODY: Final = anthropic_error_body(404, NOT_SUPPORTED)
 
 
-def count_tokens_routes(routes: Mapping[str, bool]) -> frozenset[str]:
+def count_tokens_routes(routes: Mapping[str, RouteKind]) -> frozenset[str]:
     """The token counting path below each route that speaks Anthropic's protocol."""
-    return frozenset(route.rstrip("/") + COUNT_TOKENS for route, anthropic in routes.items() if anthropic)
+    return frozenset(route.rstrip("/") + COUNT_TOKENS for route, kind in routes.items() if kind == "messages")
 
 
 async def refuse_count_tokens(send: Send) -> None:

@@ -11,6 +11,7 @@ chat request, strips them for an OpenAI-protocol provider and marks a long prefi
 Anthropic's. ``continuation.py`` reads what a broken stream said, builds the request that
 continues it, and splices the continuation onto it (``continuation_messages.py`` the same for
 the Messages API); ``first_event.py`` says whether a stream's event is one a client shows,
-``stream_end.py`` whether a chunk ends the stream. Pure functions and small per-response
-objects: nothing here performs I/O.
+``stream_end.py`` whether a chunk ends the stream; ``openai_responses_events.py`` is the same for
+OpenAI's Responses API (its commit point, its failures, its last event, its in-band error). Pure
+functions and small per-response objects: nothing here performs I/O.
 """

@@ -25,6 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from asgi_router.core.deadlines import Deadline
 from asgi_router.core.reasons import Reason
+from asgi_router.core.route_paths import RouteKind
 from asgi_router.observability.events import AttemptEvent, CacheOutcome, HedgeOutcome, Outcome, RequestRecord
 from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.spend import Spend
@@ -69,6 +70,7 @@ class RequestState:
         "key_charge",
         "key_groups",
         "key_id",
+        "kind",
         "last_sent",
         "limit",
         "path",
@@ -101,14 +103,16 @@ class RequestState:
         send: Send,
         request_id: str,
         path: str = "",
-        anthropic: bool = False,
+        kind: RouteKind = "chat",
         started_at: float = 0.0,
     ) -> None:
         self.scope = scope
         #: The URL path asked for, below ``root_path`` (``inbound/mounting.py``).
         self.path = path
+        #: The protocol the path speaks (``core/route_paths.py``).
+        self.kind = kind
         #: The path speaks Anthropic's Messages API: errors in its shape.
-        self.anthropic = anthropic
+        self.anthropic = kind == "messages"
         self.receive = receive
         self.send = send
         self.request_id = request_id

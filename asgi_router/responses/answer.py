@@ -26,9 +26,11 @@ rewritten.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from asgi_router.attempts.bookkeeping import Bookkeeper
 from asgi_router.attempts.outcomes import Committed, Refused
+from asgi_router.attempts.response_affinity import ResponseAffinity
 from asgi_router.attempts.usage import LAST_CHUNKS, LastChunks, Tail, response_model
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.core.reasons import Reason
@@ -36,6 +38,7 @@ from asgi_router.core.router_errors import RouterError, stream_error_event
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.protocols.openai_responses_events import ResponsesEnd, responses_stream_error
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import add_router_headers
 from asgi_router.request.spend import Spend
@@ -54,11 +57,14 @@ __all__ = ["Answer"]
 class Answer:
     """Sends a request's answer and accounts for it: one per router, called once per request."""
 
-    __slots__ = ("_book", "_clock")
+    __slots__ = ("_book", "_clock", "_responses")
 
-    def __init__(self, book: Bookkeeper, clock: Callable[[], float]) -> None:
+    def __init__(self, book: Bookkeeper, clock: Callable[[], float], responses: ResponseAffinity | None = None) -> None:
         self._book = book
         self._clock = clock
+        #: Where a relayed Responses answer's id is remembered with its producer (``None``: no
+        #: Responses route).
+        self._responses = responses
 
     async def __call__(
         self,
@@ -88,6 +94,8 @@ class Answer:
             return
         stream = request.stream
         winner = result.candidate.key
+        if result.response_id is not None and self._responses is not None:  # a follow-up comes back here
+            self._responses.remember(result.response_id, winner, state.principal)
         tail: LastChunks | Tail | None = None
         spend: Spend | None = None
         resumer: StreamResumer | None = None
@@ -125,10 +133,13 @@ class Answer:
             state.response_started = True
             state.in_flight = (winner, result.started)
             error_event = anthropic_stream_error_event if state.anthropic else stream_error_event
+            ends = None
+            if state.kind == "responses":  # its own in-band error, and its own last event
+                error_event, ends = partial(responses_stream_error, result.response_id), ResponsesEnd()
             final = result
             if resumer is None:
                 recent = tail = LastChunks(maxlen=LAST_CHUNKS) if estimate else None
-                relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event)
+                relay = relay_stream(state.send, result, headers, self._clock, recent, state, error_event, None, ends)
                 # Not held for the stream's life (the relay drops its own once the start is sent):
                 # guarded by the bench's RSS per open idle stream.
                 del headers, upstream_headers, relayed

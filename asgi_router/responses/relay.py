@@ -68,6 +68,7 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
+from asgi_router.protocols.openai_responses_events import ResponsesEnd
 from asgi_router.protocols.stream_end import (
     PIECE,
     PIECES_KEPT,
@@ -135,12 +136,16 @@ def _ends_whole(committed: Committed, before_last: bytes, last: bytes, pieces: b
     :func:`~asgi_router.protocols.stream_end.end_window`) ended whole:
     with its terminator, or it is no event stream at all (a server that ignored ``stream``: not
     ours to judge). One that ended before its finish is cut short, however cleanly it closed."""
-    if ends_stream(last) or ended(end_window(before_last, last, pieces)):
-        return True
+    return ends_stream(last) or ended(end_window(before_last, last, pieces)) or not _event_stream(committed)
+
+
+def _event_stream(committed: Committed) -> bool:
+    """Whether ``committed``'s answer says it is an event stream (one that is not, from a server
+    that ignored ``stream``, is not ours to judge)."""
     for name, value in committed.response.raw_headers:
         if name.lower() == b"content-type":
-            return b"event-stream" not in value
-    return False
+            return b"event-stream" in value
+    return True
 
 
 async def relay_stream(
@@ -152,6 +157,7 @@ async def relay_stream(
     progress: RequestState,
     error_event: Callable[[str, Reason, str], bytes] = stream_error_event,
     continuer: Continuer | None = None,
+    ends: ResponsesEnd | None = None,
 ) -> RelayResult:
     """Send the response start, then relay ``committed``'s stream until it ends or breaks.
 
@@ -161,7 +167,8 @@ async def relay_stream(
     the client left, so the request's log line says how much it did receive, and an estimate
     counts what it was sent) and the last chunk sent, and is told once the response's last
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
-    in-band error in the route's protocol.
+    in-band error in the route's protocol. ``ends`` (a Responses stream's) is fed every chunk
+    sent: such a stream is whole once its last event went out, and has no terminator to write.
     """
     whole = None if continuer is None else WholeEvents()
     current = committed
@@ -204,6 +211,8 @@ async def relay_stream(
                             last = progress.last_sent = data
                             if tail is not None:
                                 tail.add(data)
+                            if ends is not None:
+                                ends.feed(data)
                         if failure is not None:
                             break
                         if held_for_commit:
@@ -227,16 +236,23 @@ async def relay_stream(
                         failure = UpstreamSaid("", "the upstream's stream ended before message_stop")
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
+                    elif ends is not None:
+                        if ends.said or not _event_stream(current):
+                            break  # its end
+                        failure = UpstreamSaid("", "the upstream's stream ended before response.completed")
                     elif translation is not None or _ends_whole(current, before_last, last, pieces):
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
-                if ends_stream(last):  # the client has the whole answer: nothing is lost
+                if ends is not None:  # a Responses stream: whole only with its last event
+                    if ends.said:
+                        break
+                elif ends_stream(last):  # the client has the whole answer: nothing is lost
                     break
                 window = end_window(before_last, last, pieces)
-                if ended(window):
+                if ends is None and ended(window):
                     break
-                if went_out_finished(window):  # all but the terminator: the router writes it
+                if ends is None and went_out_finished(window):  # all but the terminator: the router writes it
                     end = event_boundary(last) + terminator(progress.anthropic)
                     await send({"type": "http.response.body", "body": end, "more_body": True})
                     size += len(end)
@@ -270,7 +286,9 @@ async def relay_stream(
             if continuer is not None:
                 continuer.ended(served=True)
         except OSError:  # the ASGI server says the client is gone (ASGI spec 2.4)
-            whole_answer = ends_stream(last) or ended(end_window(before_last, last, pieces))
+            whole_answer = (
+                ends.said if ends is not None else ends_stream(last) or ended(end_window(before_last, last, pieces))
+            )
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
             return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)

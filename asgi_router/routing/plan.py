@@ -66,6 +66,9 @@ class Plan:
     rotation: Rotation | None = None
     #: Whether the attempt loop races this plan's candidates (``hedging.py``).
     hedged: bool = field(init=False, repr=False, compare=False)
+    #: A follow-up's plan pinned to the candidate that produced its previous response (the
+    #: Responses API's ``previous_response_id``): its failure is answered as such.
+    pinned: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(candidate.key for candidate in self.candidates))

@@ -21,7 +21,8 @@ What a user's tests need, and what the project's own tests, demo and docs use:
 
 Modules: ``reply`` (what a fake answers), ``fake_upstream`` (the server, its scripts and hits),
 ``hits`` (:class:`Hit`), ``playback`` (a reply played on one request), ``wire_format`` (the
-protocol seam), ``openai_wire`` and ``anthropic_wire`` (the two wire formats), ``captured``
+protocol seam), ``openai_wire`` and ``anthropic_wire`` (the two wire formats),
+``openai_responses_wire`` (OpenAI's Responses API, which an ``openai`` fake also answers), ``captured``
 (:class:`CapturedEvents`), ``server`` (:class:`AppServer`), ``scripted_serve`` (the ``serve``
 command and its script grammar; ``__main__`` runs it), ``memory_transport`` (an upstream in
 memory, with no socket: the project's own relay tests and benchmark drive the router through

@@ -2,7 +2,9 @@
 
 ``with FakeUpstream() as up:`` serves an OpenAI-compatible API on a free ``127.0.0.1`` port
 (``FakeUpstream(port=8001)``: that one; ``up.base_url`` ends in ``/v1``);
-``FakeUpstream(kind="anthropic")`` serves Anthropic's Messages API instead (its
+an ``openai`` fake also answers ``POST .../responses`` natively, as OpenAI's Responses API
+(``openai_responses_wire.py``); ``FakeUpstream(kind="anthropic")`` serves Anthropic's Messages
+API instead (its
 ``up.provider()`` says ``kind = "anthropic"``). ``up.script(model_id, *replies)`` sets what a
 model id answers, one reply per request in turn, the last one repeating; a model nobody
 scripted answers ``reply.ok()`` with a text naming it. Every request is kept in ``up.hits``.
@@ -23,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from asgi_router.testing.anthropic_wire import AnthropicWire
 from asgi_router.testing.hits import Hit
+from asgi_router.testing.openai_responses_wire import ResponsesWire
 from asgi_router.testing.openai_wire import OpenAIWire
 from asgi_router.testing.playback import PlayedCall, play
 from asgi_router.testing.reply import Reply, ok, status
@@ -55,6 +58,8 @@ class FakeUpstream(Served):
         self.kind = kind
         self.api_key = api_key
         self._wire: Wire = WIRES[kind]()
+        #: OpenAI's API also serves the Responses API: its own wire, for its own route.
+        self._responses: Wire | None = ResponsesWire() if kind == "openai" else None
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Reply]] = {}
         self._hits: list[Hit] = []
@@ -113,11 +118,12 @@ class FakeUpstream(Served):
         Override it to answer from the request itself; call ``super().reply_for(hit)`` for
         the scripted behaviour. It runs on the server's event loop: it must not block.
         """
-        if self._wire.is_chat(hit.method, hit.path):
-            refused = self._wire.refusal(hit)
+        wire = self._wire_for(hit)
+        if wire.is_chat(hit.method, hit.path):
+            refused = wire.refusal(hit)
             if refused is not None:
                 code, message = refused
-                return status(code, body=self._wire.error(code, message))
+                return status(code, body=wire.error(code, message))
             with self._lock:
                 script = self._scripts.get(hit.model)
                 if script:
@@ -165,11 +171,16 @@ class FakeUpstream(Served):
         hit = self._arrived(scope, raw)
         try:
             async with PlayedCall(receive, send, hit, self._wire.response_headers) as call:
-                await play(self.reply_for(hit), call, self._wire)
+                await play(self.reply_for(hit), call, self._wire_for(hit))
         finally:
             with self._lock:
                 self.in_flight -= 1
             hit.finish()
+
+    def _wire_for(self, hit: Hit) -> Wire:
+        """The wire that answers ``hit``: the Responses API's for its route, else the kind's own."""
+        responses = self._responses
+        return responses if responses is not None and responses.is_chat(hit.method, hit.path) else self._wire
 
     def _arrived(self, scope: Scope, raw: bytes) -> Hit:
         try:

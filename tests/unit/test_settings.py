@@ -75,7 +75,7 @@ def test_keyword_construction_builds_providers_groups_and_aliases() -> None:
     assert settings.groups["coder"].strategy == "rotate"
     assert settings.groups["coder"].members == ["openai/gpt-4o", "local/qwen"]
     assert settings.aliases == {"fast": "group/coder"}
-    assert settings.routes == ["/v1/chat/completions"]
+    assert settings.routes == ["/v1/chat/completions", "/v1/responses"]  # the default routes
 
 
 def test_base_url_trailing_slash_is_stripped() -> None:

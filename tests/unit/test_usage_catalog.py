@@ -50,6 +50,19 @@ def test_find_usage_reads_anthropics_counts_cache_included() -> None:
     assert find_usage(json.dumps(message).encode()) == (25, 9, 5, 0)  # 5 of them read from the cache
 
 
+def test_find_usage_reads_an_embeddings_prompt_as_a_measured_usage_with_no_output() -> None:
+    body = {"object": "list", "data": [], "usage": {"prompt_tokens": 8, "total_tokens": 8}}
+    assert find_usage(json.dumps(body).encode()) == (8, 0, 0, 0)
+    counted = count_tokens(json.dumps(body).encode(), prompt_estimate=100)
+    assert (counted.prompt, counted.completion, counted.measured) == (8, 0, True)
+
+
+def test_find_usage_reads_a_responses_usage_whose_input_counts_its_cached_tokens() -> None:
+    usage = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 7, "total_tokens": 18}
+    completed = {"type": "response.completed", "response": {"object": "response", "usage": usage}}
+    assert find_usage(b"event: response.completed\n" + _sse(completed)) == (11, 7, 4, 0)  # 4 of the 11 read cached
+
+
 def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
     delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
