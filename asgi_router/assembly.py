@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random as random_module
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,8 @@ from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_ledger_for
 from asgi_router.fleet.state_factory import make_state
+from asgi_router.guardrails.guardrail_api import GuardrailFunction
+from asgi_router.guardrails.guardrail_run import Guardrails
 from asgi_router.inbound.auth import Guard, build_guard
 from asgi_router.observability.events import logger
 from asgi_router.observability.optional import tracing_for
@@ -96,6 +98,8 @@ class RouterParts:
     lifespan: Lifespan
     #: Caps per caller and per session (``resilience/caller_limits.py``); ``None``: none set.
     callers: CallerLimits | None = None
+    #: The guardrails (``asgi_router/guardrails``); ``None``: none configured.
+    guardrails: Guardrails | None = None
 
 
 def assemble(
@@ -114,6 +118,7 @@ def assemble(
     rng: random_module.Random | None = None,
     authorize: Authorize | None = None,
     tracer_provider: TracerProvider | None = None,
+    guardrails: Mapping[str, GuardrailFunction] | None = None,
 ) -> RouterParts:
     """A router's parts from ``ModelRouter``'s keywords (documented there); raises
     :class:`~asgi_router.config.config_error.ConfigError` for a configuration that cannot run.
@@ -130,6 +135,8 @@ def assemble(
             "providers' keys; use api_keys or authorize= outside local development",
             ", ".join(resolved.routes),
         )
+    functions = dict(guardrails or {})
+    checks = Guardrails(resolved, functions) if Guardrails.needed(resolved, functions) else None
     router_state: RouterState = state if state is not None else make_state(resolved, clock)
     resolver = Resolver(resolved, router_state, stats=stats, rng=rng)
     book = Bookkeeper.from_settings(resolved, resolver.stats, clock)
@@ -210,4 +217,5 @@ def assemble(
         tracing=tracing_for(tracer_provider),
         lifespan=Lifespan(app, resolved, upstream, events, health, connected, background),
         callers=callers,
+        guardrails=checks,
     )

@@ -40,6 +40,7 @@ from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary, RouterError, exhausted_error
 from asgi_router.core.skip import Skip
+from asgi_router.guardrails.guardrail_run import GuardSet, caller_name
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.from_anthropic import StreamTranslation
@@ -260,10 +261,28 @@ class RequestAttempts:
         )
         del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:
-            return await calling
+            result = await calling
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)
             raise
+        guards = self.state.guards
+        if guards is not None and guards.output and isinstance(result, Committed) and not self._stream:
+            return await self._checked(ready, result, guards)
+        return result
+
+    async def _checked(self, ready: Ready, result: Committed, guards: GuardSet) -> Attempted:
+        """A whole answer through the request's output guardrails, before it commits: masked,
+        refused (the request's error, carried on the committed answer), or failed with
+        ``guardrail_failed`` (the decision point fails it over)."""
+        state = self.state
+        caller = caller_name(state.caller, state.principal)
+        checked = await guards.check_output(result.body, self._payload, self._path, caller, ready.key)
+        state.guarded(checked.ran)
+        if checked.fail_over:
+            return Failed("guardrail_failed", result.response.status, ttfb=result.ttfb)
+        result.body = checked.body
+        result.refusal = checked.error
+        return result
 
     def _landed(self, ready: Ready) -> None:
         """``ready``'s call is over: it is no longer the request's attempt in flight."""

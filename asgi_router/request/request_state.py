@@ -29,6 +29,7 @@ from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.spend import Spend
 
 if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
+    from asgi_router.guardrails.guardrail_run import GuardSet, Ran
     from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["RequestState", "Stuck"]
@@ -61,6 +62,8 @@ class RequestState:
         "events",
         "facts",
         "finished",
+        "guardrails",
+        "guards",
         "hedge",
         "in_flight",
         "last_sent",
@@ -156,6 +159,10 @@ class RequestState:
         self.last_sent = b""
         self.degraded = False
         self.spend: Spend | None = None
+        #: The guardrails this request runs (``None``: none), once planned.
+        self.guards: GuardSet | None = None
+        #: Each guardrail's run so far: ``(name, stage, outcome)`` (``None``: none ran).
+        self.guardrails: list[Ran] | None = None
 
     def event(
         self,
@@ -177,6 +184,12 @@ class RequestState:
             )
         )
         return at
+
+    def guarded(self, ran: list[Ran]) -> None:
+        """Add guardrails' runs (the record's ``guardrails``)."""
+        if self.guardrails is None:
+            self.guardrails = []
+        self.guardrails += ran
 
     def dropped(self, candidate: str, headers: int) -> None:
         """``candidate``'s latest event also says ``headers`` of its response were not relayed."""
@@ -223,6 +236,7 @@ class RequestState:
         self.in_flight = None
         spend = self.spend
         tokens = spend.tokens if spend is not None else None
+        ran = self.guardrails
         # Every field in its order, positionally: a record per request, and keyword arguments
         # made building it several times dearer (docs/performance.md).
         return RequestRecord(
@@ -251,4 +265,6 @@ class RequestState:
             self.limit,
             self.sticky,
             self.queued,
+            tuple((name, outcome) for name, _, outcome in ran) if ran else (),  # guardrails
+            tuple(stage for _, stage, _ in ran) if ran else (),  # guardrail_stages
         )
