@@ -190,7 +190,15 @@ def assemble(
         else None
     )
     metrics, pages, background = build_pages(
-        resolved, guard, overview, recent, events, callers, loop.capacity, book.rate_limits
+        resolved,
+        guard,
+        overview,
+        recent,
+        events,
+        callers,
+        loop.capacity,
+        book.rate_limits,
+        checks.blocks if checks is not None else None,
     )
     if metrics is not None and loop.capacity is not None:
         metrics.queue_depths = loop.capacity.depths

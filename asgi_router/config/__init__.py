@@ -11,7 +11,7 @@ and ``queue``), ``rules_settings.py``, ``catalog_settings.py``,
 ``degraded_settings.py``, ``resilience_settings.py`` (retries, budgets, breakers, health probes,
 events), ``state_settings.py`` (the shared state store), ``auth_settings.py`` (inbound auth) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per
-session); ``cross_checks.py`` checks that every
+session), ``guardrail_settings.py`` (the named guardrails); ``cross_checks.py`` checks that every
 name a table uses names something configured; ``named.py`` lists the models a configuration
 names (the one bounded set of keys for statistics and labels). ``loading.py`` reads the TOML
 file and ``config_error.py`` words a refusal: every problem at once, each with its key, where its

@@ -23,11 +23,13 @@ contract (dashboards and alerts are built on them)::
     asgi_router_sticky_total{group, outcome}            hit | miss | moved (sticky groups' keyed requests)
     asgi_router_queue_depth{group}                      gauge: requests waiting for capacity
     asgi_router_queue_wait_seconds{group, outcome}      histogram; served | timed_out | full | left
+    asgi_router_guardrail_total{guardrail, stage, outcome}  pass | block | mask | flag | fail_over
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
 sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
 folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
-configured routes, ``status`` an HTTP status, ``group`` a configured group.
+configured routes, ``status`` an HTTP status, ``group`` a configured group, ``guardrail`` a
+configured guardrail.
 
 A finished request adds to a :class:`~asgi_router.observability.metrics_tally.Tally` of plain
 numbers on its own task (``metrics_tally.py``). A scrape turns the tally into metric families (the
@@ -100,6 +102,7 @@ _DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's ful
 _STICKY = ("asgi_router_sticky", "Sticky groups' requests with a key: hit, miss or moved.")
 _QUEUE_DEPTH = ("asgi_router_queue_depth", "Requests waiting for capacity, by group (this process).")
 _QUEUE_WAIT = ("asgi_router_queue_wait_seconds", "Seconds requests waited for capacity, by group and outcome.")
+_GUARDRAIL = ("asgi_router_guardrail", "Guardrails' runs, by guardrail, stage and outcome.")
 
 
 def multiprocess_dir() -> str | None:
@@ -219,6 +222,7 @@ class RouterMetrics:
                 self._counter(_STICKY, ["group", "outcome"], tally.sticky.items()),
                 queue_depth,
                 _histogram(*_QUEUE_WAIT, ["group", "outcome"], tally.queued.items()),
+                self._counter(_GUARDRAIL, ["guardrail", "stage", "outcome"], tally.guardrails.items()),
             ]
         )
 
@@ -263,6 +267,8 @@ class RouterMetrics:
             files.sticky.labels(group, outcome).inc(count)
         for (group, outcome), buckets in tally.queued.items():
             _replay(files.queue_wait.labels(group, outcome), buckets)
+        for (name, stage, outcome), count in tally.guardrails.items():
+            files.guardrails.labels(name, stage, outcome).inc(count)
         for group, depth in self.queue_depths():
             files.queue_depth.labels(group).set(depth)
         for key, phase in readings.breakers:
@@ -335,3 +341,4 @@ class _Files:
         self.sticky = Counter(*_STICKY, ["group", "outcome"], registry=None)
         self.queue_depth = Gauge(*_QUEUE_DEPTH, ["group"], registry=None, multiprocess_mode="livesum")
         self.queue_wait = Histogram(*_QUEUE_WAIT, ["group", "outcome"], buckets=QUEUE_WAIT_BUCKETS, registry=None)
+        self.guardrails = Counter(*_GUARDRAIL, ["guardrail", "stage", "outcome"], registry=None)

@@ -208,6 +208,7 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "guardrails": [("pii", "input", "mask"), ("schema", "output", "fail_over")],
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False), 0.25)
@@ -238,4 +239,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "limit": "rpm",
         "sticky": ("chat", "hit"),
         "queued": ("chat", "served", 0.5),
+        "guardrails": (("pii", "mask"), ("schema", "fail_over")),
+        "guardrail_stages": ("input", "output"),
     }
