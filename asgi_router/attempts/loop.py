@@ -112,6 +112,7 @@ class AttemptLoop:
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
             state.sticky = (stuck.group, capacity.answered(stuck, decided))
         if isinstance(decided, Committed) and decided.refusal is not None:  # an output guardrail refused it
+            await attempts.refuse(decided)
             return attempts.plan, decided.refusal
         if request.stream and isinstance(decided, Committed):  # a break is reported back here
             decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts, retry)

@@ -10,6 +10,7 @@ on an answer, fail over to the next candidate. Modules:
 - ``deny_list.py``: an operator's banned words and patterns;
 - ``schema_subset.py``: an answer validated against the JSON schema its request asked for;
 - ``text_slots.py``: where a request's or an answer's checked texts are, to put masked ones back;
+- ``stream_texts.py``: a held stream's texts, joined per part, and masked ones put back;
 - ``builtin_checks.py``: each configured guardrail as a check, and its verdict;
 - ``guardrail_run.py``: which checks a request runs, run on its prompt and on each answer.
 """

@@ -34,6 +34,7 @@ from asgi_router.core.router_errors import RouterError
 from asgi_router.guardrails.builtin_checks import Asked, Check, GuardrailOutcome, Stage, Verdict, build_check
 from asgi_router.guardrails.guardrail_api import GuardrailFunction
 from asgi_router.guardrails.schema_subset import schema_of
+from asgi_router.guardrails.stream_texts import HeldEvents
 from asgi_router.guardrails.text_slots import answer_slots, prompt_slots, read_slots, write_slots
 from asgi_router.observability.events import logger
 
@@ -125,6 +126,24 @@ class GuardSet:
         elif masked is not None:
             write_slots(slots, masked)
             checked.body = _COMPACT.encode(answer).encode()
+        return checked
+
+    async def check_stream(
+        self, body: bytes, payload: Mapping[str, Any], path: str, caller: str | None, model: str
+    ) -> OutputChecked:
+        """Run the output checks over a held stream's texts (``output_stream = "buffer"``); a mask
+        gives the same events carrying the masked texts."""
+        checked = OutputChecked([], body)
+        held = HeldEvents(body)
+        texts = held.texts()
+        asked = Asked("output", caller, path, model, schema=schema_of(payload))
+        masked, error, fail_over = await self._runner.run(self.output, texts, asked, checked.ran)
+        if error is not None:
+            checked.error = error
+        elif fail_over:
+            checked.fail_over = True
+        elif masked is not None:
+            checked.body = held.masked(masked)
         return checked
 
 
