@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from asgi_router import RouterSettings
-from asgi_router.config.guardrail_settings import GuardrailSettings
+from asgi_router.config.guardrail_settings import PII_ENTITIES, GuardrailSettings
 from asgi_router.guardrails.builtin_checks import Asked, build_check
 from asgi_router.guardrails.deny_list import DenyList
 from asgi_router.guardrails.pii import find_pii, iban_valid, luhn_valid
@@ -21,12 +21,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _labels(text: str, *entities: Any) -> list[str]:
-    return [
-        label
-        for _, _, label in find_pii(
-            text, entities or ("email", "phone", "payment_card", "iban", "us_ssn", "ip_address")
-        )
-    ]
+    return [label for _, _, label in find_pii(text, entities or PII_ENTITIES)]
 
 
 # --- pii -------------------------------------------------------------------------------------------
@@ -211,7 +206,10 @@ def test_a_held_stream_is_read_joined_per_part_and_masked_into_its_first_delta()
     masked = held.masked(("mail [EMAIL] now",))
     assert b"jane" not in masked and masked.endswith(b"data: [DONE]\n\n")
     assert HeldEvents(masked).texts() == ("mail [EMAIL] now",)
-    anthropic = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}\n\n'
+    anthropic = (
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}\n\n'
+    )
     assert HeldEvents(anthropic).texts() == ("x",)
     assert HeldEvents(anthropic).masked(("y",)).startswith(b"event: content_block_delta\ndata: {")
 
