@@ -11,6 +11,7 @@ from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ConfigError
 from asgi_router.config.degraded_settings import DegradedSettings
 from asgi_router.config.group_settings import GroupSettings, MemberSettings
+from asgi_router.config.guardrail_settings import GuardrailSettings
 from asgi_router.config.provider_settings import PoolSettings, ProviderSettings, Timeouts
 from asgi_router.config.resilience_settings import (
     BackoffSettings,
@@ -24,6 +25,7 @@ from asgi_router.config.settings import RouterSettings
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary, RouterError
 from asgi_router.core.upstream_errors import UpstreamBroken, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from asgi_router.guardrails.guardrail_api import Allow, Block, Flag, GuardrailRequest, GuardrailResult, Mask
 from asgi_router.inbound.auth import Forbidden
 from asgi_router.middleware import ModelRouter
 from asgi_router.observability.events import AttemptEvent, RequestRecord
@@ -34,20 +36,27 @@ from asgi_router.resilience.stats import InMemoryStats, RoutingStats
 from asgi_router.transports.transport import Transport, UpstreamResponse
 
 __all__ = [
+    "Allow",
     "AttemptEvent",
     "AttemptSummary",
     "Authorize",
     "BackoffSettings",
+    "Block",
     "BreakerSettings",
     "ConfigError",
     "DegradedSettings",
     "EventSettings",
+    "Flag",
     "Forbidden",
     "GroupSettings",
+    "GuardrailRequest",
+    "GuardrailResult",
+    "GuardrailSettings",
     "HealthSettings",
     "InMemoryState",
     "InMemoryStats",
     "JsonlSink",
+    "Mask",
     "MemberSettings",
     "ModelInfo",
     "ModelRouter",

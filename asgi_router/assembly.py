@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random as random_module
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
 from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
+from asgi_router.guardrails.guardrail_api import GuardrailFunction
+from asgi_router.guardrails.guardrail_run import Guardrails
 from asgi_router.inbound.auth import Guard, build_guard, chose_inbound_auth
 from asgi_router.ledger.start_tallies import StartTallies
 from asgi_router.observability.events import logger
@@ -111,6 +113,8 @@ class RouterParts:
     key_caps: KeyCaps | None = None
     #: Keys and spend that last (``ledger/service.py``); ``None``: no ledger configured.
     ledger: Ledger | None = None
+    #: The guardrails (``asgi_router/guardrails``); ``None``: none configured.
+    guardrails: Guardrails | None = None
 
 
 def assemble(
@@ -129,6 +133,7 @@ def assemble(
     rng: random_module.Random | None = None,
     authorize: Authorize | None = None,
     tracer_provider: TracerProvider | None = None,
+    guardrails: Mapping[str, GuardrailFunction] | None = None,
 ) -> RouterParts:
     """A router's parts from ``ModelRouter``'s keywords (documented there); raises
     :class:`~asgi_router.config.config_error.ConfigError` for a configuration that cannot run.
@@ -145,6 +150,8 @@ def assemble(
             "providers' keys; use api_keys or authorize= outside local development",
             ", ".join(resolved.routes),
         )
+    functions = dict(guardrails or {})
+    checks = Guardrails(resolved, functions) if Guardrails.needed(resolved, functions) else None
     router_state: RouterState = state if state is not None else make_state(resolved, clock)
     resolver = Resolver(resolved, router_state, stats=stats, rng=rng)
     book = Bookkeeper.from_settings(resolved, resolver.stats, clock)
@@ -216,6 +223,7 @@ def assemble(
         loop.capacity,
         book.rate_limits,
         ledger.status if ledger is not None else None,
+        checks.blocks if checks is not None else None,
     )
     if admin is not None:
         background.append(admin.ring.keep_fresh)
@@ -265,6 +273,7 @@ def assemble(
         admin=admin.api if admin is not None else None,
         key_caps=admin.key_caps if admin is not None else None,
         ledger=ledger,
+        guardrails=checks,
     )
 
 

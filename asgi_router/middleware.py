@@ -59,7 +59,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -73,6 +73,8 @@ from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.count_tokens import refuse_count_tokens
+from asgi_router.guardrails.guardrail_api import GuardrailFunction
+from asgi_router.guardrails.guardrail_run import caller_name
 from asgi_router.inbound.auth import Admitted
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
 from asgi_router.inbound.disconnect import ListeningScope
@@ -90,6 +92,7 @@ from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.client_gone import close_for_gone_client, owes_gone_response
 from asgi_router.responses.error_reply import send_error, send_failure
 from asgi_router.routing.facts import RequestFacts
+from asgi_router.routing.plan import Plan
 from asgi_router.transports.transport import Transport
 
 if TYPE_CHECKING:
@@ -119,7 +122,9 @@ class ModelRouter:
     (see :mod:`asgi_router.observability.sinks`), after the built-in log line; the ring of :attr:`recent`
     requests is filled in place, lifespan or not. ``tracer_provider`` is the OpenTelemetry tracer
     provider the router's spans go to (default: the global one, once the host app sets it; see
-    :mod:`asgi_router.observability.tracing`).
+    :mod:`asgi_router.observability.tracing`). ``guardrails`` names your own checks (functions of
+    an :class:`~asgi_router.guardrails.guardrail_api.GuardrailRequest`, sync or async), used by
+    name in ``guardrails_default`` and groups' ``guardrails`` like the built-in ones.
     """
 
     def __init__(
@@ -138,6 +143,7 @@ class ModelRouter:
         rng: random.Random | None = None,
         authorize: Authorize | None = None,
         tracer_provider: TracerProvider | None = None,
+        guardrails: Mapping[str, GuardrailFunction] | None = None,
     ) -> None:
         # Starlette builds its middleware on the app's first event, and an ASGI server whose
         # lifespan is "auto" swallows a failure there: the operator must see it in the log.
@@ -157,6 +163,7 @@ class ModelRouter:
                 rng=rng,
                 authorize=authorize,
                 tracer_provider=tracer_provider,
+                guardrails=guardrails,
             )
         except Exception as exc:
             logger.error("ModelRouter could not start: %s", exc)
@@ -191,6 +198,8 @@ class ModelRouter:
         self._keys = parts.key_caps
         #: Keeps each admitted request's spend row (``None``: no ledger).
         self._ledger = parts.ledger
+        #: The guardrails (``None``: none configured, and no request pays for them).
+        self._guardrails = parts.guardrails
         #: The session header, when caps or a sticky group read it (its length is checked).
         self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
@@ -248,6 +257,12 @@ class ModelRouter:
                 if isinstance(plan, RouterError):
                     await send_error(state, plan)
                     return
+                if self._guardrails is not None:  # the input guardrails, before any upstream
+                    checked = await self._check_input(state, request, plan, facts)
+                    if isinstance(checked, RouterError):
+                        await send_error(state, checked)
+                        return
+                    request = checked
                 if self._cache is not None and plan.policy is not None and plan.policy.cache is not None:
                     looked = await self._cache.lookup(
                         state, request.payload, request.stream, plan.policy.name, plan.rule, plan.policy.cache
@@ -339,6 +354,25 @@ class ModelRouter:
                 return limits.refuse(ticket, answer.cap, answer.table)
         state.key_charge = partial(limits.settle, ticket)
         return None
+
+    async def _check_input(
+        self, state: RequestState, request: InboundRequest, plan: Plan, facts: RequestFacts
+    ) -> InboundRequest | RouterError:
+        """The request's input guardrails (those of its ref and its plan's group): the request
+        to go on with (its masked payload serialised afresh for every candidate), or the refusal."""
+        assert self._guardrails is not None
+        group = plan.policy.name if plan.policy is not None else None
+        guards = state.guards = self._guardrails.select(state.ref, group, state.downgrade_to)
+        if guards is None or not guards.input:
+            return request
+        caller = caller_name(state.caller, state.principal)
+        checked = await guards.check_input(request.payload, state.path, caller, state.ref, lambda: facts.prompt_tokens)
+        state.guarded(checked.ran)
+        if checked.error is not None:
+            return checked.error
+        if checked.masked:  # the parsed payload is masked in place: its bytes are not sent
+            return InboundRequest(request.payload, request.stream)
+        return request
 
     async def _read(self, state: RequestState) -> InboundRequest | RouterError | None:
         """Phase *read*: the body, bounded in size and time (timed by the request's one timer),

@@ -8,6 +8,7 @@ Load tests on a shared 2-core machine are noisy; these are not. They time:
 * the front half of a request: one JSON parse, resolution, the model spliced into the body
   bytes, the upstream header block — for a small and a 100 KB body (and, for comparison,
   what re-serialising the 100 KB payload would cost);
+* the input guardrails ``pii`` and ``secrets`` over a 10 kB prompt (``guardrails_us``);
 * ``ModelRouter`` end to end over an in-memory transport (a canned JSON answer, or 20 SSE
   chunks, the same 20 chunks for a group with a member whose ``resume`` lets it continue a
   broken stream (whole events only), or the same text as an Anthropic provider's Messages
@@ -31,7 +32,9 @@ import aiohttp
 
 from asgi_router import ModelRouter
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
+from asgi_router.config.guardrail_settings import GuardrailSettings
 from asgi_router.core.classify import classify_exception, classify_status
+from asgi_router.guardrails.guardrail_run import Guardrails
 from asgi_router.inbound.body import InboundRequest, parse_request
 from asgi_router.routing.plan import Resolver
 from asgi_router.testing.memory_transport import MemoryResponse, MemoryTransport
@@ -109,7 +112,36 @@ def micro(scale: float = 1.0) -> dict[str, float]:
         "front_half_small_us": best(front_half(chat_body(False)), 5000),
         "front_half_100kb_us": best(front_half(chat_body(False, 100_000)), 200),
         "serialise_100kb_fallback_us": best(lambda: WireBody(big).for_model("ok"), 200),
+        "guardrails_us": _guardrails(best),
     }
+
+
+def _guardrails(best: Callable[[Callable[[], object], int], float]) -> float:
+    """The input guardrails ``pii`` and ``secrets`` (both masking) over a 10 kB prompt of prose
+    with an email and a key in it: what a request with those checks pays before any upstream."""
+    settings = settings_for("http://127.0.0.1:1", "http://127.0.0.1:2", "aiohttp").model_copy(
+        update={
+            "guardrails": {
+                "pii": GuardrailSettings(kind="pii", action="mask"),
+                "secrets": GuardrailSettings(kind="secrets", action="mask"),
+            },
+            "guardrails_default": ["pii", "secrets"],
+        }
+    )
+    guards = Guardrails(settings, {}).select("group/bench", "bench", None)
+    assert guards is not None
+    sentence = "The quarterly plan covers 12 teams, 40 services and a task-based rollout. "
+    prompt = sentence * (10_000 // len(sentence)) + "Mail jane@example.com, key sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12."
+    loop = asyncio.new_event_loop()
+
+    def run() -> object:
+        payload = {"model": "group/bench", "messages": [{"role": "user", "content": prompt}]}
+        return loop.run_until_complete(guards.check_input(payload, "/v1/chat/completions", None, "group/bench", int))
+
+    try:
+        return best(run, 200)
+    finally:
+        loop.close()
 
 
 def _memory_transport(stream: bool) -> MemoryTransport:

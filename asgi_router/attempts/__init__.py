@@ -19,6 +19,7 @@ OpenAI-protocol provider's prompt cache wants changed); ``continuing.py`` asks c
 to continue a stream that broke after commit, in the order the decision point gives;
 ``rate_limits.py`` reads providers' rate-limit headers; ``capacity.py`` (sticky sessions) and
 ``capacity_queue.py`` (a group's queue) are the groups' capacity-aware routing, and
-``capacity_wait.py`` the wait for capacity of a queued request. What a
+``capacity_wait.py`` the wait for capacity of a queued request; ``held_stream.py`` holds a
+committed stream whole for its group's output guardrails (``output_stream = "buffer"``). What a
 status or failure *means* is classified in ``asgi_router.core.classify``.
 """

@@ -136,6 +136,7 @@ reason                  fails over   retried in  candidate breaker  provider bre
 ``billing``             yes          no          neutral            success [2]_
 ``model_not_found``     yes          no          neutral            success [2]_
 ``context_window``      yes          no          neutral            success [2]_
+``guardrail_failed``    yes          no          neutral            success [2]_
 ``client_error``        no: pass     no          success            success [2]_
 ``served``              commit       --          success            success
 ``router_error``        no: 500      never       never counts       neutral
@@ -148,6 +149,10 @@ skip reasons             next        --          not counted        not counted
    ``classify.HINTED``) when it is within ``max_retry_wait``; a longer hint is not waited and
    the candidate is failed over at once.
 .. [2] any response at all is a success for its provider, recorded when the status arrives.
+
+``guardrail_failed`` is an answer an output guardrail with ``action = "fail_over"`` refused
+(``asgi_router/guardrails``): the upstream answered, so it says nothing about its health, and
+asking it again would most likely get the same kind of answer: the next candidate is asked.
 
 So a 429 (``rate_limited``) decides here: with ``retries`` left (a plan of one candidate, or a
 group that sets ``retries``) and ``rate_limited`` in ``retry_on``, the same candidate is asked

@@ -114,6 +114,9 @@ class AttemptLoop:
         stuck = state.stuck
         if stuck is not None and capacity is not None:  # every answer of a keyed request says how it stuck
             state.sticky = (stuck.group, capacity.answered(stuck, decided))
+        if isinstance(decided, Committed) and decided.refusal is not None:  # an output guardrail refused it
+            await attempts.refuse(decided)
+            return attempts.plan, decided.refusal
         if self._resumable and request.stream and isinstance(decided, Committed):  # a break is reported back here
             decided.continues = self.continuations.for_stream(attempts.plan, request, state, facts, retry)
         return attempts.plan, decided

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import RouterError
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.resilience.gate import Lease
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
@@ -51,6 +52,8 @@ class Committed:
     continues: Continues | None = None
     #: The id a Responses answer gave its response (``resp_...``; ``None``: none seen).
     response_id: str | None = None
+    #: An output guardrail refused this answer: the client gets this error instead.
+    refusal: RouterError | None = None
 
 
 @dataclass(slots=True)

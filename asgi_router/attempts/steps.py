@@ -35,6 +35,7 @@ from asgi_router.attempts.cache_bodies import CacheBodies
 from asgi_router.attempts.call import call
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
+from asgi_router.attempts.held_stream import HeldResponse, hold
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
 from asgi_router.attempts.request_answers import pinned_error
 from asgi_router.attempts.retry_state import RetryState
@@ -43,6 +44,7 @@ from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary, RouterError, exhausted_error
 from asgi_router.core.skip import Skip
+from asgi_router.guardrails.guardrail_run import GuardSet, caller_name
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.cache_marks import MARK_BYTES, add_breakpoints
@@ -281,10 +283,60 @@ class RequestAttempts:
         )
         del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:
-            return await calling
+            result = await calling
         except BaseException:  # cancelled: the client left, or the attempt lost a hedge race
             self.aborted(ready)
             raise
+        guards = self.state.guards
+        if guards is not None and guards.output and isinstance(result, Committed):
+            if not self._stream:
+                return await self._checked(ready, result, guards)
+            if guards.buffer:  # the group holds its streams for their output checks
+                return await self._held(ready, result, guards)
+        return result
+
+    async def _checked(self, ready: Ready, result: Committed, guards: GuardSet) -> Attempted:
+        """A whole answer through the request's output guardrails, before it commits: masked,
+        refused (the request's error, carried on the committed answer), or failed with
+        ``guardrail_failed`` (the decision point fails it over)."""
+        state = self.state
+        caller = caller_name(state.caller, state.principal)
+        checked = await guards.check_output(result.body, self._payload, self._path, caller, ready.key)
+        state.guarded(checked.ran)
+        if checked.fail_over:
+            return Failed("guardrail_failed", result.response.status, ttfb=result.ttfb)
+        result.body = checked.body
+        result.refusal = checked.error
+        return result
+
+    async def _held(self, ready: Ready, result: Committed, guards: GuardSet) -> Attempted:
+        """A stream held whole (``output_stream = "buffer"``) through the request's output
+        guardrails, before its first byte is sent: as :meth:`_checked`, or failed as a stream
+        that could not be read to its end is."""
+        context, state = self._context, self.state
+        status = result.response.status
+        held = await hold(result, context.max_response_bytes, context.clock)
+        if isinstance(held, str):
+            await _closed(result)
+            return Failed(held, status, ttfb=result.ttfb)
+        caller = caller_name(state.caller, state.principal)
+        checked = await guards.check_stream(held, self._payload, self._path, caller, ready.key)
+        state.guarded(checked.ran)
+        if checked.fail_over:
+            await _closed(result)
+            return Failed("guardrail_failed", status, ttfb=result.ttfb)
+        result.body, result.parts = checked.body, None
+        result.response = HeldResponse(result.response)
+        result.refusal = checked.error
+        return result
+
+    async def refuse(self, committed: Committed) -> None:
+        """Release an answer an output guardrail refused: the upstream served (its lease says
+        so), nothing of it is sent, its response is closed."""
+        if committed.lease is not None:
+            committed.lease.finish("served")
+        self._context.book.finished(str(committed.candidate), self.facts, None)
+        await _closed(committed)
 
     def _landed(self, ready: Ready) -> None:
         """``ready``'s call is over: it is no longer the request's attempt in flight."""
@@ -434,3 +486,9 @@ class RequestAttempts:
         if not evented:
             return
         self.state.event(name, outcome, failure.reason, failure.status, latency, failure.ttfb, cause=cause)
+
+
+async def _closed(committed: Committed) -> None:
+    closing = close_response(committed.response)
+    if closing is not None:
+        await closing

@@ -15,7 +15,8 @@ keys apart from inbound keys), ``auth_settings.py`` (inbound auth), ``admin_sett
 admin API and page answer) and
 ``pages_settings.py`` (the router's own ``GET`` routes), ``caller_settings.py`` (caps per caller and per
 session), ``cache_settings.py`` (a group's response cache), ``prompt_cache_settings.py`` (a
-provider's prompt cache); ``cross_checks.py`` checks that every
+provider's prompt cache), ``guardrail_settings.py`` (the named guardrails); ``cross_checks.py``
+checks that every
 name a table uses names something configured; ``named.py`` lists the models a configuration
 names (the one bounded set of keys for statistics and labels). ``loading.py`` reads the TOML
 file and ``config_error.py`` words a refusal: every problem at once, each with its key, where its

@@ -135,6 +135,16 @@ class GroupSettings(StrictSettings):
         description="Serve repeated requests from stored answers (see [Caching](caching.md); unset: off).",
     )
 
+    guardrails: list[str] = Field(
+        default_factory=list,
+        description="Guardrails this group's requests run besides `guardrails_default`, by name.",
+    )
+    output_stream: Literal["off", "buffer"] = Field(
+        default="off",
+        description="Output guardrails on streamed answers: `off` (streams are not checked) or `buffer` (the "
+        "whole stream is held, within `max_response_bytes`, and checked before its first byte is sent).",
+    )
+
     @model_validator(mode="after")
     def _check_hedging_retries(self) -> Self:
         # A hedged group's second chance is the race, not a retry in place: a retries value

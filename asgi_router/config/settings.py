@@ -52,6 +52,7 @@ from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
 from asgi_router.config.cross_checks import Problem, reference_problems, refusal
 from asgi_router.config.group_settings import GroupSettings, MemberSettings, flatten_groups
+from asgi_router.config.guardrail_settings import GuardrailSettings
 from asgi_router.config.ledger_settings import check_admin_keys_apart, check_ledger_url
 from asgi_router.config.pages_settings import check_page_route, check_pages
 from asgi_router.config.provider_settings import PoolSettings, ProviderSettings
@@ -100,6 +101,16 @@ class RouterSettings(BaseSettings):
     )
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Routing groups, by name (asked for as `group/<name>`)."
+    )
+    guardrails: dict[str, GuardrailSettings] = Field(
+        default_factory=dict,
+        description="Named checks on prompts and answers (`[guardrails.<name>]`), run where "
+        "`guardrails_default` or a group's `guardrails` names them.",
+    )
+    guardrails_default: list[str] = Field(
+        default_factory=list,
+        description="The guardrails every request runs (direct `provider/model-id` refs included); a group's "
+        "`guardrails` add to them. A name must be a `[guardrails]` table or a `ModelRouter(guardrails=...)` key.",
     )
     aliases: dict[str, str] = Field(
         default_factory=dict,

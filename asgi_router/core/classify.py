@@ -28,6 +28,9 @@ window was exceeded                                    fails over: windows are p
 other 4xx                         ``client_error``     stop: relay status and body
 2xx                               ``served``           commit
 2xx that ends with no body        ``stream_interrupted``  next candidate
+2xx whose answer an output        ``guardrail_failed``    next candidate (never retried
+guardrail with ``fail_over``                              in place, counted by no breaker)
+refused
 ================================  ===================  ==============================
 
 Skips are not failures: a candidate is skipped before it is called when its provider has no key
@@ -85,6 +88,7 @@ DEFAULT_FAILOVER: Final[frozenset[Reason]] = frozenset(
         "model_not_found",
         "stream_interrupted",
         "context_window",
+        "guardrail_failed",
     }
 )
 
@@ -110,7 +114,7 @@ HINTED: Final[frozenset[Reason]] = frozenset({"rate_limited", "upstream_5xx"})
 #: Failures that say nothing about a member's speed (the request's fault, the router's own, a
 #: client that left): its latency statistics are not penalised for them.
 NOT_PENALISED: Final[frozenset[Reason]] = frozenset(
-    {"client_error", "context_window", "client_disconnected", "router_error"}
+    {"client_error", "context_window", "client_disconnected", "router_error", "guardrail_failed"}
 )
 
 # Statuses whose meaning is specific; everything else falls to its class (2xx/4xx/5xx).

@@ -36,4 +36,5 @@ Reason = Literal[
     "hedge_lost",
     "router_error",
     "protocol_mismatch",
+    "guardrail_failed",
 ]

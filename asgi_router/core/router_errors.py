@@ -93,12 +93,21 @@ class RouterError:
     retry_after: float | None = None
     #: Extra response headers (e.g. ``WWW-Authenticate`` on a 401).
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    #: The guardrail that refused the request (``guardrail_blocked``, ``guardrail_error``): its
+    #: name is in the error object, so a client can tell which check to look at.
+    guardrail: str | None = None
 
     def body(self) -> bytes:
-        return error_body(self.status, self.code, self.message, self.attempts)
+        return error_body(self.status, self.code, self.message, self.attempts, self.guardrail)
 
 
-def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptSummary] | None = None) -> bytes:
+def error_body(
+    status: int,
+    code: str,
+    message: str,
+    attempts: Sequence[AttemptSummary] | None = None,
+    guardrail: str | None = None,
+) -> bytes:
     """Serialise one OpenAI-shaped error object."""
     error: dict[str, object] = {
         "message": message,
@@ -108,6 +117,8 @@ def error_body(status: int, code: str, message: str, attempts: Sequence[AttemptS
     }
     if attempts is not None:
         error["attempts"] = [attempt.as_json() for attempt in attempts]
+    if guardrail is not None:
+        error["guardrail"] = guardrail
     return json.dumps({"error": error}, separators=(",", ":")).encode()
 
 

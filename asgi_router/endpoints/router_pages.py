@@ -21,7 +21,7 @@ logged and answered with a 500, as for chat requests.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -167,12 +167,14 @@ def build_pages(
     capacity: Capacity | None = None,
     rate_limits: RateLimits | None = None,
     ledger: Callable[[], dict[str, object]] | None = None,
+    guardrail_blocks: Mapping[str, int] | None = None,
 ) -> tuple[RouterMetrics | None, Pages, list[Callable[[], Coroutine[Any, Any, None]]]]:
     """A router's pages as its settings ask for them: its metrics (``None``: off), the pages,
     and the work they need run from lifespan startup to shutdown (``callers``: the caller caps,
     whose figures the metrics, the status page and the usage route show; ``capacity`` and
-    ``rate_limits``: sticky groups, queues and providers' stated limits, for the status page;
-    ``ledger``: the ledger's status, for the status page)."""
+    ``rate_limits``: sticky groups, queues and providers' stated limits, and ``guardrail_blocks``,
+    each guardrail's blocks, for the status page; ``ledger``: the ledger's status, for the status
+    page)."""
     models = ModelsEndpoint(settings, settings.models_route) if settings.models_route is not None else None
     metrics: RouterMetrics | None = None
     metrics_page: tuple[str, MetricsEndpoint, bool] | None = None
@@ -202,6 +204,7 @@ def build_pages(
             capacity=capacity,
             rate_limits=rate_limits,
             ledger=ledger,
+            guardrail_blocks=guardrail_blocks,
         )
         status = (settings.status_route, json_route, page)
     usage: Page | None = None

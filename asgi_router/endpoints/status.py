@@ -34,7 +34,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 from typing import Final
 
@@ -190,10 +190,13 @@ class StatusEndpoint:
         capacity: Capacity | None = None,
         rate_limits: RateLimits | None = None,
         ledger: Callable[[], dict[str, object]] | None = None,
+        guardrail_blocks: Mapping[str, int] | None = None,
     ) -> None:
         self._callers = callers
         #: The ledger's kind, masked URL, lag and row counts (``None``: no ledger).
         self._ledger = ledger
+        #: Blocks per guardrail since the router started (``None``: no guardrail configured).
+        self._guardrail_blocks = guardrail_blocks
         #: Sticky groups and queues (``None``: no group has either), providers' stated limits.
         self._capacity = capacity
         self._rate_limits = rate_limits
@@ -249,6 +252,7 @@ class StatusEndpoint:
             "callers": self._callers.rows(CALLERS_SHOWN) if self._callers is not None else None,
             "capacity": _capacity(self._capacity, self._rate_limits),
             "ledger": self._ledger() if self._ledger is not None else None,
+            "guardrails": {"blocks": dict(self._guardrail_blocks)} if self._guardrail_blocks is not None else None,
             "recent": [_request(record) for record in recent],
             "refused": {
                 "total": sum(by_status.values()),

@@ -193,6 +193,11 @@ class RequestRecord:
     #: The request's session as caps count it: the digest of its caller and id, never the id
     #: (``None``: sessions are not capped, or it named none).
     session: str | None = None
+    #: Each guardrail that ran: ``(name, outcome)``, outcome ``pass``, ``block``, ``mask``,
+    #: ``flag`` or ``fail_over``, in the order they ran (the prompt's, then each answer's).
+    guardrails: tuple[tuple[str, str], ...] = ()
+    #: The stage each of ``guardrails`` ran at (``input`` or ``output``), in the same order.
+    guardrail_stages: tuple[str, ...] = ()
 
 
 def _attempt_text(event: AttemptEvent) -> str:
@@ -229,14 +234,19 @@ def principal_text(principal: object) -> str:
     return f"<{type(principal).__name__}>"
 
 
+_LINE: Final = (
+    "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d"
+    " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s principal=%s"
+)
+
+
 def log_request(record: RequestRecord) -> None:
     """Write the request's one structured line, if INFO is enabled on ``asgi_router``."""
     if not logger.isEnabledFor(logging.INFO):
         return
     ttfb = next((e.ttfb for e in reversed(record.events) if e.ttfb is not None), None)
-    logger.info(
-        "request_id=%s ref=%s stream=%s status=%d winner=%s attempts=[%s] latency_ms=%.1f ttfb_ms=%s bytes=%d"
-        " route=%s plan=[%s] degraded=%s tokens=%s cost_usd=%s principal=%s",
+    line = _LINE
+    args: tuple[object, ...] = (
         record.request_id,
         record.ref,
         "true" if record.stream else "false",
@@ -252,5 +262,8 @@ def log_request(record: RequestRecord) -> None:
         _tokens_text(record),
         f"{record.cost_usd:.6f}" if record.cost_usd is not None else "-",
         principal_text(record.principal),
-        extra={"asgi_router": record},
     )
+    if record.guardrails:  # named only where a guardrail ran
+        line += " guardrails=[%s]"
+        args += (" ".join(f"{name}:{outcome}" for name, outcome in record.guardrails),)
+    logger.info(line, *args, extra={"asgi_router": record})

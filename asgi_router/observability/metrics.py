@@ -32,11 +32,13 @@ contract (dashboards and alerts are built on them)::
     asgi_router_ledger_rows_total{outcome}              spend rows: written | dropped (with a ledger)
     asgi_router_ledger_buffered_rows                    gauge: spend rows waiting to be written
     asgi_router_ledger_lag_seconds                      gauge: age of the oldest unwritten row (0: none)
+    asgi_router_guardrail_total{guardrail, stage, outcome}  pass | block | mask | flag | fail_over
 
 Every label value comes from configuration or from a fixed vocabulary, never from what a client
 sent: a candidate the configuration does not name (a client's direct ``provider/model-id``) is
 folded into ``provider/*``, so no client can make the label sets grow. ``path`` is one of the
-configured routes, ``status`` an HTTP status, ``group`` a configured group.
+configured routes, ``status`` an HTTP status, ``group`` a configured group, ``guardrail`` a
+configured guardrail.
 
 A finished request adds to a :class:`~asgi_router.observability.metrics_tally.Tally` of plain
 numbers on its own task (``metrics_tally.py``). A scrape turns the tally into metric families (the
@@ -114,6 +116,8 @@ _DROPPED = ("asgi_router_events_dropped", "Finished requests an event sink's ful
 _STICKY = ("asgi_router_sticky", "Sticky groups' requests with a key: hit, miss or moved.")
 _QUEUE_DEPTH = ("asgi_router_queue_depth", "Requests waiting for capacity, by group (this process).")
 _QUEUE_WAIT = ("asgi_router_queue_wait_seconds", "Seconds requests waited for capacity, by group and outcome.")
+_GUARDRAIL = ("asgi_router_guardrail", "Guardrails' runs, by guardrail, stage and outcome.")
+
 _LEDGER_ROWS = ("asgi_router_ledger_rows", "Spend rows of the ledger: written, or dropped (its buffer full).")
 _LEDGER_BUFFERED = ("asgi_router_ledger_buffered_rows", "Spend rows waiting in memory to be written to the ledger.")
 _LEDGER_LAG = ("asgi_router_ledger_lag_seconds", "Age of the oldest spend row not yet written (0 when none).")
@@ -259,6 +263,7 @@ class RouterMetrics:
                 _histogram(*_QUEUE_WAIT, ["group", "outcome"], tally.queued.items()),
                 *(self.cache.families() if self.cache is not None else ()),
                 *self._ledger_families(),
+                self._counter(_GUARDRAIL, ["guardrail", "stage", "outcome"], tally.guardrails.items()),
             ]
         )
 
@@ -313,6 +318,8 @@ class RouterMetrics:
             files.sticky.labels(group, outcome).inc(count)
         for (group, outcome), buckets in tally.queued.items():
             _replay(files.queue_wait.labels(group, outcome), buckets)
+        for (name, stage, outcome), count in tally.guardrails.items():
+            files.guardrails.labels(name, stage, outcome).inc(count)
         for group, depth in self.queue_depths():
             files.queue_depth.labels(group).set(depth)
         for key, phase in readings.breakers:
@@ -405,6 +412,7 @@ class _Files:
         self.sticky = Counter(*_STICKY, ["group", "outcome"], registry=None)
         self.queue_depth = Gauge(*_QUEUE_DEPTH, ["group"], registry=None, multiprocess_mode="livesum")
         self.queue_wait = Histogram(*_QUEUE_WAIT, ["group", "outcome"], buckets=QUEUE_WAIT_BUCKETS, registry=None)
+        self.guardrails = Counter(*_GUARDRAIL, ["guardrail", "stage", "outcome"], registry=None)
         #: Made for a router with a ledger only (an unlabelled gauge shows once it exists).
         self.ledger: _LedgerFiles | None = None
 

@@ -127,7 +127,18 @@ class Tally:
     ``callers``: the per-caller counts, when callers or sessions are capped.
     """
 
-    __slots__ = ("_by_key", "_labels", "callers", "candidates", "hedges", "queued", "resumes", "routes", "sticky")
+    __slots__ = (
+        "_by_key",
+        "_labels",
+        "callers",
+        "candidates",
+        "guardrails",
+        "hedges",
+        "queued",
+        "resumes",
+        "routes",
+        "sticky",
+    )
 
     def __init__(self, labels: CandidateLabels, callers: CallerCounts | None = None) -> None:
         self._labels = labels
@@ -141,6 +152,8 @@ class Tally:
         #: ``(group, outcome)`` counts of sticky requests, and waits for capacity.
         self.sticky: dict[tuple[str, str], int] = {}
         self.queued: dict[tuple[str, str], Buckets] = {}
+        #: ``(guardrail, stage, outcome)`` counts of guardrails' runs.
+        self.guardrails: dict[tuple[str, str, str], int] = {}
 
     def candidate(self, key: str) -> CandidateCounts:
         """The counts of ``key``'s label, kept by ``key`` for the next request."""
@@ -211,3 +224,8 @@ class Tally:
             if waits is None:
                 waits = self.queued[waited_in] = Buckets(QUEUE_WAIT_BUCKETS)
             waits.add(record.queued[2])
+        if record.guardrails:
+            ran = self.guardrails
+            for pair, stage in zip(record.guardrails, record.guardrail_stages, strict=False):
+                ran_as = (pair[0], stage, pair[1])
+                ran[ran_as] = ran.get(ran_as, 0) + 1

@@ -31,6 +31,7 @@ from asgi_router.protocols.stream_end import ends_stream
 from asgi_router.request.spend import Spend
 
 if TYPE_CHECKING:  # opentelemetry is optional: only a traced request holds one
+    from asgi_router.guardrails.guardrail_run import GuardSet, Ran
     from asgi_router.observability.tracing import RequestTrace
 
 __all__ = ["RequestState", "Stuck"]
@@ -65,6 +66,8 @@ class RequestState:
         "events",
         "facts",
         "finished",
+        "guardrails",
+        "guards",
         "hedge",
         "in_flight",
         "key_charge",
@@ -180,6 +183,10 @@ class RequestState:
         self.spend: Spend | None = None
         #: What a cached group's response cache made of the request (``None``: none was asked).
         self.cache: CacheOutcome | None = None
+        #: The guardrails this request runs (``None``: none), once planned.
+        self.guards: GuardSet | None = None
+        #: Each guardrail's run so far: ``(name, stage, outcome)`` (``None``: none ran).
+        self.guardrails: list[Ran] | None = None
 
     def event(
         self,
@@ -201,6 +208,12 @@ class RequestState:
             )
         )
         return at
+
+    def guarded(self, ran: list[Ran]) -> None:
+        """Add guardrails' runs (the record's ``guardrails``)."""
+        if self.guardrails is None:
+            self.guardrails = []
+        self.guardrails += ran
 
     def dropped(self, candidate: str, headers: int) -> None:
         """``candidate``'s latest event also says ``headers`` of its response were not relayed."""
@@ -247,6 +260,7 @@ class RequestState:
         self.in_flight = None
         spend = self.spend
         tokens = spend.tokens if spend is not None else None
+        ran = self.guardrails
         # Every field in its order, positionally: a record per request, and keyword arguments
         # made building it several times dearer (docs/performance.md).
         return RequestRecord(
@@ -280,4 +294,6 @@ class RequestState:
             self.cache,
             self.key_id,
             self.session,
+            tuple((name, outcome) for name, _, outcome in ran) if ran else (),  # guardrails
+            tuple(stage for _, stage, _ in ran) if ran else (),  # guardrail_stages
         )

@@ -25,7 +25,11 @@ async def send_error(state: RequestState, error: RouterError, attempts: int = 0)
     if error.retry_after is not None:
         headers.append((b"retry-after", str(max(1, round(error.retry_after + 0.4999))).encode()))
     state.status = error.status
-    body = anthropic_error_body(error.status, error.message, error.attempts) if state.anthropic else error.body()
+    if state.anthropic:  # Anthropic's shape has no code: a guardrail's refusal starts its message with it
+        message = f"{error.code}: {error.message}" if error.guardrail is not None else error.message
+        body = anthropic_error_body(error.status, message, error.attempts)
+    else:
+        body = error.body()
     await send_whole(state.send_tracked, error.status, headers, body)
 
 

@@ -147,6 +147,7 @@ ROWS: dict[Reason, Row] = {
     "billing": Row("failure", FAIL_OVER, FAIL_OVER, "neutral", "success"),
     "model_not_found": Row("failure", FAIL_OVER, FAIL_OVER, "neutral", "success"),
     "context_window": Row("failure", FAIL_OVER, FAIL_OVER, "neutral", "success"),
+    "guardrail_failed": Row("failure", FAIL_OVER, FAIL_OVER, "neutral", "success"),
     "router_error": Row("failure", FATAL, FATAL, "neutral", "neutral", responded=False),
     "client_disconnected": Row("aborted", None, None, "neutral", "neutral", responded=False),
     "hedge_lost": Row("aborted", None, None, "neutral", "neutral", responded=False),

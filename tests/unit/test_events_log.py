@@ -39,3 +39,12 @@ def test_log_line_marks_estimated_tokens_as_the_record_does(
     log_request(record)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "asgi_router"]
     assert written in line
+
+
+def test_log_line_names_the_guardrails_that_ran_and_only_where_one_ran(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_router")
+    log_request(RequestRecord("req-1", "a/m", guardrails=(("pii", "mask"), ("shape", "fail_over"))))
+    log_request(RequestRecord("req-2", "a/m"))
+    guarded, plain = [r.getMessage() for r in caplog.records if r.name == "asgi_router"]
+    assert guarded.endswith(" guardrails=[pii:mask shape:fail_over]")
+    assert "guardrails=" not in plain

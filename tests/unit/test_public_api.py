@@ -39,6 +39,14 @@ EXPORTED = {
     "HealthSettings",
     "EventSettings",
     "Authorize",
+    "GuardrailSettings",
+    # your own guardrails
+    "GuardrailRequest",
+    "GuardrailResult",
+    "Allow",
+    "Mask",
+    "Block",
+    "Flag",
     # errors
     "ConfigError",
     "RouterError",

@@ -212,6 +212,7 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         "cache": CacheOutcome("chat", "hit", 15, 0.25, 3),
         "key_id": "key-1",
         "session": "ab" * 32,
+        "guardrails": [("pii", "input", "mask"), ("schema", "output", "fail_over")],
     }.items():
         setattr(state, name, value)
     state.spend = Spend(TokenCount(10, 5, False, 6, 2), 0.25)
@@ -254,4 +255,6 @@ def test_every_record_field_comes_from_the_state_field_of_its_name() -> None:
         },
         "key_id": "key-1",
         "session": "ab" * 32,
+        "guardrails": (("pii", "mask"), ("schema", "fail_over")),
+        "guardrail_stages": ("input", "output"),
     }
