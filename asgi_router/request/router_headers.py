@@ -4,14 +4,14 @@ Every answer the router sends (a winner's response whole or relayed, a refusal p
 group's canned reply, the router's own error) says the same things about how it was routed:
 ``x-request-id`` (echoed or generated), how many candidates were tried, and when known the
 candidate that answered or refused, the rule that chose the plan, how a sticky group's keyed
-request stuck, the caller cap that downgraded or refused it, and whether the answer is the
-group's canned reply. Built here and nowhere else, from :class:`RequestState`, so a header a
+request stuck, the caller cap that downgraded or refused it, whether the answer is the
+group's canned reply, and how long a request that joined its group's queue waited there. Built here and nowhere else, from :class:`RequestState`, so a header a
 later change adds is one line here. An upstream cannot forge them: its headers under the same
 prefix are dropped before these are added (``responses/headers.py``).
 
 Every value is a validated token: request ids pass the sanity check or are the router's own,
 candidates and rule names are checked when parsed or configured, sticky outcomes and cap kinds
-are the router's own words.
+are the router's own words, a queue's wait is a number.
 """
 
 from __future__ import annotations
@@ -38,4 +38,7 @@ def add_router_headers(
         headers.append((b"x-router-limit", state.limit.encode()))
     if state.degraded:
         headers.append((b"x-router-degraded", b"1"))
+    queued = state.queued
+    if queued is not None and queued[1] != "full":  # a full queue was never joined
+        headers.append((b"x-router-queue-wait", b"%.3f" % queued[2]))
     return headers
