@@ -5,8 +5,9 @@ group's canned reply, the router's own error) says the same things about how it 
 ``x-request-id`` (echoed or generated), how many candidates were tried, and when known the
 candidate that answered or refused, the rule that chose the plan, how a sticky group's keyed
 request stuck, the caller cap that downgraded or refused it, whether the answer is the
-group's canned reply, and how long a request that joined its group's queue waited there. Built here and nowhere else, from :class:`RequestState`, so a header a
-later change adds is one line here. An upstream cannot forge them: its headers under the same
+group's canned reply, and how long a request that joined its group's queue waited there. Built
+here and nowhere else, from :class:`RequestState`, so a header a later change adds is one line
+here. An upstream cannot forge them: its headers under the same
 prefix are dropped before these are added (``responses/headers.py``).
 
 Every value is a validated token: request ids pass the sanity check or are the router's own,
