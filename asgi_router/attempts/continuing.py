@@ -20,9 +20,10 @@ phase never imports this module (an import-linter contract keeps it so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Committed, Continuation
@@ -42,6 +43,8 @@ from asgi_router.routing.resumable import ResumeTable
 from asgi_router.transports.provider import RouteTarget
 
 __all__ = ["Continuations", "StreamContinuer", "resumable_request"]
+
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def resumable_request(payload: dict[str, Any]) -> bool:
@@ -101,6 +104,8 @@ class Continuations:
             # The Messages API (translated to, or the route's own) refuses a prefill ending in whitespace.
             anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_path
             continued, skip = continuation_request(payload, text, mode, anthropic=anthropic, sent_tokens=sent_tokens)
+            if len(_COMPACT.encode(continued).encode()) > context.max_body_bytes:
+                continue  # a request the router would refuse from a client is not sent for it
             steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline, retry)
             steps.attempts = attempts
             ready = steps.prepare(candidate, retry=True)
@@ -122,7 +127,7 @@ class StreamContinuer:
     against its breaker as an unresumed one does; its statistics released; its attempt evented
     ``resumed``, made ``failed`` when nothing continues it)."""
 
-    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_retry", "_state")
+    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_retry", "_state", "bounds")
 
     def __init__(
         self,
@@ -136,6 +141,8 @@ class StreamContinuer:
         retry: RetryState,
     ) -> None:
         self._continuations = continuations
+        context = continuations.context
+        self.bounds = (context.max_event_bytes, context.max_response_bytes)
         #: The request's retry state: whether and where a broken stream goes on is its verdict.
         self._retry = retry
         self._plan = plan

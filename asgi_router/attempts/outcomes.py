@@ -63,6 +63,10 @@ class Continues(Protocol):
     """What continues one request's committed stream after a break: the attempt loop's
     (``continuing.py``), handed to the answer phase on the :class:`Committed` it relays."""
 
+    #: The largest unfinished event a relay may hold for it (``max_event_bytes``), and the most
+    #: bytes of events it keeps to read back what was said (``max_response_bytes``).
+    bounds: tuple[int, int]
+
     def may_continue(self, reason: Reason, total: bool) -> bool:
         """Whether a break for ``reason`` may be continued at all (``total``: the attempt's
         ``total`` ran out): the request's retry state's verdict."""

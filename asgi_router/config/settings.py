@@ -108,18 +108,23 @@ class RouterSettings(BaseSettings):
         "(see [Protocols](protocols.md)). Everything else goes to the host app.",
     )
     max_body_bytes: PositiveInt = Field(
-        default=10 * 1024 * 1024, description="The largest request body accepted (413 above it)."
+        default=10 * 1024 * 1024,
+        description="The largest request body accepted (413 above it); also the largest continuation request "
+        "sent for a broken stream (one whose text so far would make it larger is not continued: the client gets "
+        "the in-band error).",
     )
     max_response_bytes: PositiveInt = Field(
         default=64 * 1024 * 1024,
         description="The largest non-streaming upstream body read before answering; a larger one counts as "
-        "`upstream_5xx` and fails over.",
+        "`upstream_5xx` and fails over. Also the most of a stream's events kept to continue it after a break "
+        "(past it, a break is not continued).",
     )
     max_event_bytes: PositiveInt = Field(
         default=1024 * 1024,
-        description="The largest single server-sent event of an upstream stream the router parses (an Anthropic "
-        "member's stream, translated for an OpenAI client); a larger one fails the attempt as `upstream_5xx` before "
-        "anything was sent, and ends the stream with an in-band error after.",
+        description="The largest single server-sent event of an upstream stream the router parses or holds (an "
+        "Anthropic member's stream, translated for an OpenAI client; an unfinished event held on a plan that may "
+        "continue a broken stream); a larger one fails the attempt as `upstream_5xx` before anything was sent, and "
+        "ends the stream with an in-band error after (`upstream_5xx`, not continued).",
     )
     pool: PoolSettings = Field(default=PoolSettings(), description="The shared upstream connection pool.")
     transport: Literal["aiohttp", "httpx"] = Field(

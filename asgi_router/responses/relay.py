@@ -26,7 +26,9 @@ that ends or breaks after it lacks only its usage and terminator: the relay writ
 stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
 (``protocols/stream_end.py``; per chunk, one length test). On a
 stream that may be continued, an upstream's error event, or an event whose data opens no JSON
-object, is a break where it stands (``whole_events.breaks_at``).
+object, is a break where it stands (``whole_events.breaks_at``), and an unfinished event held past
+``max_event_bytes`` ends the stream (``upstream_5xx``: no client reads an event that size). What
+was sent is kept to be read back at a break within a bound; past it the break is not continued.
 
 A break nothing continues ends the response with one in-band
 event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
@@ -79,7 +81,7 @@ from asgi_router.protocols.stream_end import (
     went_out_finished,
 )
 from asgi_router.request.request_state import RequestState
-from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
+from asgi_router.responses.relay_failures import EVENT_TOO_LONG, UpstreamSaid, failure_text, late_reason
 from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
 from asgi_router.transports.transport import close_response
 
@@ -116,6 +118,10 @@ class RelayResult:
 class Continuer(Protocol):
     """What may continue a stream after a break (``resume_relay.py``), asked by the relay at each
     break it cannot leave be: the relay reports, the continuer decides."""
+
+    #: The largest unfinished event held, and the most bytes of events kept to read back what
+    #: was said (:class:`~asgi_router.responses.whole_events.WholeEvents`).
+    bounds: tuple[int, int]
 
     async def after_break(
         self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
@@ -165,7 +171,7 @@ async def relay_stream(
     message has been sent (a disconnect after it is no abort). ``error_event`` writes the
     in-band error in the route's protocol.
     """
-    whole = None if continuer is None else WholeEvents()
+    whole = None if continuer is None else WholeEvents(*continuer.bounds)
     current = committed
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
@@ -184,8 +190,10 @@ async def relay_stream(
                 with reading(math.inf, current.provider.timeouts.idle, deadline, clock) as reads:  # per read only
                     while True:
                         if whole is not None and data:
-                            if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
+                            if whole.holding or data[-2:] != b"\n\n":  # the unfinished event waits for its end
                                 data = whole.cut(data)
+                                if whole.overflowed:  # no client reads an event that size
+                                    failure = UpstreamSaid("", EVENT_TOO_LONG, "upstream_5xx")
                             if data and whole.splice is not None:
                                 data = whole.splice.feed(data)
                             at, why = breaks_at(data)
@@ -193,7 +201,7 @@ async def relay_stream(
                                 data = data[:at]
                                 failure = UpstreamSaid("", why)
                             if data:
-                                whole.events.append(data)
+                                whole.sent(data)
                         if data:
                             await send({"type": "http.response.body", "body": data, "more_body": True})
                             size += len(data)
@@ -244,13 +252,16 @@ async def relay_stream(
                     size += len(end)
                     last = end
                     if whole is not None:
-                        whole.held = b""
+                        whole.drop_held()
                     break
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
                 past_total = clock() >= deadline
                 if whole is not None and continuer is not None:
                     stalled_past_total = past_total and failure is None
-                    continued = await continuer.after_break(current, reason, stalled_past_total, whole.said())
+                    said = whole.said()  # None: too long to continue
+                    continued = (
+                        None if said is None else await continuer.after_break(current, reason, stalled_past_total, said)
+                    )
                     if continued is not None:
                         closing = close_response(current.response)
                         if closing is not None:
@@ -264,9 +275,10 @@ async def relay_stream(
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 progress.complete()
                 return _result(reason, size, count, before_last, last)
-            if whole is not None and whole.held:  # ended without a final blank line: its last event as it is
-                await send({"type": "http.response.body", "body": whole.held, "more_body": True})
-                size += len(whole.held)
+            if whole is not None and whole.holding:  # ended without a final blank line: its last event as it is
+                held = whole.held
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+                size += len(held)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             progress.complete()
             if continuer is not None:

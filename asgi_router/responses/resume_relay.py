@@ -53,10 +53,11 @@ class _Continuing:
     """The relay's :class:`~asgi_router.responses.relay.Continuer` for one request: its
     :class:`~asgi_router.responses.resuming.StreamResumer` asked at each break."""
 
-    __slots__ = ("resumer",)
+    __slots__ = ("bounds", "resumer")
 
     def __init__(self, resumer: StreamResumer) -> None:
         self.resumer = resumer
+        self.bounds = resumer.bounds
 
     async def after_break(
         self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes

@@ -45,6 +45,12 @@ class StreamResumer:
         #: The call whose (``failed``) event was written at its break: not to be evented again.
         self.evented: Committed | None = None
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The largest unfinished event the relay holds, and the most bytes of events it keeps to
+        read back what was said (the attempts' limits)."""
+        return self._continues.bounds
+
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
         return said_in_messages(sent) if self.state.anthropic else said_so_far(sent)
