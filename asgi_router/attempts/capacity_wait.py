@@ -9,7 +9,7 @@ made before the wait would keep an order the strategy no longer gives, and the a
 call back into the middleware), its sticky member first again, and walked as a fresh pass. The
 request's state says how the wait ended (``served``, ``timed_out``, ``full`` or ``left``) and how
 long it took: until a candidate was admitted, or until it gave up (never the upstream call that
-followed; the answer says it in ``x-router-queue-wait``).
+followed; every answer to a request that joined the queue says it in a header).
 """
 
 from __future__ import annotations

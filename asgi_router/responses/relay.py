@@ -71,6 +71,7 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
+from asgi_router.core.upstream_errors import UpstreamError
 from asgi_router.protocols.stream_end import (
     PIECE,
     PIECES_KEPT,
@@ -124,10 +125,11 @@ class Continuer(Protocol):
     bounds: tuple[int, int]
 
     async def after_break(
-        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes, silence: float = 0.0
     ) -> tuple[Committed, Spliced] | None:
         """The call that continues ``broken``'s stream and how to rewrite its events, or
-        ``None``; ``said``: every complete event the client has."""
+        ``None``; ``said``: every complete event the client has; ``silence``: seconds the
+        upstream had sent nothing when it broke."""
 
     def ended(self, served: bool) -> None:
         """The stream ended: finished (``served``), or with the in-band error."""
@@ -259,8 +261,11 @@ async def relay_stream(
                 if whole is not None and continuer is not None:
                     stalled_past_total = past_total and failure is None
                     said = whole.said()  # None: too long to continue
+                    silence = clock() - reads.began if isinstance(failure, UpstreamError) else 0.0  # a read's
                     continued = (
-                        None if said is None else await continuer.after_break(current, reason, stalled_past_total, said)
+                        None
+                        if said is None
+                        else await continuer.after_break(current, reason, stalled_past_total, said, silence)
                     )
                     if continued is not None:
                         closing = close_response(current.response)

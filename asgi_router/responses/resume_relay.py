@@ -60,12 +60,12 @@ class _Continuing:
         self.bounds = resumer.bounds
 
     async def after_break(
-        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes, silence: float = 0.0
     ) -> tuple[Committed, Spliced] | None:
         text = _continuable(self.resumer, reason, stalled_past_total, said)
         if text is None:
             return None
-        continued = await self.resumer.resume(broken, reason, text.text)
+        continued = await self.resumer.resume(broken, reason, text.text, silence)
         if continued is None:
             return None
         return continued.committed, self.resumer.splice(text, continued.skip)

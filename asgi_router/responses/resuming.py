@@ -67,10 +67,11 @@ class StreamResumer:
         said only then."""
         return self._continues.may_continue(reason, total)
 
-    async def resume(self, broken: Committed, reason: Reason, text: str) -> Continuation | None:
-        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``
-        (:attr:`evented` then names ``broken``, its event written ``failed`` at the break)."""
-        continued = await self._continues(broken, reason, text)
+    async def resume(self, broken: Committed, reason: Reason, text: str, silence: float = 0.0) -> Continuation | None:
+        """The call that continues ``text`` after ``broken`` broke for ``reason`` (``silence``
+        seconds after its last byte), or ``None`` (:attr:`evented` then names ``broken``, its
+        event written ``failed`` at the break)."""
+        continued = await self._continues(broken, reason, text, silence=silence)
         if continued is None:
             self.evented = broken
             return None
