@@ -44,7 +44,13 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from asgi_router.config import loading
-from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.auth_settings import (
+    Authorize,
+    check_api_keys,
+    check_inbound_auth,
+    keys_variable,
+    split_api_keys,
+)
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
 from asgi_router.config.catalog_settings import ModelInfo
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX, ConfigError
@@ -391,7 +397,9 @@ class RouterSettings(BaseSettings):
             )
         except ValueError as exc:
             chosen = tuple(name for name in _AUTH_CHOICES if name in self.model_fields_set)
-            problems.append(Problem((), str(exc), sources=chosen if len(chosen) > 1 else ()))
+            variable = keys_variable(self.api_keys, f"{ENV_PREFIX}API_KEYS") if len(chosen) > 1 else None
+            said = f"{exc} (api_keys from the environment variable {variable})" if variable else str(exc)
+            problems.append(Problem((), said, sources=chosen if len(chosen) > 1 else (), plain=str(exc)))
         return problems
 
     def flat_members(self, group: str) -> tuple[str, ...]:
