@@ -24,7 +24,9 @@ A stream is whole only once its *finish* went out (a chat chunk's ``finish_reaso
 that ends or breaks after it lacks only its usage and terminator: the relay writes the terminator
 (``data: [DONE]``, ``message_stop``) and the answer is ``served``. Both are asked only at the
 stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
-(``protocols/stream_end.py``; per chunk, one length test). On a
+(``protocols/stream_end.py``; per chunk, one length test). A byte-exact stream whose end follows
+an upstream's error event there (``data: {"error": ...}``, then ``data: [DONE]``) reaches the
+client as sent, and is recorded as the break it is. On a
 stream that may be continued, an upstream's error event, or an event whose data opens no JSON
 object, is a break where it stands (``whole_events.breaks_at``), and an unfinished event held past
 ``max_event_bytes`` ends the stream (``upstream_5xx``: no client reads an event that size). What
@@ -79,6 +81,7 @@ from asgi_router.protocols.stream_end import (
     ended,
     ends_stream,
     terminator,
+    upstream_error_in,
     went_out_finished,
 )
 from asgi_router.request.request_state import RequestState
@@ -178,6 +181,7 @@ async def relay_stream(
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
     before_last = last = pieces = b""
+    ended_as: Reason = "served"  # how a stream that reached its end is recorded
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
@@ -240,6 +244,10 @@ async def relay_stream(
                     elif whole is not None and whole.held.strip():
                         failure = UpstreamSaid("", "the upstream's stream ended inside an event")
                     elif translation is not None or _ends_whole(current, before_last, last, pieces):
+                        # A byte-exact stream's error event followed by its end went out as sent
+                        # (nothing is recalled, nothing added after the end): a break all the same.
+                        if whole is None and upstream_error_in(end_window(before_last, last, pieces)):
+                            ended_as = "stream_interrupted"
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
@@ -293,7 +301,7 @@ async def relay_stream(
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
             return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
-        return _result("served", size, count, before_last, last)
+        return _result(ended_as, size, count, before_last, last)
     finally:
         progress.bytes_relayed, progress.chunks_relayed = size, count
         closing = close_response(current.response)

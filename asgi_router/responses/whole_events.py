@@ -6,14 +6,15 @@ so far is read from the events sent. So each chunk goes out up to its last event
 blank line) and the tail after it is held until its event completes. A scan for the delimiter,
 not a parse; a chunk that ends on a blank line (nearly every one) is sent whole, untouched.
 
-Such a stream is read back at a break (the text said so far), so an event whose data opens no
-JSON object (nor is ``[DONE]``), or an
-upstream's error event, is a break itself (:func:`breaks_at`, one pattern search per chunk): the
+Such a stream is read back at a break (the text said so far), so an event whose data is no
+JSON object (nor ``[DONE]``; each object is parsed to know), or an
+upstream's error event, is a break itself (:func:`breaks_at`: a pattern search per chunk, its objects parsed): the
 events before it go out, it does not, and a continuation may follow on the boundary.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Final, Protocol
 
@@ -24,6 +25,8 @@ __all__ = ["Spliced", "WholeEvents", "complete_events", "unreadable_at"]
 #: A ``data:`` line whose payload is neither a JSON object nor ``[DONE]``: an event no client
 #: can read (a stream that may be continued is read back from its events).
 _UNREADABLE: Final = re.compile(rb"(?:^|\n)data:(?! ?\{| ?\[DONE\])")
+#: A ``data:`` line that opens a JSON object: it must hold one (parsed to know).
+_OBJECT: Final = re.compile(rb"(?:^|\n)data: ?(\{[^\r\n]*)")
 
 
 class Spliced(Protocol):
@@ -45,12 +48,19 @@ def complete_events(data: bytes) -> int:
 
 def unreadable_at(events: bytes) -> int:
     """Where the first event of ``events`` (complete events) that no client can read starts
-    (a ``data:`` line that is not a JSON object nor ``[DONE]``); -1: none."""
+    (a ``data:`` line that is not a JSON object nor ``[DONE]``, or that opens an object it
+    does not hold: ``data: {not json``); -1: none."""
     found = _UNREADABLE.search(events)
-    if found is None:
+    at = -1 if found is None else found.start()
+    for line in _OBJECT.finditer(events, 0, len(events) if at < 0 else at):
+        try:
+            json.loads(line[1])
+        except ValueError:
+            at = line.start()
+            break
+    if at < 0:
         return -1
-    start = found.start()
-    return start + 1 if events[start : start + 1] == b"\n" else start
+    return at + 1 if events[at : at + 1] == b"\n" else at
 
 
 def breaks_at(events: bytes) -> tuple[int, str]:
