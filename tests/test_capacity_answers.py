@@ -114,7 +114,7 @@ async def test_a_queued_rotate_request_is_planned_again_and_served_by_the_strate
 def _one_slot(fake: FakeUpstream, t: str, max_wait: float, **queue: Any) -> RouterSettings:
     """Group ``q``: one member whose provider takes one call at a time, and a queue."""
     return RouterSettings(
-        providers={"p1": fake.provider(timeouts=_FAST, max_concurrent=1)},
+        providers={"p1": fake.provider(timeouts={**_FAST, "first_byte": 20, "total": 30}, max_concurrent=1)},
         groups={"q": {"members": [f"p1/a{t}"], "queue": {"max_wait": max_wait, **queue}}},
         allow_unauthenticated=True,
         status_route="/status",
@@ -157,8 +157,9 @@ async def test_a_wait_that_runs_out_before_its_first_turn_answers_503_upstream_s
     fake: FakeUpstream,
 ) -> None:
     t = tag()
-    fake.script(f"a{t}", reply.slow(4.0))
-    async with _served(_one_slot(fake, t, max_wait=1.0, priority_callers=["anonymous"])) as (client, server):
+    fake.script(f"a{t}", reply.slow(12.0))  # the slot stays taken past every wait below
+    # Each waiter must join within the first one's wait: 5 s leaves room on a busy machine.
+    async with _served(_one_slot(fake, t, max_wait=5.0, priority_callers=["anonymous"])) as (client, server):
         busy = asyncio.ensure_future(_ask(client, "group/q"))
         await eventually(lambda: fake.in_flight == 1)  # it holds the one slot
         waiters = []
