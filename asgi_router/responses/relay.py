@@ -246,7 +246,10 @@ async def relay_stream(
                     elif translation is not None or _ends_whole(current, before_last, last, pieces):
                         # A byte-exact stream's error event followed by its end went out as sent
                         # (nothing is recalled, nothing added after the end): a break all the same.
-                        if whole is None and upstream_error_in(end_window(before_last, last, pieces)):
+                        # (The window's chunks are searched each: joining them would cost a copy.)
+                        if whole is None and (
+                            upstream_error_in(last) or upstream_error_in(before_last if len(last) >= PIECE else pieces)
+                        ):
                             ended_as = "stream_interrupted"
                         break  # its end
                     else:
