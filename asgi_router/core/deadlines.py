@@ -304,7 +304,7 @@ class Reads:
     exception (:attr:`expired`), any other cancellation (the client leaving, the server) goes
     through it."""
 
-    __slots__ = ("_clock", "_loop_now", "_own", "_scope", "_seconds", "began", "deadline", "expired", "idle")
+    __slots__ = ("_clock", "_loop_now", "_own", "_scope", "_seconds", "deadline", "expired", "idle")
 
     # Set by reading(), which makes the block (no __init__ to call: docs/performance.md).
     _scope: Deadline
@@ -320,8 +320,6 @@ class Reads:
     deadline: float
     #: Whether a read (or the block's own limit) overran and cut the block short.
     expired: bool
-    #: When (on the block's clock) the latest read started: how long a read that failed waited.
-    began: float
 
     def __enter__(self) -> Reads:
         scope = self._scope
@@ -339,7 +337,7 @@ class Reads:
         :meth:`done`: a slow client is not upstream idleness)."""
         # Deadline.bound's work inline, once per chunk of a stream (docs/performance.md).
         scope = self._scope
-        now = self.began = self._clock()
+        now = self._clock()
         left = self.deadline - now
         idle = self.idle
         loop_now = self._loop_now

@@ -182,6 +182,7 @@ async def relay_stream(
     size = count = 0
     before_last = last = pieces = b""
     ended_as: Reason = "served"  # how a stream that reached its end is recorded
+    began = 0.0
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
@@ -225,6 +226,8 @@ async def relay_stream(
                         if held_for_commit:
                             data = held_for_commit.popleft()
                             continue
+                        if whole is not None:  # when the read began: how long a cut came after a silence
+                            began = clock()
                         reads.start()
                         try:
                             data = await chunks.__anext__()  # no anext() wrapper held while idle
@@ -272,7 +275,7 @@ async def relay_stream(
                 if whole is not None and continuer is not None:
                     stalled_past_total = past_total and failure is None
                     said = whole.said()  # None: too long to continue
-                    silence = clock() - reads.began if isinstance(failure, UpstreamError) else 0.0  # a read's
+                    silence = clock() - began if isinstance(failure, UpstreamError) else 0.0  # a read's
                     continued = (
                         None
                         if said is None
