@@ -191,6 +191,7 @@ def assemble(
             gate=gate,
             policy=RetryPolicy.from_settings(resolved),
             random=random,
+            max_body_bytes=resolved.max_body_bytes,
         ),
         plan_phase,
         capacity,

@@ -3,8 +3,9 @@
 A direct ref (``provider/model-id``) names any model id a client likes, so every table the
 router keeps per candidate is bounded like the breaker table: past the bound, the candidate seen
 longest ago is forgotten. Driven through the router itself over an in-memory upstream (streamed
-answers, a latency target set: the slowness windows are kept), with the bound made small so that
-the test needs hundreds of requests rather than tens of thousands.
+answers; with a latency target set, the slowness windows are kept; without one, the metrics'
+counts are), with the bounds made small so that the test needs hundreds of requests rather than
+tens of thousands.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 
 import asgi_router
 from asgi_router import ModelRouter, RouterSettings
-from asgi_router.resilience import slowness
+from asgi_router.observability import metrics_tally
+from asgi_router.resilience import router_state, slowness
 from asgi_router.testing.memory_transport import MemoryResponse, MemoryTransport
 from bench.asgi_calls import receive_once
 
@@ -62,15 +64,23 @@ def _routers_own() -> int:
     return sum(stat.size for stat in mine.statistics("filename"))
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [{"latency_target": 1.0}, {}],
+    ids=["with-a-latency-target", "without-one-with-metrics"],
+)
 async def test_new_direct_ref_model_ids_past_the_bound_do_not_grow_the_routers_memory(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, extra: dict[str, Any]
 ) -> None:
     # The log line's records would be kept by pytest's log capture, not by the router.
     caplog.set_level(logging.WARNING, logger="asgi_router")
     monkeypatch.setattr(slowness, "MAX_BREAKERS", 200, raising=False)
+    monkeypatch.setattr(router_state, "MAX_BREAKERS", 200, raising=False)
+    monkeypatch.setattr(metrics_tally, "_KEYS_KEPT", 200, raising=False)
     settings = RouterSettings(
         allow_unauthenticated=True,
-        providers={"p": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k", "latency_target": 1.0}},
+        providers={"p": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k", **extra}},
+        metrics_route=None if extra else "/metrics",
     )
 
     async def host(scope: Any, receive: Any, send: Any) -> None:

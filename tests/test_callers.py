@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 
 from asgi_router import ModelRouter, RouterSettings
+from asgi_router.testing import FakeUpstream, reply
 
 from .conftest import host_app, make_settings
 from .metrics_helpers import Scrape
@@ -251,6 +252,32 @@ def test_a_downgraded_stream_says_which_cap_and_the_record_and_status_page_say_s
     assert 0 < row["caps"][0]["resets_in"] <= 60
     page = httpx2.get(f"{server.url}/router/status", headers=headers).text
     assert "<h2>Callers</h2>" in page
+
+
+def test_a_downgrade_that_cannot_serve_the_messages_route_is_refused_naming_the_cap_and_its_group(
+    upstream: MockUpstream, serve: Any
+) -> None:
+    with FakeUpstream(kind="anthropic") as claude:
+        claude.script("m", reply.ok("hello"))
+        settings = make_settings(
+            upstream.url,
+            api_keys=KEYS,
+            providers={"claude": claude.provider()},
+            groups={"main": {"members": ["claude/m"]}, "cheap": {"members": ["mock2/usage-10"]}},
+            callers={"team-a": {"rpm": 1, "downgrade_to": "group/cheap"}},
+            routes=["/v1/chat/completions", "/v1/messages"],
+        )
+        server = serve(settings)
+        body = {"model": "group/main", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+        headers = {"x-api-key": TEAM_A}
+        assert httpx2.post(f"{server.url}/v1/messages", json=body, headers=headers, timeout=10).status_code == 200
+        refused = httpx2.post(f"{server.url}/v1/messages", json=body, headers=headers, timeout=10)
+    assert refused.status_code == 400
+    assert refused.headers["x-router-limit"] == "rpm"
+    error = refused.json()["error"]
+    assert error["type"] == "invalid_request_error"  # Anthropic's shape, on its route
+    assert "protocol_mismatch" in error["message"]
+    assert "the rpm cap of team-a" in error["message"] and "group/cheap" in error["message"]
 
 
 @pytest.mark.parametrize("reader", ["sessions", "sticky"])

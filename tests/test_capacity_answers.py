@@ -54,9 +54,13 @@ async def _served(
             yield client, server
 
 
-async def _ask(client: openai.AsyncOpenAI, model: str, session: str | None = None) -> httpx2.Response:
+async def _ask(
+    client: openai.AsyncOpenAI, model: str, session: str | None = None, priority: str | None = None
+) -> httpx2.Response:
     """The raw answer, whatever its status."""
     headers = {"x-session-id": session} if session is not None else {}
+    if priority is not None:
+        headers["x-priority"] = priority
     try:
         raw = await client.chat.completions.with_raw_response.create(
             model=model, messages=[{"role": "user", "content": "hi"}], extra_headers=headers
@@ -102,6 +106,75 @@ async def test_a_queued_rotate_request_is_planned_again_and_served_by_the_strate
     # Planned again after its wait, it follows the rotation: the member after its first plan's.
     assert third.headers["x-router-model"] == second
     assert [hit.model for hit in fake.hits if t in hit.model].count(second.split("/")[1]) == 2
+
+
+# --- the queue's wait, and its answer when it runs out ----------------------------------------------
+
+
+def _one_slot(fake: FakeUpstream, t: str, max_wait: float, **queue: Any) -> RouterSettings:
+    """Group ``q``: one member whose provider takes one call at a time, and a queue."""
+    return RouterSettings(
+        providers={"p1": fake.provider(timeouts={**_FAST, "first_byte": 20, "total": 30}, max_concurrent=1)},
+        groups={"q": {"members": [f"p1/a{t}"], "queue": {"max_wait": max_wait, **queue}}},
+        allow_unauthenticated=True,
+        status_route="/status",
+    )
+
+
+async def _waiting(server: ServerThread, count: int) -> None:
+    """Until group ``q``'s queue holds ``count`` requests."""
+
+    async def reached() -> bool:
+        return bool((await _status(server))["capacity"]["queues"][0]["waiting"] == count)
+
+    await eventually(reached)
+
+
+async def test_a_queued_requests_wait_excludes_its_upstream_call_and_its_answer_says_how_long_it_waited(
+    fake: FakeUpstream,
+) -> None:
+    t = tag()
+    fake.script(f"a{t}", reply.slow(1.0))
+    async with _served(_one_slot(fake, t, max_wait=5.0)) as (client, server):
+        busy = asyncio.ensure_future(_ask(client, "group/q"))
+        await eventually(lambda: fake.in_flight == 1)  # it holds the one slot
+        began = time.monotonic()
+        queued = await _ask(client, "group/q")
+        elapsed = time.monotonic() - began
+        first = await busy
+        status = await _status(server)
+    assert (queued.status_code, first.status_code) == (200, 200)
+    assert "x-router-queue-wait" not in first.headers  # it never joined the queue
+    header = queued.headers["x-router-queue-wait"]
+    assert header.count(".") == 1 and len(header.split(".")[1]) == 3
+    waited = float(header)
+    # its own call took at least the upstream's second after its wait: the wait is the wait alone
+    assert 0 < waited <= elapsed - 1.0
+    assert status["capacity"]["queues"][0]["longest_wait_s"] == pytest.approx(waited, abs=0.002)
+
+
+async def test_a_wait_that_runs_out_before_its_first_turn_answers_503_upstream_saturated_with_its_wait(
+    fake: FakeUpstream,
+) -> None:
+    t = tag()
+    fake.script(f"a{t}", reply.slow(12.0))  # the slot stays taken past every wait below
+    # Each waiter must join within the first one's wait: 5 s leaves room on a busy machine.
+    async with _served(_one_slot(fake, t, max_wait=5.0, priority_callers=["anonymous"])) as (client, server):
+        busy = asyncio.ensure_future(_ask(client, "group/q"))
+        await eventually(lambda: fake.in_flight == 1)  # it holds the one slot
+        waiters = []
+        for count, priority in enumerate(("normal", "normal", "high"), start=1):
+            # the first finds the slot taken and joins; the second joins behind it without a
+            # look at the slot; the third jumps ahead of both and keeps the head past their waits
+            waiters.append(asyncio.ensure_future(_ask(client, "group/q", priority=priority)))
+            await _waiting(server, count)
+        answers = [await waiter for waiter in waiters]
+        await busy
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "upstream_saturated"
+        assert {a["reason"] for a in answer.json()["error"]["attempts"]} == {"saturated"}
+        assert float(answer.headers["x-router-queue-wait"]) > 0
 
 
 # --- x-router-sticky on every answer -------------------------------------------------------------

@@ -346,6 +346,36 @@ async def test_an_event_that_is_not_json_breaks_a_stream_that_may_be_continued(
     assert record.resumes == (("a/m", "served"),)
 
 
+async def test_an_object_that_is_not_json_breaks_a_stream_that_may_be_continued(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    garbage = b"data: {not json, a proxy's cut\n\n"
+    fake.script("m", reply.raw(_ROLE, *_HELLO, garbage, _FINISH, _DONE), reply.ok(" and goodbye."))
+    router, records = _router(fake, claude, resume="prefill")
+    with ServerThread(router) as server:
+        raw = await _raw(server, "a/m")
+    assert b"not json" not in raw
+    assert b"goodbye" in raw and raw.endswith(_DONE)
+    record = await _record(router, records)
+    assert record.resumes == (("a/m", "served"),)
+
+
+async def test_an_error_event_then_done_is_relayed_as_sent_byte_exact_and_recorded_a_break(
+    fake: FakeUpstream, claude: FakeUpstream
+) -> None:
+    error = b'data: {"error":{"message":"the model fell over","type":"server_error","code":null}}\n\n'
+    fake.script("m", reply.raw(_ROLE, *_HELLO, error, _DONE))
+    router, records = _router(fake, claude)
+    with ServerThread(router) as server:
+        raw = await _raw(server, "a/m")
+        with pytest.raises(openai.APIError, match="the model fell over"):
+            await _sdk_text(server, "a/m")
+    assert raw == _ROLE + b"".join(_HELLO) + error + _DONE  # byte-exact: as the upstream sent it
+    await eventually(lambda: len(records) >= 2)
+    assert await router.events.drain(5)
+    assert [_outcomes(record) for record in records] == [[("a/m", "failed", "stream_interrupted")]] * 2
+
+
 async def test_a_translated_stream_that_breaks_after_its_stop_reason_is_a_whole_answer(
     fake: FakeUpstream, claude: FakeUpstream
 ) -> None:

@@ -41,11 +41,13 @@ RECHECK: Final = 0.02
 class Ticket:
     """One waiting request's place in its queue."""
 
-    __slots__ = ("joined", "priority", "turn")
+    __slots__ = ("joined", "left", "priority", "turn")
 
     def __init__(self, priority: Priority, joined: float) -> None:
         self.priority = priority
         self.joined = joined
+        #: When its request's wait ended with a candidate admitted (``None``: not yet, or never).
+        self.left: float | None = None
         #: Set when the ticket becomes the head of its queue.
         self.turn = asyncio.Event()
 

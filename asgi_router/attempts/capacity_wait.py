@@ -8,7 +8,8 @@ again through the pipeline's plan phase (``plan_phase.py``, the object this wait
 made before the wait would keep an order the strategy no longer gives, and the attempts never
 call back into the middleware), its sticky member first again, and walked as a fresh pass. The
 request's state says how the wait ended (``served``, ``timed_out``, ``full`` or ``left``) and how
-long it took.
+long it took: until a candidate was admitted, or until it gave up (never the upstream call that
+followed; every answer to a request that joined the queue says it in a header).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from asgi_router.attempts.capacity import header_value
-from asgi_router.attempts.capacity_queue import CapacityQueue
+from asgi_router.attempts.capacity_queue import CapacityQueue, Ticket
 from asgi_router.attempts.outcomes import Committed, Refused
 from asgi_router.attempts.plan_phase import PlanPhase
 from asgi_router.attempts.steps import RequestAttempts
@@ -86,7 +87,7 @@ class CapacityWait:
                     break
                 plan = fresh
                 attempts = first.again(plan, quiet=walked)
-                attempts.admitted = partial(queue.leave, ticket)
+                attempts.admitted = partial(self._admitted, queue, ticket)
                 decided = await walk(attempts, plan)
                 if decided is not None or not attempts.capacity_only():
                     outcome = "served"
@@ -95,7 +96,19 @@ class CapacityWait:
                 pause = attempts.recheck()
         finally:
             queue.leave(ticket)
-            waited = clock() - joined
+            # The wait ended when a candidate was admitted (the ticket's ``left``), not when the
+            # call it was admitted to ended: the upstream's time is not the queue's.
+            waited = (ticket.left if ticket.left is not None else clock()) - joined
             state.queued = (group, outcome, waited)
             queue.recent.append((outcome, waited))
+        if outcome == "timed_out" and not walked:
+            # Its wait ran out before its first turn (others kept the head): it gets the answer
+            # it would have had without a queue, as a full queue's request does, not an empty one.
+            decided = await walk(first, first.plan)
         return decided, attempts
+
+    def _admitted(self, queue: CapacityQueue, ticket: Ticket) -> None:
+        """A candidate of the request holding ``ticket`` was admitted: its wait is over."""
+        if ticket.left is None:
+            ticket.left = self._clock()
+        queue.leave(ticket)

@@ -46,6 +46,8 @@ class AttemptContext:
     policy: RetryPolicy
     #: Uniform in [0, 1), for the backoff jitter.
     random: Callable[[], float]
+    #: The largest request body accepted from a client: no continuation request is larger.
+    max_body_bytes: int = 10 * 1024 * 1024
     #: Every admission and every "what next" of the attempt policy, made from the parts above.
     decisions: Decisions = field(init=False, repr=False, compare=False)
 

@@ -20,9 +20,11 @@ phase never imports this module (an import-linter contract keeps it so).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.outcomes import Committed, Continuation
@@ -42,6 +44,8 @@ from asgi_router.routing.resumable import ResumeTable
 from asgi_router.transports.provider import RouteTarget
 
 __all__ = ["Continuations", "StreamContinuer", "resumable_request"]
+
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def resumable_request(payload: dict[str, Any]) -> bool:
@@ -85,15 +89,18 @@ class Continuations:
         facts: RequestFacts,
         attempts: int,
         retry: RetryState,
+        total_by: float = math.inf,
     ) -> Continuation | None:
         """The first candidate of ``order`` that commits to continuing ``text``, or ``None``.
 
         ``attempts`` is how many attempts the request has made (``max_attempts`` bounds them
-        all); the request's ``deadline`` runs again from now, as a continuation is a new wait.
+        all); the request's ``deadline`` runs again from now, as a continuation is a new wait,
+        but never past ``total_by`` (the ``total`` of the call that committed the stream), nor
+        does the continuation's stream.
         """
         context = self.context
         sent_tokens = (len(text) + 3) // 4  # the router's usual estimate: about four characters a token
-        deadline = context.clock() + context.policy.deadline
+        deadline = min(context.clock() + context.policy.deadline, total_by)
         retry.continuing(deadline)
         path = state.path
         messages_path = is_anthropic(route_kind(path))
@@ -103,6 +110,8 @@ class Continuations:
             # The Messages API (translated to, or the route's own) refuses a prefill ending in whitespace.
             anthropic = (isinstance(target, RouteTarget) and target.translated) or messages_path
             continued, skip = continuation_request(payload, text, mode, anthropic=anthropic, sent_tokens=sent_tokens)
+            if len(_COMPACT.encode(continued).encode()) > context.max_body_bytes:
+                continue  # a request the router would refuse from a client is not sent for it
             steps = RequestAttempts(context, plan, InboundRequest(continued, True), state, facts, deadline, retry)
             steps.attempts = attempts
             ready = steps.prepare(candidate, retry=True)
@@ -111,6 +120,7 @@ class Continuations:
                 steps.settle(ready, result)  # recorded; a continuation that did not commit moves on
                 attempts = steps.attempts
                 if isinstance(result, Committed):
+                    result.deadline = min(result.deadline, total_by)
                     return Continuation(result, skip)
             if steps.stopped:
                 break
@@ -124,7 +134,18 @@ class StreamContinuer:
     against its breaker as an unresumed one does; its statistics released; its attempt evented
     ``resumed``, made ``failed`` when nothing continues it)."""
 
-    __slots__ = ("_continuations", "_facts", "_max", "_modes", "_payload", "_plan", "_retry", "_state")
+    __slots__ = (
+        "_continuations",
+        "_facts",
+        "_max",
+        "_modes",
+        "_payload",
+        "_plan",
+        "_retry",
+        "_state",
+        "_total_by",
+        "bounds",
+    )
 
     def __init__(
         self,
@@ -138,6 +159,8 @@ class StreamContinuer:
         retry: RetryState,
     ) -> None:
         self._continuations = continuations
+        context = continuations.context
+        self.bounds = (context.max_event_bytes, context.max_response_bytes)
         #: The request's retry state: whether and where a broken stream goes on is its verdict.
         self._retry = retry
         self._plan = plan
@@ -146,6 +169,9 @@ class StreamContinuer:
         self._payload = payload
         self._state = state
         self._facts = facts
+        #: When the ``total`` of the call that committed the stream runs out: no continuation
+        #: runs past it (set at the first break).
+        self._total_by = math.inf
 
     def may_continue(self, reason: Reason, total: bool) -> bool:
         return self._retry.may_continue(reason, total, self._max)
@@ -153,8 +179,12 @@ class StreamContinuer:
     def take_broken(self) -> tuple[str, ...]:
         return self._retry.take_broken()
 
-    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
-        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``.
+    async def __call__(
+        self, broken: Committed, reason: Reason, text: str, total: bool = False, silence: float = 0.0
+    ) -> Continuation | None:
+        """The call that continues ``text`` after ``broken`` broke for ``reason`` (``silence``
+        seconds after its last byte), or ``None``; never past the ``total`` of the call that
+        committed the stream.
 
         The broken call's event is written at the break, before the continuations' own (events
         are in the order attempts ended, and spans are matched to them in that order).
@@ -170,11 +200,18 @@ class StreamContinuer:
         )
         plan = self._plan
         retry = self._retry
-        answer = retry.after_break(plan.candidates, self._modes, broken.candidate, reason, total, self._max)
+        if self._total_by == math.inf:  # the first break: the committed call's total bounds them all
+            self._total_by = broken.deadline
+        total_by = self._total_by
+        total = total or context.clock() >= total_by
+        idle = broken.provider.timeouts.idle
+        answer = retry.after_break(
+            plan.candidates, self._modes, broken.candidate, reason, total, self._max, silence, idle
+        )
         continued = None
         if answer is not None:
             continued = await self._continuations.ask(
-                answer.order, plan, self._payload, text, state, self._facts, broken.attempts, retry
+                answer.order, plan, self._payload, text, state, self._facts, broken.attempts, retry, total_by
             )
         if continued is None:
             state.events[at] = replace(state.events[at], outcome="failed")

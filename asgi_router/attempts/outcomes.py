@@ -68,13 +68,20 @@ class Continues(Protocol):
     """What continues one request's committed stream after a break: the attempt loop's
     (``continuing.py``), handed to the answer phase on the :class:`Committed` it relays."""
 
+    #: The largest unfinished event a relay may hold for it (``max_event_bytes``), and the most
+    #: bytes of events it keeps to read back what was said (``max_response_bytes``).
+    bounds: tuple[int, int]
+
     def may_continue(self, reason: Reason, total: bool) -> bool:
         """Whether a break for ``reason`` may be continued at all (``total``: the attempt's
         ``total`` ran out): the request's retry state's verdict."""
 
-    async def __call__(self, broken: Committed, reason: Reason, text: str, total: bool = False) -> Continuation | None:
+    async def __call__(
+        self, broken: Committed, reason: Reason, text: str, total: bool = False, silence: float = 0.0
+    ) -> Continuation | None:
         """The call that continues ``text`` after ``broken`` broke for ``reason`` (accounted and
-        evented), or ``None``: the client gets the in-band error."""
+        evented), ``silence`` seconds after its last byte, or ``None``: the client gets the
+        in-band error."""
 
     def take_broken(self) -> tuple[str, ...]:
         """The candidates (keys) whose stream broke since the last call, each once: the request's

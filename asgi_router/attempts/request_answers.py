@@ -30,10 +30,13 @@ runs past ``total``)
 a cut (``stream_interrupted``)                              Continue: the same candidate
                                                             first, then the plan's other
                                                             resumable ones in plan order
-a stall (``timeout``)                                       Continue: the next resumable
-                                                            candidate after it first, then
+a stall (``timeout``), or a cut after a silence of at      Continue: the next resumable
+least half the candidate's ``idle`` timeout                 candidate after it first, then
                                                             the others in plan order (not
                                                             the stalled one)
+a candidate that already broke earlier in the request       asked after every other one in
+                                                            that order (again only when no
+                                                            other resumable one is left)
 no resumable candidate left in that order                   None: the in-band error
 ==========================================================  ==================================
 
@@ -67,7 +70,8 @@ whose 200 it already has.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -90,6 +94,7 @@ __all__ = [
     "pinned_error",
     "pinned_plan",
     "resume_order",
+    "stalled",
 ]
 
 
@@ -172,6 +177,13 @@ def resume_order(
     return after[:1] + [pair for pair in others if pair not in after[:1]]
 
 
+def stalled(reason: Reason, silence: float, idle: float) -> bool:
+    """Whether a break for ``reason`` after ``silence`` seconds without a byte is a stall: the
+    ``idle`` timeout ran out, or the connection dropped after at least half of it (a model that
+    went quiet, then was cut off, is as likely to go quiet again)."""
+    return reason == "timeout" or (reason == "stream_interrupted" and silence >= idle / 2)
+
+
 def continuation(
     candidates: Sequence[Candidate],
     modes: Sequence[ResumeMode],
@@ -179,13 +191,20 @@ def continuation(
     reason: Reason,
     resumes: int,
     max_resumes: int,
+    broke: Collection[Candidate] = (),
+    silence: float = 0.0,
+    idle: float = math.inf,
 ) -> Continue | None:
     """Whether and on whom a stream that broke for ``reason`` after commit is continued;
     ``modes`` are the plan's candidates' ``resume`` in plan order, ``resumes`` the continuations
-    made so far."""
+    made so far, ``broke`` the candidates whose stream broke earlier in the request, ``silence``
+    the seconds the stream had been quiet when it broke (``idle``: the broken candidate's idle
+    timeout)."""
     if not continuable(reason, resumes, max_resumes):
         return None
-    order = resume_order(candidates, modes, broken, reason)
+    order = resume_order(candidates, modes, broken, "timeout" if stalled(reason, silence, idle) else reason)
+    if broke:  # those that broke before are asked again only when no other is left
+        order = [pair for pair in order if pair[0] not in broke] + [pair for pair in order if pair[0] in broke]
     return Continue(tuple(order)) if order else None
 
 

@@ -16,8 +16,9 @@ made of its committed stream. Every verdict is asked of it, with what it implies
   over or stop; a 429 marks the member over budget until its ``Retry-After``;
 * **after a break** (:meth:`RetryState.may_continue`, then :meth:`RetryState.after_break`):
   whether a committed stream that broke is continued (a cut or a stall, not past the attempt's
-  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order; the
-  candidates that broke are kept (:meth:`RetryState.take_broken`) for the request's record.
+  ``total``, ``max_resumes`` not yet spent) and on whom, in the resume table's order (a candidate
+  that broke before in the request last); the candidates that broke are kept
+  (:meth:`RetryState.take_broken`) for the request's record.
 
 The drivers (``loop.py``, ``hedging.py``, ``continuing.py``) and the relay do I/O and ask; none
 of them decides.
@@ -48,6 +49,7 @@ class RetryState:
 
     __slots__ = (
         "_broke",
+        "_broke_before",
         "_deadline",
         "_decisions",
         "_facts",
@@ -92,6 +94,8 @@ class RetryState:
         self.resumes = 0
         #: The candidates (keys) whose committed stream broke and were asked after, in order.
         self._broke: list[str] = []
+        #: Every candidate whose committed stream broke in this request, in order.
+        self._broke_before: tuple[Candidate, ...] = ()
 
     def replanned(self, plan: Plan) -> None:
         """The request was planned again (after a wait for capacity): its retries are the new plan's."""
@@ -169,13 +173,21 @@ class RetryState:
         reason: Reason,
         total: bool,
         max_resumes: int,
+        silence: float = 0.0,
+        idle: float = math.inf,
     ) -> Continue | None:
-        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table);
-        ``broken`` is kept among the candidates that broke (:meth:`take_broken`)."""
+        """Whether and on whom a stream that broke for ``reason`` is continued (the resume table),
+        ``silence`` seconds after its last byte (``idle``: its candidate's idle timeout); ``broken``
+        is kept among the candidates that broke (:meth:`take_broken`), and asked again only after
+        the others from then on."""
         self._broke.append(broken.key)
+        before = self._broke_before
+        self._broke_before = (*before, broken)
         if total:
             return None
-        return self._decisions.resume(candidates, modes, broken, reason, self.resumes, max_resumes)
+        return self._decisions.resume(
+            candidates, modes, broken, reason, self.resumes, max_resumes, before, silence, idle
+        )
 
     def resumed(self) -> None:
         """A continuation committed."""

@@ -10,6 +10,7 @@ hopeless, printable ASCII (they travel in a header), no key listed twice.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -26,6 +27,7 @@ __all__ = [
     "Authorize",
     "check_api_keys",
     "check_inbound_auth",
+    "keys_variable",
     "split_api_keys",
 ]
 
@@ -89,6 +91,25 @@ def check_api_keys(value: ApiKeys | None, field: str = "api_keys") -> ApiKeys | 
     if len({key.get_secret_value() for key in keys}) != len(keys):
         raise ValueError(f"{field} lists the same key twice")
     return value
+
+
+def keys_variable(api_keys: ApiKeys | None, name: str) -> str | None:
+    """The environment variable (``name``, in any case) that ``api_keys`` came from, if they
+    did: it is set and holds these very keys. Settings built with keywords name it so in their
+    refusals too (the keyword would have won, had one been given)."""
+    if api_keys is None:
+        return None
+    variable = next((found for found in os.environ if found.upper() == name.upper()), None)
+    if variable is None:
+        return None
+    try:
+        given = split_api_keys(os.environ[variable])
+    except ValueError:
+        return None
+    keys = api_keys.values() if isinstance(api_keys, dict) else api_keys
+    secrets = [key.get_secret_value() for key in keys]
+    listed = list(given.values()) if isinstance(given, dict) else given
+    return variable if listed == secrets else None
 
 
 def check_inbound_auth(

@@ -160,6 +160,7 @@ def describe_refusal(
         message += _hint(error, parts, model)
         contradicting = ctx.get("sources") or ()
         if contradicting:
+            message = ctx.get("plain") or message
             said = [f"{name} {_source([name], file, overrides) or 'as a keyword argument'}" for name in contradicting]
             message += f" ({'; '.join(said)})"
         key = _key(parts)

@@ -33,6 +33,8 @@ class Problem:
     message: str
     #: The top-level keys whose values contradict each other: the error says where each came from.
     sources: tuple[str, ...] = ()
+    #: The message without what it says of its own sources (an operator's rendering says them all).
+    plain: str | None = None
 
 
 def _detail(error: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def refusal(title: str, errors: Iterable[Mapping[str, Any]], problems: Iterable[
             "type": "value_error",
             "loc": problem.loc,
             "input": None,
-            "ctx": {"error": ValueError(problem.message), "sources": problem.sources},
+            "ctx": {"error": ValueError(problem.message), "sources": problem.sources, "plain": problem.plain},
         }
         for problem in problems
     ]

@@ -45,7 +45,13 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from asgi_router.config import loading
 from asgi_router.config.admin_settings import DEFAULT_ADMIN_ROUTE, check_admin_route
-from asgi_router.config.auth_settings import Authorize, check_api_keys, check_inbound_auth, split_api_keys
+from asgi_router.config.auth_settings import (
+    Authorize,
+    check_api_keys,
+    check_inbound_auth,
+    keys_variable,
+    split_api_keys,
+)
 from asgi_router.config.cache_settings import DEFAULT_CACHE_MAX_BYTES
 from asgi_router.config.caller_settings import CallerCaps, SessionCaps, check_callers, check_session_header
 from asgi_router.config.catalog_settings import ModelInfo
@@ -124,18 +130,23 @@ class RouterSettings(BaseSettings):
         "the host app.",
     )
     max_body_bytes: PositiveInt = Field(
-        default=10 * 1024 * 1024, description="The largest request body accepted (413 above it)."
+        default=10 * 1024 * 1024,
+        description="The largest request body accepted (413 above it); also the largest continuation request "
+        "sent for a broken stream (one whose text so far would make it larger is not continued: the client gets "
+        "the in-band error).",
     )
     max_response_bytes: PositiveInt = Field(
         default=64 * 1024 * 1024,
         description="The largest non-streaming upstream body read before answering; a larger one counts as "
-        "`upstream_5xx` and fails over.",
+        "`upstream_5xx` and fails over. Also the most of a stream's events kept to continue it after a break "
+        "(past it, a break is not continued).",
     )
     max_event_bytes: PositiveInt = Field(
         default=1024 * 1024,
-        description="The largest single server-sent event of an upstream stream the router parses (an Anthropic "
-        "member's stream, translated for an OpenAI client); a larger one fails the attempt as `upstream_5xx` before "
-        "anything was sent, and ends the stream with an in-band error after.",
+        description="The largest single server-sent event of an upstream stream the router parses or holds (an "
+        "Anthropic member's stream, translated for an OpenAI client; an unfinished event held on a plan that may "
+        "continue a broken stream); a larger one fails the attempt as `upstream_5xx` before anything was sent, and "
+        "ends the stream with an in-band error after (`upstream_5xx`, not continued).",
     )
     cache_max_bytes: PositiveInt = Field(
         default=DEFAULT_CACHE_MAX_BYTES,
@@ -469,7 +480,9 @@ class RouterSettings(BaseSettings):
             )
         except ValueError as exc:
             chosen = tuple(name for name in _AUTH_CHOICES if name in self.model_fields_set)
-            problems.append(Problem((), str(exc), sources=chosen if len(chosen) > 1 else ()))
+            variable = keys_variable(self.api_keys, f"{ENV_PREFIX}API_KEYS") if len(chosen) > 1 else None
+            said = f"{exc} (api_keys from the environment variable {variable})" if variable else str(exc)
+            problems.append(Problem((), said, sources=chosen if len(chosen) > 1 else (), plain=str(exc)))
         return problems
 
     def flat_members(self, group: str) -> tuple[str, ...]:

@@ -8,7 +8,8 @@ yet). The continuation request is the original one plus the assistant prefill
 (:func:`~asgi_router.protocols.continuation.continuation_request`, which strips the trailing
 whitespace the API refuses). :class:`MessagesSplice` makes its events part of the same message:
 its ``message_start``, ``ping`` and the opening of its first text block are dropped (the client
-has them already), its blocks are renumbered after the open one, the whitespace the prefill
+has them already); a continuation that opens with another block (a tool call) has the open text
+block closed first and its blocks numbered after it; the whitespace the prefill
 lost is not said twice, and ``message_delta``'s ``output_tokens`` adds the broken call's
 (estimated).
 """
@@ -60,31 +61,46 @@ def said_in_messages(sent: bytes) -> Said | str:
 
 
 class MessagesSplice(Splicing):
-    """Rewrites a continuation's Messages API events into the message the client already has."""
+    """Rewrites a continuation's Messages API events into the message the client already has.
 
-    __slots__ = ("_block",)
+    The continuation's first block decides where its blocks go: a text block goes on in the
+    block the client has open (its opening dropped, its index that block's); anything else (a
+    tool call, say) opens a block of its own, so the open text block is closed first
+    (``content_block_stop``) and the continuation's blocks are numbered after it.
+    """
+
+    __slots__ = ("_block", "_offset")
 
     def __init__(self, said: Said, skip: str, prior: tuple[int, int]) -> None:
         super().__init__(skip, prior)
+        #: The index of the text block the client has open.
         self._block = said.block
+        #: What the continuation's block indices are moved by.
+        self._offset = said.block
 
     def _event(self, data: bytes) -> bytes | None:
         event = event_json(data)
         if event is None:
             return None
         kind = event.get("type")
-        if kind in _DROPPED or not self._rewrite(kind, event):
+        if kind in _DROPPED:
             return None
-        return b"event: " + str(kind).encode() + b"\ndata: " + _COMPACT.encode(event).encode() + b"\n\n"
+        closed = b""
+        if kind == "content_block_start" and self._head:
+            self._head = False
+            opened = event.get("content_block")
+            if isinstance(opened, dict) and opened.get("type") == "text" and not opened.get("text"):
+                return None  # its text goes on in the block the client has open
+            closed = _encoded("content_block_stop", {"type": "content_block_stop", "index": self._block})
+            self._offset = self._block + 1
+        if not self._rewrite(kind, event):
+            return None
+        return closed + _encoded(str(kind), event)
 
     def _rewrite(self, kind: object, event: dict[str, Any]) -> bool:
         index = event.get("index")
         if isinstance(index, int):
-            event["index"] = index + self._block
-        if kind == "content_block_start" and self._head:
-            self._head = False
-            opened = event.get("content_block")
-            return not (isinstance(opened, dict) and opened.get("type") == "text" and not opened.get("text"))
+            event["index"] = index + self._offset
         if kind == "content_block_delta" and self._skip:
             delta = event.get("delta")
             text = delta.get("text") if isinstance(delta, dict) else None
@@ -97,3 +113,8 @@ class MessagesSplice(Splicing):
             if isinstance(usage, dict) and isinstance(usage.get("output_tokens"), int):
                 usage["output_tokens"] += self._prior[1]
         return True
+
+
+def _encoded(kind: str, event: dict[str, Any]) -> bytes:
+    """One Messages API event on the wire."""
+    return b"event: " + kind.encode() + b"\ndata: " + _COMPACT.encode(event).encode() + b"\n\n"

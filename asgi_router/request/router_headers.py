@@ -5,14 +5,15 @@ group's canned reply, the router's own error) says the same things about how it 
 ``x-request-id`` (echoed or generated), how many candidates were tried, and when known the
 candidate that answered or refused, the rule that chose the plan, how a sticky group's keyed
 request stuck, the caller cap that downgraded or refused it, whether the answer is the
-group's canned reply, and what a cached group's response cache made of it (with ``age`` and
-the similarity of a hit). Built here and nowhere else, from :class:`RequestState`, so a header a
-later change adds is one line here. An upstream cannot forge them: its headers under the same
+group's canned reply, what a cached group's response cache made of it (with ``age`` and the
+similarity of a hit), and how long a request that joined its group's queue waited there. Built
+here and nowhere else, from :class:`RequestState`, so a header a later change adds is one line
+here. An upstream cannot forge them: its headers under the same
 prefix are dropped before these are added (``responses/headers.py``).
 
 Every value is a validated token: request ids pass the sanity check or are the router's own,
 candidates and rule names are checked when parsed or configured, sticky outcomes and cap kinds
-are the router's own words.
+are the router's own words, a queue's wait is a number.
 """
 
 from __future__ import annotations
@@ -59,4 +60,7 @@ def add_router_headers(
             headers.append((b"age", b"%d" % cache.age))
         if cache.similarity is not None:
             headers.append((b"x-router-cache-similarity", b"%.4f" % cache.similarity))
+    queued = state.queued
+    if queued is not None and queued[1] != "full":  # a full queue was never joined
+        headers.append((b"x-router-queue-wait", b"%.3f" % queued[2]))
     return headers

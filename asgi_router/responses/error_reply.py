@@ -8,6 +8,8 @@ has started no error response can be sent: only an in-band stream error (the rel
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from asgi_router.core.router_errors import RouterError
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import anthropic_error_body
@@ -19,7 +21,14 @@ __all__ = ["send_error", "send_failure"]
 
 
 async def send_error(state: RequestState, error: RouterError, attempts: int = 0) -> None:
-    """Answer ``error`` after ``attempts`` candidates were tried."""
+    """Answer ``error`` after ``attempts`` candidates were tried; a request a caller cap
+    downgraded says so in the message (the group it was sent to may be why it failed)."""
+    if state.caller_outcome == "downgraded":
+        downgraded = (
+            f"the {state.limit} cap of {state.caller} is past its limit: the request was served from "
+            f"{state.downgrade_to} instead"
+        )
+        error = replace(error, message=f"{error.message}\n{downgraded}")
     headers = add_router_headers([(b"content-type", b"application/json")], state, None, attempts)
     headers += error.headers
     if error.retry_after is not None:

@@ -24,9 +24,13 @@ A stream is whole only once its *finish* went out (a chat chunk's ``finish_reaso
 that ends or breaks after it lacks only its usage and terminator: the relay writes the terminator
 (``data: [DONE]``, ``message_stop``) and the answer is ``served``. Both are asked only at the
 stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
-(``protocols/stream_end.py``; per chunk, one length test). On a
+(``protocols/stream_end.py``; per chunk, one length test). A byte-exact stream whose end follows
+an upstream's error event there (``data: {"error": ...}``, then ``data: [DONE]``) reaches the
+client as sent, and is recorded as the break it is. On a
 stream that may be continued, an upstream's error event, or an event whose data opens no JSON
-object, is a break where it stands (``whole_events.breaks_at``).
+object, is a break where it stands (``whole_events.breaks_at``), and an unfinished event held past
+``max_event_bytes`` ends the stream (``upstream_5xx``: no client reads an event that size). What
+was sent is kept to be read back at a break within a bound; past it the break is not continued.
 
 A break nothing continues ends the response with one in-band
 event ``data: {"error": {...}}`` (Anthropic's ``event: error`` on an Anthropic client's route:
@@ -68,6 +72,7 @@ from asgi_router.attempts.usage import LastChunks, Tail
 from asgi_router.core.deadlines import reading
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import stream_error_event
+from asgi_router.core.upstream_errors import UpstreamError
 from asgi_router.protocols.openai_responses_events import ResponsesEnd
 from asgi_router.protocols.stream_end import (
     PIECE,
@@ -76,10 +81,11 @@ from asgi_router.protocols.stream_end import (
     ended,
     ends_stream,
     terminator,
+    upstream_error_in,
     went_out_finished,
 )
 from asgi_router.request.request_state import RequestState
-from asgi_router.responses.relay_failures import UpstreamSaid, failure_text, late_reason
+from asgi_router.responses.relay_failures import EVENT_TOO_LONG, UpstreamSaid, failure_text, late_reason
 from asgi_router.responses.whole_events import Spliced, WholeEvents, breaks_at
 from asgi_router.transports.transport import close_response
 
@@ -116,11 +122,16 @@ class Continuer(Protocol):
     """What may continue a stream after a break (``resume_relay.py``), asked by the relay at each
     break it cannot leave be: the relay reports, the continuer decides."""
 
+    #: The largest unfinished event held, and the most bytes of events kept to read back what
+    #: was said (:class:`~asgi_router.responses.whole_events.WholeEvents`).
+    bounds: tuple[int, int]
+
     async def after_break(
-        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes, silence: float = 0.0
     ) -> tuple[Committed, Spliced] | None:
         """The call that continues ``broken``'s stream and how to rewrite its events, or
-        ``None``; ``said``: every complete event the client has."""
+        ``None``; ``said``: every complete event the client has; ``silence``: seconds the
+        upstream had sent nothing when it broke."""
 
     def ended(self, served: bool) -> None:
         """The stream ended: finished (``served``), or with the in-band error."""
@@ -170,11 +181,13 @@ async def relay_stream(
     in-band error in the route's protocol. ``ends`` (a Responses stream's) is fed every chunk
     sent: such a stream is whole once its last event went out, and has no terminator to write.
     """
-    whole = None if continuer is None else WholeEvents()
+    whole = None if continuer is None else WholeEvents(*continuer.bounds)
     current = committed
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
     before_last = last = pieces = b""
+    ended_as: Reason = "served"  # how a stream that reached its end is recorded
+    began = 0.0
     try:
         try:
             await send({"type": "http.response.start", "status": committed.response.status, "headers": headers})
@@ -189,8 +202,10 @@ async def relay_stream(
                 with reading(math.inf, current.provider.timeouts.idle, deadline, clock) as reads:  # per read only
                     while True:
                         if whole is not None and data:
-                            if whole.held or data[-2:] != b"\n\n":  # the unfinished event waits for its end
+                            if whole.holding or data[-2:] != b"\n\n":  # the unfinished event waits for its end
                                 data = whole.cut(data)
+                                if whole.overflowed:  # no client reads an event that size
+                                    failure = UpstreamSaid("", EVENT_TOO_LONG, "upstream_5xx")
                             if data and whole.splice is not None:
                                 data = whole.splice.feed(data)
                             at, why = breaks_at(data)
@@ -198,7 +213,7 @@ async def relay_stream(
                                 data = data[:at]
                                 failure = UpstreamSaid("", why)
                             if data:
-                                whole.events.append(data)
+                                whole.sent(data)
                         if data:
                             await send({"type": "http.response.body", "body": data, "more_body": True})
                             size += len(data)
@@ -218,6 +233,8 @@ async def relay_stream(
                         if held_for_commit:
                             data = held_for_commit.popleft()
                             continue
+                        if whole is not None:  # when the read began: how long a cut came after a silence
+                            began = clock()
                         reads.start()
                         try:
                             data = await chunks.__anext__()  # no anext() wrapper held while idle
@@ -241,6 +258,13 @@ async def relay_stream(
                             break  # its end
                         failure = UpstreamSaid("", "the upstream's stream ended before response.completed")
                     elif translation is not None or _ends_whole(current, before_last, last, pieces):
+                        # A byte-exact stream's error event followed by its end went out as sent
+                        # (nothing is recalled, nothing added after the end): a break all the same.
+                        # (The window's chunks are searched each: joining them would cost a copy.)
+                        if whole is None and (
+                            upstream_error_in(last) or upstream_error_in(before_last if len(last) >= PIECE else pieces)
+                        ):
+                            ended_as = "stream_interrupted"
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
@@ -258,13 +282,19 @@ async def relay_stream(
                     size += len(end)
                     last = end
                     if whole is not None:
-                        whole.held = b""
+                        whole.drop_held()
                     break
                 reason: Reason = "timeout" if failure is None else late_reason(failure, current.candidate.key)
                 past_total = clock() >= deadline
                 if whole is not None and continuer is not None:
                     stalled_past_total = past_total and failure is None
-                    continued = await continuer.after_break(current, reason, stalled_past_total, whole.said())
+                    said = whole.said()  # None: too long to continue
+                    silence = clock() - began if isinstance(failure, UpstreamError) else 0.0  # a read's
+                    continued = (
+                        None
+                        if said is None
+                        else await continuer.after_break(current, reason, stalled_past_total, said, silence)
+                    )
                     if continued is not None:
                         closing = close_response(current.response)
                         if closing is not None:
@@ -278,9 +308,10 @@ async def relay_stream(
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 progress.complete()
                 return _result(reason, size, count, before_last, last)
-            if whole is not None and whole.held:  # ended without a final blank line: its last event as it is
-                await send({"type": "http.response.body", "body": whole.held, "more_body": True})
-                size += len(whole.held)
+            if whole is not None and whole.holding:  # ended without a final blank line: its last event as it is
+                held = whole.held
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+                size += len(held)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             progress.complete()
             if continuer is not None:
@@ -292,7 +323,7 @@ async def relay_stream(
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
             return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
-        return _result("served", size, count, before_last, last)
+        return _result(ended_as, size, count, before_last, last)
     finally:
         progress.bytes_relayed, progress.chunks_relayed = size, count
         closing = close_response(current.response)

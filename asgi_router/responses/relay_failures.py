@@ -13,7 +13,7 @@ from asgi_router.core.classify import UnrecognisedFailure, classify_exception
 from asgi_router.core.reasons import Reason
 from asgi_router.observability.events import logger
 
-__all__ = ["FAILURE_TEXTS", "UpstreamSaid", "failure_text", "late_reason"]
+__all__ = ["EVENT_TOO_LONG", "FAILURE_TEXTS", "UpstreamSaid", "failure_text", "late_reason"]
 
 #: What the in-band error says, by how the stream broke (an upstream that said why in its own
 #: words, :class:`UpstreamSaid`, is quoted instead).
@@ -25,19 +25,25 @@ FAILURE_TEXTS: Final[dict[str, str]] = {
 }
 
 
+#: The words for a stream whose unfinished event outgrew ``max_event_bytes``.
+EVENT_TOO_LONG: Final = "the upstream sent an event larger than max_event_bytes"
+
+
 class UpstreamSaid(Exception):
     """A stream that broke in its own words: a translated stream's ``error`` event, or an end
-    before its last event."""
+    before its last event; recorded as ``reason`` (a break, unless the upstream sent what no
+    client can read: an event past ``max_event_bytes`` is ``upstream_5xx``)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, reason: Reason = "stream_interrupted") -> None:
         super().__init__(f"the upstream sent {kind}: {message}" if kind else message)
+        self.reason: Reason = reason
 
 
 def late_reason(exc: Exception, candidate: str) -> Reason:
     """The reason a stream that raised ``exc`` after commit is recorded with: a timeout, a break,
     or the router's own failure (logged: it is not held against ``candidate``)."""
     if isinstance(exc, UpstreamSaid):
-        return "stream_interrupted"
+        return exc.reason
     try:
         reason = classify_exception(exc)
     except UnrecognisedFailure:

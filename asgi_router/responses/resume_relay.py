@@ -53,18 +53,19 @@ class _Continuing:
     """The relay's :class:`~asgi_router.responses.relay.Continuer` for one request: its
     :class:`~asgi_router.responses.resuming.StreamResumer` asked at each break."""
 
-    __slots__ = ("resumer",)
+    __slots__ = ("bounds", "resumer")
 
     def __init__(self, resumer: StreamResumer) -> None:
         self.resumer = resumer
+        self.bounds = resumer.bounds
 
     async def after_break(
-        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes
+        self, broken: Committed, reason: Reason, stalled_past_total: bool, said: bytes, silence: float = 0.0
     ) -> tuple[Committed, Spliced] | None:
         text = _continuable(self.resumer, reason, stalled_past_total, said)
         if text is None:
             return None
-        continued = await self.resumer.resume(broken, reason, text.text)
+        continued = await self.resumer.resume(broken, reason, text.text, silence)
         if continued is None:
             return None
         return continued.committed, self.resumer.splice(text, continued.skip)

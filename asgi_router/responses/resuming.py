@@ -45,6 +45,12 @@ class StreamResumer:
         #: The call whose (``failed``) event was written at its break: not to be evented again.
         self.evented: Committed | None = None
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The largest unfinished event the relay holds, and the most bytes of events it keeps to
+        read back what was said (the attempts' limits)."""
+        return self._continues.bounds
+
     def said(self, sent: bytes) -> Said | str:
         """What the complete events ``sent`` to the client said, in the route's protocol."""
         return said_in_messages(sent) if self.state.anthropic else said_so_far(sent)
@@ -61,10 +67,11 @@ class StreamResumer:
         said only then."""
         return self._continues.may_continue(reason, total)
 
-    async def resume(self, broken: Committed, reason: Reason, text: str) -> Continuation | None:
-        """The call that continues ``text`` after ``broken`` broke for ``reason``, or ``None``
-        (:attr:`evented` then names ``broken``, its event written ``failed`` at the break)."""
-        continued = await self._continues(broken, reason, text)
+    async def resume(self, broken: Committed, reason: Reason, text: str, silence: float = 0.0) -> Continuation | None:
+        """The call that continues ``text`` after ``broken`` broke for ``reason`` (``silence``
+        seconds after its last byte), or ``None`` (:attr:`evented` then names ``broken``, its
+        event written ``failed`` at the break)."""
+        continued = await self._continues(broken, reason, text, silence=silence)
         if continued is None:
             self.evented = broken
             return None

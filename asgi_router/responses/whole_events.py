@@ -6,14 +6,15 @@ so far is read from the events sent. So each chunk goes out up to its last event
 blank line) and the tail after it is held until its event completes. A scan for the delimiter,
 not a parse; a chunk that ends on a blank line (nearly every one) is sent whole, untouched.
 
-Such a stream is read back at a break (the text said so far), so an event whose data opens no
-JSON object (nor is ``[DONE]``), or an
-upstream's error event, is a break itself (:func:`breaks_at`, one pattern search per chunk): the
+Such a stream is read back at a break (the text said so far), so an event whose data is no
+JSON object (nor ``[DONE]``; each object is parsed to know), or an
+upstream's error event, is a break itself (:func:`breaks_at`: a pattern search per chunk, its objects parsed): the
 events before it go out, it does not, and a continuation may follow on the boundary.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Final, Protocol
 
@@ -24,6 +25,8 @@ __all__ = ["Spliced", "WholeEvents", "complete_events", "unreadable_at"]
 #: A ``data:`` line whose payload is neither a JSON object nor ``[DONE]``: an event no client
 #: can read (a stream that may be continued is read back from its events).
 _UNREADABLE: Final = re.compile(rb"(?:^|\n)data:(?! ?\{| ?\[DONE\])")
+#: A ``data:`` line that opens a JSON object: it must hold one (parsed to know).
+_OBJECT: Final = re.compile(rb"(?:^|\n)data: ?(\{[^\r\n]*)")
 
 
 class Spliced(Protocol):
@@ -45,12 +48,19 @@ def complete_events(data: bytes) -> int:
 
 def unreadable_at(events: bytes) -> int:
     """Where the first event of ``events`` (complete events) that no client can read starts
-    (a ``data:`` line that is not a JSON object nor ``[DONE]``); -1: none."""
+    (a ``data:`` line that is not a JSON object nor ``[DONE]``, or that opens an object it
+    does not hold: ``data: {not json``); -1: none."""
     found = _UNREADABLE.search(events)
-    if found is None:
+    at = -1 if found is None else found.start()
+    for line in _OBJECT.finditer(events, 0, len(events) if at < 0 else at):
+        try:
+            json.loads(line[1])
+        except ValueError:
+            at = line.start()
+            break
+    if at < 0:
         return -1
-    start = found.start()
-    return start + 1 if events[start : start + 1] == b"\n" else start
+    return at + 1 if events[at : at + 1] == b"\n" else at
 
 
 def breaks_at(events: bytes) -> tuple[int, str]:
@@ -67,33 +77,96 @@ def breaks_at(events: bytes) -> tuple[int, str]:
 
 class WholeEvents:
     """One stream's cut into whole events: the unfinished event held, the events sent kept (the
-    text so far, read at a break), and the continuation's rewriting once a call continues it."""
+    text so far, read at a break), and the continuation's rewriting once a call continues it.
 
-    __slots__ = ("events", "held", "splice")
+    Both are bounded. The unfinished event is held as the pieces it came in (joined once, when
+    it completes: linear in its size however many chunks it takes) and at most
+    ``max_event_bytes`` of it: past that the event is dropped and :attr:`overflowed` says so,
+    the relay ends the stream (no client could read an event that size; it counts as
+    ``upstream_5xx``). The events sent are kept up to ``max_said_bytes``: past that they are let
+    go and :meth:`said` has nothing to continue from (the break gets the in-band error).
+    """
 
-    def __init__(self) -> None:
-        #: The tail of the stream after its last complete event, not sent yet.
-        self.held = b""
-        #: What went to the client, chunk by chunk (complete events only).
-        self.events: list[bytes] = []
+    __slots__ = ("_held", "_held_size", "_max_event", "_max_said", "_said_size", "events", "overflowed", "splice")
+
+    def __init__(self, max_event_bytes: int = 1 << 62, max_said_bytes: int = 1 << 62) -> None:
+        self._max_event = max_event_bytes
+        self._max_said = max_said_bytes
+        #: The tail of the stream after its last complete event, not sent yet, as it came.
+        self._held: list[bytes] = []
+        self._held_size = 0
+        #: What went to the client, chunk by chunk (complete events only); ``None`` once more
+        #: than ``max_said_bytes`` went out.
+        self.events: list[bytes] | None = []
+        self._said_size = 0
+        #: The unfinished event outgrew ``max_event_bytes`` (and was dropped).
+        self.overflowed = False
         #: Rewrites a continuation's events into the stream the client already has.
         self.splice: Spliced | None = None
 
+    @property
+    def holding(self) -> bool:
+        """Whether part of an unfinished event is held."""
+        return bool(self._held)
+
+    @property
+    def held(self) -> bytes:
+        """The unfinished event held so far (joined: asked only at the stream's end)."""
+        return b"".join(self._held)
+
+    def drop_held(self) -> None:
+        """Forget the unfinished event (the stream ended without it)."""
+        self._held = []
+        self._held_size = 0
+
     def cut(self, data: bytes) -> bytes:
         """The complete events of the held tail and ``data``; the rest is held."""
-        held = self.held
-        if held:
-            data = held + data
-        at = complete_events(data)
-        self.held = data[at:]
-        return data[:at]
+        held = self._held
+        if not held:
+            at = complete_events(data)
+            if at < len(data):
+                self._hold(data[at:])
+            return data[:at]
+        # A blank line may straddle the seam: the held tail's last bytes are searched with
+        # ``data`` (the held tail has no blank line of its own).
+        seam = b"".join(held[-3:])[-3:]
+        at = complete_events(seam + data) - len(seam)
+        if at <= 0:
+            self._hold(data)
+            return b""
+        out = b"".join(held) + data[:at]
+        self.drop_held()
+        if at < len(data):
+            self._hold(data[at:])
+        return out
+
+    def _hold(self, piece: bytes) -> None:
+        size = self._held_size + len(piece)
+        if size > self._max_event:
+            self.drop_held()
+            self.overflowed = True
+            return
+        self._held.append(piece)
+        self._held_size = size
+
+    def sent(self, events: bytes) -> None:
+        """``events`` went to the client: kept for :meth:`said`, within ``max_said_bytes``."""
+        kept = self.events
+        if kept is None:
+            return
+        self._said_size += len(events)
+        if self._said_size > self._max_said:
+            self.events = None  # too long to continue: nothing kept for it
+            return
+        kept.append(events)
 
     def continued(self, splice: Spliced) -> None:
         """Another call continues the stream: its unfinished tail is dropped (the call that
         broke never finished that event), its events rewritten by ``splice``."""
-        self.held = b""
+        self.drop_held()
         self.splice = splice
 
-    def said(self) -> bytes:
-        """Every complete event sent so far, joined."""
-        return b"".join(self.events)
+    def said(self) -> bytes | None:
+        """Every complete event sent so far, joined; ``None`` once more than ``max_said_bytes``
+        went out."""
+        return None if self.events is None else b"".join(self.events)

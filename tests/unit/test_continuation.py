@@ -11,7 +11,7 @@ from asgi_router.attempts.request_answers import resume_order
 from asgi_router.core.candidate import Candidate
 from asgi_router.protocols.continuation import Said, Splice, said_so_far
 from asgi_router.protocols.first_event import EMPTY, REAL, FirstEvent, shows_text
-from asgi_router.responses.whole_events import complete_events
+from asgi_router.responses.whole_events import WholeEvents, complete_events
 
 A, B, C, D = (Candidate(name, "m") for name in "abcd")
 
@@ -179,3 +179,22 @@ def test_the_decision_point_continues_only_a_cut_or_a_stall_within_max_resumes()
     assert Decisions.resume((A, B, C, D), modes, A, "stream_interrupted", 2, 2) is None  # type: ignore[arg-type]
     assert Decisions.resume((A, B, C, D), modes, A, "router_error", 0, 2) is None  # type: ignore[arg-type]
     assert Decisions.resume((A,), ("none",), A, "timeout", 0, 2) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_whole_events_cut_a_stream_fed_byte_by_byte_at_its_blank_lines_only(newline: bytes) -> None:
+    events = [b"data: {" + b"x" * n + b"}" + newline + newline for n in (1, 5, 30)]
+    whole = WholeEvents()
+    out = [whole.cut(bytes([byte])) for byte in b"".join(events) + b"data: {"]
+    assert [piece for piece in out if piece] == events  # each event once, when its blank line ended
+    assert whole.held == b"data: {"
+
+
+def test_whole_events_drop_an_unfinished_event_past_its_bound_and_stop_keeping_what_was_said() -> None:
+    whole = WholeEvents(max_event_bytes=10, max_said_bytes=12)
+    assert whole.cut(b"data: {}\n\ndata: {") == b"data: {}\n\n" and not whole.overflowed
+    whole.sent(b"data: {}\n\n")
+    assert whole.said() == b"data: {}\n\n"
+    assert whole.cut(b"xxxx") == b"" and whole.overflowed and not whole.holding
+    whole.sent(b"data: {}\n\n")  # past 12 bytes: nothing kept to continue from
+    assert whole.said() is None

@@ -557,6 +557,31 @@ def test_after_a_break_the_retry_state_answers_as_the_resume_table_says(
 
 
 @pytest.mark.parametrize(
+    ("breaks", "silence", "expected"),
+    [
+        # a cut after a short silence: the same candidate first
+        ((CANDIDATE,), 0.1, [CANDIDATE, OTHER_RESUMABLE]),
+        # a cut after half the idle timeout (2 s) without a byte: a stall, the next one (not it)
+        ((CANDIDATE,), 1.0, [OTHER_RESUMABLE]),
+        # its second break: it broke before in the request, so it is asked after the others
+        ((CANDIDATE, CANDIDATE), 0.1, [OTHER_RESUMABLE, CANDIDATE]),
+        # another broke before: that one goes last, the one that just broke is asked first
+        ((OTHER_RESUMABLE, CANDIDATE), 0.1, [CANDIDATE, OTHER_RESUMABLE]),
+    ],
+)
+def test_after_repeated_breaks_and_silences_the_retry_state_asks_those_that_broke_last(
+    breaks: tuple[Candidate, ...], silence: float, expected: list[Candidate]
+) -> None:
+    retry = RetryState(_parts().decisions, Plan((CANDIDATE, OTHER_RESUMABLE)), [])
+    candidates, modes = (CANDIDATE, OTHER_RESUMABLE), ("prefill", "prefix")
+    for broken in breaks[:-1]:
+        retry.after_break(candidates, modes, broken, "stream_interrupted", False, 5, 0.0, 2.0)  # type: ignore[arg-type]
+    answer = retry.after_break(candidates, modes, breaks[-1], "stream_interrupted", False, 5, silence, 2.0)  # type: ignore[arg-type]
+    assert answer is not None
+    assert [candidate for candidate, _ in answer.order] == expected
+
+
+@pytest.mark.parametrize(
     ("plan", "expected"),
     [
         (Plan((CANDIDATE,)), 2),  # a direct ref: the router's retries

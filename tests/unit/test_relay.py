@@ -218,6 +218,7 @@ class _Resumer:
         self.current = current
         self.asked: list[tuple[str, str]] = []
         self.outcome = ""
+        self.bounds = (1 << 20, 1 << 20)
 
     def said(self, sent: bytes) -> Said | str:
         return said_so_far(sent)
@@ -226,7 +227,7 @@ class _Resumer:
         # The retry state's verdict, as the attempts give it: a cut or a stall, within total, once.
         return reason in ("stream_interrupted", "timeout") and not total and not self.asked
 
-    async def resume(self, broken: Committed, reason: str, text: str) -> Any:
+    async def resume(self, broken: Committed, reason: str, text: str, silence: float = 0.0) -> Any:
         self.asked.append((reason, text))
         if self.then is None:
             return None

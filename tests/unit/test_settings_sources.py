@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 
@@ -99,6 +100,26 @@ def test_authorize_keyword_and_api_keys_from_the_environment_are_auth_configured
     monkeypatch.setenv("ASGI_ROUTER_API_KEYS", KEY)
     with pytest.raises(ConfigError, match="configured twice"):
         ModelRouter(Starlette(), config=_toml(tmp_path), authorize=_authorize)
+
+
+@pytest.mark.parametrize("value", [KEY, f'{{"web": "{KEY}"}}'], ids=["list", "named"])
+def test_settings_built_with_keywords_name_the_variable_the_contradicting_keys_came_from(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASGI_ROUTER_API_KEYS", value)
+    with pytest.raises(ValidationError) as caught:
+        RouterSettings(allow_unauthenticated=True)
+    message = str(caught.value)
+    assert "contradicts api_keys" in message
+    assert "api_keys from the environment variable ASGI_ROUTER_API_KEYS" in message
+    assert KEY not in message
+
+
+def test_keyword_keys_contradicting_allow_unauthenticated_name_no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASGI_ROUTER_API_KEYS", KEY_2)  # the keyword's keys win over it
+    with pytest.raises(ValidationError) as caught:
+        RouterSettings(allow_unauthenticated=True, api_keys=[KEY])
+    assert "contradicts api_keys" in str(caught.value) and "ASGI_ROUTER_API_KEYS" not in str(caught.value)
 
 
 # --- ASGI_ROUTER_API_KEYS: comma-separated or JSON ---------------------------------------------
