@@ -186,7 +186,6 @@ async def relay_stream(
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
     before_last = last = pieces = b""
-    ended_as: Reason = "served"  # how a stream that reached its end is recorded
     began = 0.0
     try:
         try:
@@ -258,13 +257,6 @@ async def relay_stream(
                             break  # its end
                         failure = UpstreamSaid("", "the upstream's stream ended before response.completed")
                     elif translation is not None or _ends_whole(current, before_last, last, pieces):
-                        # A byte-exact stream's error event followed by its end went out as sent
-                        # (nothing is recalled, nothing added after the end): a break all the same.
-                        # (The window's chunks are searched each: joining them would cost a copy.)
-                        if whole is None and (
-                            upstream_error_in(last) or upstream_error_in(before_last if len(last) >= PIECE else pieces)
-                        ):
-                            ended_as = "stream_interrupted"
                         break  # its end
                     else:
                         failure = UpstreamSaid("", "the upstream's stream ended before its finish")
@@ -322,8 +314,20 @@ async def relay_stream(
             )
             if whole_answer and continuer is not None:
                 continuer.ended(served=True)
-            return _result("served" if whole_answer else "client_disconnected", size, count, before_last, last)
-        return _result(ended_as, size, count, before_last, last)
+            if not whole_answer:
+                return _result("client_disconnected", size, count, before_last, last)
+        # A byte-exact stream's error event followed by its end went out as sent (nothing is
+        # recalled, nothing added after the end): a break all the same, whether the end came in
+        # its own chunk or the client left after reading it. (The window's chunks are searched
+        # each: joining them would cost a copy.)
+        if (
+            whole is None
+            and translation is None
+            and ends is None
+            and (upstream_error_in(last) or upstream_error_in(before_last if len(last) >= PIECE else pieces))
+        ):
+            return _result("stream_interrupted", size, count, before_last, last)
+        return _result("served", size, count, before_last, last)
     finally:
         progress.bytes_relayed, progress.chunks_relayed = size, count
         closing = close_response(current.response)
