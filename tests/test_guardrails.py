@@ -396,3 +396,26 @@ async def test_every_candidate_and_every_resumed_continuation_is_sent_the_masked
     record = await _one(records)
     assert record.resumes == (("b/m", "served"),)
     assert record.guardrails == (("pii", "mask"), ("secrets", "mask"))
+
+
+async def test_the_responses_routes_input_and_instructions_are_masked_before_the_upstream_sees_them(
+    fake: FakeUpstream,
+) -> None:
+    settings = _settings(fake, guardrails={"pii": PII, "secrets": SECRETS}, guardrails_default=["pii", "secrets"])
+    async with _served(settings) as (client, _, records):
+        answer = await client.responses.create(
+            model="a/m",
+            instructions=f"Reply to {EMAIL}",
+            input=[{"role": "user", "content": [{"type": "input_text", "text": PROMPT}]}],
+        )
+    assert answer.output_text
+    [hit] = fake.hits
+    assert hit.path == "/v1/responses"
+    assert hit.body["instructions"] == "Reply to [EMAIL]"
+    assert hit.body["input"][0]["content"][0]["text"] == (
+        "Mail [EMAIL] my card [PAYMENT_CARD]; my key is ```[SECRET]```, a task-based plan."
+    )
+    sent = _sent(fake)
+    assert EMAIL not in sent and "4111" not in sent and KEY not in sent
+    record = await _one(records)
+    assert record.guardrails == (("pii", "mask"), ("secrets", "mask"))
