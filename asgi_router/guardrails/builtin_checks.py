@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -88,7 +89,7 @@ def _masked(text: str, spans: list[tuple[int, int, str]]) -> str:
     return "".join(out)
 
 
-class Check:
+class Check(ABC):
     """One named guardrail: its stages and action; :meth:`run` judges texts."""
 
     __slots__ = ("action", "kind", "name", "stages")
@@ -101,8 +102,9 @@ class Check:
             frozenset(("input", "output")) if settings.stage == "both" else frozenset((settings.stage,))
         )
 
-    async def run(self, texts: tuple[str, ...], asked: Asked) -> Verdict:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    async def run(self, texts: tuple[str, ...], asked: Asked) -> Verdict:
+        """The verdict on ``texts`` (what the request asked for in ``asked``)."""
 
 
 class SpanCheck(Check):
