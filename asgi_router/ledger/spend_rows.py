@@ -54,7 +54,8 @@ def spend_row_from_record(record: RequestRecord) -> SpendRow:
 
     The cache's part: ``cached_tokens`` are the prompt tokens the provider read from its prompt
     cache (the record's ``cached_prompt_tokens``); ``cache_hit`` says the router's response cache
-    answered (an exact or a semantic hit), which cost nothing.
+    answered (an exact or a semantic hit): its record states no tokens and no cost, so the caps
+    rebuilt from the rows at start count nothing for it.
     """
     finished = record.started_at + record.latency
     cache = record.cache
@@ -70,10 +71,10 @@ def spend_row_from_record(record: RequestRecord) -> SpendRow:
         record.ref,
         record.winner,
         record.status,
-        0 if hit else record.prompt_tokens or 0,  # a hit spent nothing: caps rebuilt from rows count 0
-        0 if hit else record.completion_tokens or 0,
+        record.prompt_tokens or 0,  # a hit's record states no tokens and no cost: it spent nothing
+        record.completion_tokens or 0,
         int(record.tokens_measured),
-        0.0 if hit else float(record.cost_usd or 0.0),
+        float(record.cost_usd or 0.0),
         record.cached_prompt_tokens,
         int(hit),
     )

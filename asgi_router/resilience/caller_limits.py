@@ -219,28 +219,26 @@ class CallerLimits:
         live in its store: the work that seeds an empty store is returned, to run in the
         background (the store's own counts win)."""
         tallies = self.tallies
-        now = tallies.clock()
 
         def tally_of(name: str) -> tuple[Tally, Table] | None:
             named = self._named.get(name)
             table = named if named is not None else self._any
             return None if table is None else (tallies.caller(name, named is not None), table)
 
+        shift = tallies.clock() - found.now  # a wall time plus this is this process's monotonic one
         for name, (usd, tokens) in found.today.items():
             kept = tally_of(name)
             if kept is not None and kept[1].daily:
-                kept[0].usd += usd
-                kept[0].tokens += tokens
+                kept[0].count_before(usd, tokens)
         for name, finished in found.recent.items():
             kept = tally_of(name)
             if kept is not None and kept[1].rpm is not None:
-                kept[0].starts.extend(now - (found.now - at) for at in finished)
+                kept[0].count_before(0.0, 0, finished, shift)
         if self._sessions is not None:
             for digest, (usd, tokens, seen) in found.sessions.items():
                 session = tallies.session(digest, self._session_ttl)
-                session.usd += usd
-                session.tokens += tokens
-                session.seen = now - (found.now - seen)
+                session.count_before(usd, tokens)
+                session.seen = seen + shift
         self._tickets.clear()
         return tallies.seed_store(self._store_seeds(found)) if tallies.shared else None
 

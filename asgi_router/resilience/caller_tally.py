@@ -137,6 +137,14 @@ class Tally:
         #: Its key in its bounded table (``None``: a named caller's, kept for good).
         self.slot = slot
 
+    def count_before(self, usd: float, tokens: int, finished: Sequence[float] = (), shift: float = 0.0) -> None:
+        """Count what a ledger says was used before this process started (a restart changes no
+        cap): ``usd`` and ``tokens``, and the requests that ``finished`` at wall times which
+        ``shift`` turns into this process's monotonic ones (for ``rpm``)."""
+        self.usd += usd
+        self.tokens += tokens
+        self.starts.extend(at + shift for at in finished)
+
 
 class Account:
     """What a request is charged to: its caller's tally and table, its session's (each ``None``

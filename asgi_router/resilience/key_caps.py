@@ -61,13 +61,11 @@ class KeyCaps:
         tallies = self.limits.tallies
         if tallies.shared:
             return
-        now = tallies.clock()
+        shift = tallies.clock() - found.now  # a wall time plus this is this process's monotonic one
         for key_id, (usd, tokens) in found.keys_today.items():
-            tally = tallies.caller(KEY_SUBJECT + key_id, False)
-            tally.usd += usd
-            tally.tokens += tokens
+            tallies.caller(KEY_SUBJECT + key_id, False).count_before(usd, tokens)
         for key_id, finished in found.keys_recent.items():
-            tallies.caller(KEY_SUBJECT + key_id, False).starts.extend(now - (found.now - at) for at in finished)
+            tallies.caller(KEY_SUBJECT + key_id, False).count_before(0.0, 0, finished, shift)
 
     def admit(self, key: VirtualKey) -> CallerTicket:
         """The request's ticket against the key's caps: served at once when every cap is far,
