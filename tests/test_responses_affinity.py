@@ -6,7 +6,7 @@ know that response. Clients: the official ``openai`` SDK and httpx; upstream: th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -56,8 +56,21 @@ def hosts(redis_server: RedisServer, fake_upstream: FakeUpstream) -> Iterator[li
         yield servers
 
 
-def _sdk(server: AppServer, caller: str = "team-a") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=_KEYS[caller], max_retries=0)
+@pytest.fixture
+def sdk() -> Iterator[Callable[..., openai.OpenAI]]:
+    """The openai SDK on a served router as ``caller``: each client made is closed when the test
+    ends (an unclosed client's sockets are left to the garbage collector, which warns where it
+    finds them)."""
+    clients: list[openai.OpenAI] = []
+
+    def make(server: AppServer, caller: str = "team-a") -> openai.OpenAI:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=_KEYS[caller], max_retries=0)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
 
 
 def _follow_up(server: AppServer, previous: str, caller: str = "team-a", model: str = "group/ba") -> httpx2.Response:
@@ -70,13 +83,13 @@ def _follow_up(server: AppServer, previous: str, caller: str = "team-a", model: 
 
 
 def test_a_follow_up_on_another_host_goes_back_to_the_candidate_that_produced_its_response(
-    hosts: list[AppServer], fake_upstream: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], hosts: list[AppServer], fake_upstream: FakeUpstream
 ) -> None:
     one, other = hosts
-    first = _sdk(one).responses.create(model="group/ab", input="hello")
+    first = sdk(one).responses.create(model="group/ab", input="hello")
     assert first.output_text == "Hello from m-a"
     # The other host, asked for a group that tries beta first, sends it back to alpha.
-    raw = _sdk(other).responses.with_raw_response.create(
+    raw = sdk(other).responses.with_raw_response.create(
         model="group/ba", input="and then?", previous_response_id=first.id
     )
     assert raw.parse().output_text == "Hello from m-a"
@@ -89,10 +102,10 @@ def test_a_follow_up_on_another_host_goes_back_to_the_candidate_that_produced_it
 
 
 def test_a_follow_up_whose_candidate_is_down_gets_503_naming_it_and_no_other_provider_is_tried(
-    hosts: list[AppServer], fake_upstream: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], hosts: list[AppServer], fake_upstream: FakeUpstream
 ) -> None:
     one, other = hosts
-    first = _sdk(one).responses.create(model="group/ab", input="hello")
+    first = sdk(one).responses.create(model="group/ab", input="hello")
     fake_upstream.reset()
     fake_upstream.script("m-a", reply.status(503))
     answer = _follow_up(other, first.id)
@@ -102,15 +115,15 @@ def test_a_follow_up_whose_candidate_is_down_gets_503_naming_it_and_no_other_pro
     assert "alpha/m-a" in error["message"] and _KEYS["team-a"] not in answer.text
     assert {hit.model for hit in fake_upstream.hits} == {"m-a"}  # beta never asked
     with pytest.raises(openai.InternalServerError) as raised:
-        _sdk(one).responses.create(model="group/ba", input="again", previous_response_id=first.id)
+        sdk(one).responses.create(model="group/ba", input="again", previous_response_id=first.id)
     assert raised.value.status_code == 503
 
 
 def test_a_follow_up_whose_candidate_is_rate_limited_stays_a_429_with_retry_after(
-    hosts: list[AppServer], fake_upstream: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], hosts: list[AppServer], fake_upstream: FakeUpstream
 ) -> None:
     one, other = hosts
-    first = _sdk(one).responses.create(model="group/ab", input="hello")
+    first = sdk(one).responses.create(model="group/ab", input="hello")
     fake_upstream.script("m-a", reply.status(429, retry_after=7))
     answer = _follow_up(other, first.id)
     assert answer.status_code == 429
@@ -118,32 +131,33 @@ def test_a_follow_up_whose_candidate_is_rate_limited_stays_a_429_with_retry_afte
 
 
 def test_a_404_from_the_candidate_that_produced_it_is_passed_through(
-    hosts: list[AppServer], fake_upstream: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], hosts: list[AppServer], fake_upstream: FakeUpstream
 ) -> None:
     one, _ = hosts
-    first = _sdk(one).responses.create(model="group/ab", input="hello")
+    first = sdk(one).responses.create(model="group/ab", input="hello")
     fake_upstream.script("m-a", reply.status(404))
     assert _follow_up(one, first.id).status_code == 404
     assert [hit.model for hit in fake_upstream.hits[1:]] == ["m-a"]
 
 
 def test_another_callers_response_id_gets_the_404_an_unknown_id_gets_and_reaches_no_provider(
-    hosts: list[AppServer], fake_upstream: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], hosts: list[AppServer], fake_upstream: FakeUpstream
 ) -> None:
     one, other = hosts
-    first = _sdk(one).responses.create(model="group/ab", input="hello")
+    first = sdk(one).responses.create(model="group/ab", input="hello")
     with pytest.raises(openai.NotFoundError) as raised:
-        _sdk(other, "team-b").responses.create(model="group/ab", input="hi", previous_response_id=first.id)
+        sdk(other, "team-b").responses.create(model="group/ab", input="hi", previous_response_id=first.id)
     assert raised.value.code == "previous_response_not_found"
     assert len(fake_upstream.hits) == 1
 
 
 def test_this_process_remembers_at_most_responses_max_ids_the_least_recently_used_forgotten(
+    sdk: Callable[..., openai.OpenAI],
     fake_upstream: FakeUpstream,
 ) -> None:
     router = ModelRouter(Starlette(), settings=_settings(fake_upstream, responses_max=2))
     with AppServer(router) as server:
-        ids = [_sdk(server).responses.create(model="group/ab", input="hello").id for _ in range(3)]
+        ids = [sdk(server).responses.create(model="group/ab", input="hello").id for _ in range(3)]
         # the first is forgotten: its follow-up runs the normal plan (beta first)
         assert _follow_up(server, ids[0]).headers["x-router-model"] == "beta/m-b"
         assert _follow_up(server, ids[2]).headers["x-router-model"] == "alpha/m-a"

@@ -4,7 +4,7 @@ its first-event commit and failover, its in-band errors and its end, its usage."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import agents
@@ -38,8 +38,20 @@ def served(fake_upstream: FakeUpstream) -> Iterator[tuple[AppServer, CapturedEve
         yield server, captured, router
 
 
-def _sdk(server: AppServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0)
+@pytest.fixture
+def sdk() -> Iterator[Callable[[AppServer], openai.OpenAI]]:
+    """The openai SDK on a served router: each client made is closed when the test ends (an
+    unclosed client's sockets are left to the garbage collector, which warns where it finds them)."""
+    clients: list[openai.OpenAI] = []
+
+    def make(server: AppServer) -> openai.OpenAI:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
 
 
 def _events(raw: bytes) -> list[tuple[str, bytes]]:
@@ -52,11 +64,13 @@ def _events(raw: bytes) -> list[tuple[str, bytes]]:
 
 
 def test_responses_is_a_default_route_answered_whole_through_failover(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, captured, _ = served
     fake_upstream.script("gpt-4o", reply.status(503))
-    raw = _sdk(server).responses.with_raw_response.create(model="group/agents", input="say hello")
+    raw = sdk(server).responses.with_raw_response.create(model="group/agents", input="say hello")
     response = raw.parse()
     assert response.output_text == "Hello from gpt-4o-mini"
     assert raw.headers["x-router-model"] == "second/gpt-4o-mini"
@@ -68,10 +82,12 @@ def test_responses_is_a_default_route_answered_whole_through_failover(
 
 
 def test_responses_stream_accumulates_in_the_sdks_helper(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, _, _ = served
-    with _sdk(server).responses.stream(model="first/gpt-4o", input="say hello") as stream:
+    with sdk(server).responses.stream(model="first/gpt-4o", input="say hello") as stream:
         deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert "".join(deltas) == "Hello from gpt-4o"
@@ -80,7 +96,9 @@ def test_responses_stream_accumulates_in_the_sdks_helper(
 
 
 def test_a_function_tool_round_trip_goes_through_the_responses_route(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, _, _ = served
     fake_upstream.script(
@@ -100,7 +118,7 @@ def test_a_function_tool_round_trip_goes_through_the_responses_route(
             "strict": True,
         }
     ]
-    sdk = _sdk(server)
+    sdk = sdk(server)
     with sdk.responses.stream(model="first/gpt-4o", input="weather in Paris?", tools=tools) as stream:
         asked = stream.get_final_response()
     call = next(item for item in asked.output if item.type == "function_call")
@@ -127,12 +145,16 @@ def test_a_function_tool_round_trip_goes_through_the_responses_route(
     [(429, "rate_limited"), (500, "upstream_5xx"), (503, "upstream_5xx")],
 )
 def test_a_first_real_event_that_is_response_failed_fails_over_as_what_it_names(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream, code: int, reason: str
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
+    code: int,
+    reason: str,
 ) -> None:
     server, captured, _ = served
     # response.created and response.in_progress are held; then the stream says it failed.
     fake_upstream.script("gpt-4o", reply.stream_error(2, code))
-    with _sdk(server).responses.stream(model="group/agents", input="say hello") as stream:
+    with sdk(server).responses.stream(model="group/agents", input="say hello") as stream:
         final = stream.get_final_response()
     assert final.output_text == "Hello from gpt-4o-mini"
     record = polled(lambda: captured.records[-1] if captured.records else None, what="the request's record")
@@ -143,19 +165,23 @@ def test_a_first_real_event_that_is_response_failed_fails_over_as_what_it_names(
 
 
 def test_invalid_prompt_as_the_first_real_event_is_passed_through_as_the_clients_400(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, _, _ = served
     fake_upstream.script("gpt-4o", reply.stream_error(2, 400, "the prompt was flagged"))
     with pytest.raises(openai.BadRequestError) as caught:
-        with _sdk(server).responses.stream(model="group/agents", input="say hello") as stream:
+        with sdk(server).responses.stream(model="group/agents", input="say hello") as stream:
             stream.get_final_response()
     assert caught.value.code == "invalid_prompt"
     assert [hit.model for hit in fake_upstream.hits] == ["gpt-4o"]  # no failover
 
 
 def test_a_whole_answer_with_status_failed_fails_over(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, captured, _ = served
     failed = {
@@ -165,13 +191,15 @@ def test_a_whole_answer_with_status_failed_fails_over(
         "error": {"code": "server_error", "message": "boom"},
     }
     fake_upstream.script("gpt-4o", reply.status(200, body=failed))
-    raw = _sdk(server).responses.with_raw_response.create(model="group/agents", input="say hello")
+    raw = sdk(server).responses.with_raw_response.create(model="group/agents", input="say hello")
     assert raw.parse().output_text == "Hello from gpt-4o-mini"
     assert captured.attempts(raw.headers["x-request-id"])[0] == ("first/gpt-4o", "failed", "upstream_5xx")
 
 
 def test_a_committed_stream_that_ends_before_response_completed_ends_with_the_streams_own_error(
-    served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
 ) -> None:
     server, captured, _ = served
     fake_upstream.script("gpt-4o", reply.broken_stream(5))
@@ -187,7 +215,7 @@ def test_a_committed_stream_that_ends_before_response_completed_ends_with_the_st
     record = captured.wait(answer.headers["x-request-id"])
     assert record.events[-1].reason == "stream_interrupted"
     with pytest.raises(openai.APIError):
-        with _sdk(server).responses.stream(model="first/gpt-4o", input="hi") as stream:
+        with sdk(server).responses.stream(model="first/gpt-4o", input="hi") as stream:
             stream.get_final_response()
 
 
@@ -264,16 +292,19 @@ async def test_an_openai_agent_runs_a_function_tool_through_the_responses_route(
     assert [item["output"] for item in outputs] == ["5"]
 
 
-def test_a_cached_group_does_not_cache_the_responses_route(fake_upstream: FakeUpstream) -> None:
+def test_a_cached_group_does_not_cache_the_responses_route(
+    sdk: Callable[[AppServer], openai.OpenAI], fake_upstream: FakeUpstream
+) -> None:
     settings = RouterSettings(
         providers={"first": fake_upstream.provider()},
         groups={"cached": {"members": ["first/gpt-4o"], "cache": {}}},
         allow_unauthenticated=True,
     )
-    with AppServer(ModelRouter(Starlette(), settings=settings)) as server, _sdk(server) as sdk:
-        answers = [sdk.responses.with_raw_response.create(model="group/cached", input="say hello") for _ in range(2)]
+    with AppServer(ModelRouter(Starlette(), settings=settings)) as server:
+        client = sdk(server)
+        answers = [client.responses.with_raw_response.create(model="group/cached", input="say hello") for _ in range(2)]
         chats = [
-            sdk.chat.completions.with_raw_response.create(
+            client.chat.completions.with_raw_response.create(
                 model="group/cached", messages=[{"role": "user", "content": "say hello"}]
             )
             for _ in range(2)
