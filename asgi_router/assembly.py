@@ -15,7 +15,7 @@ import random as random_module
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import httpx2
 from starlette.types import ASGIApp
@@ -72,7 +72,27 @@ if TYPE_CHECKING:  # the optional extras: imported only by a router that uses th
     from asgi_router.observability.metrics import RouterMetrics
     from asgi_router.observability.tracing import Tracing
 
-__all__ = ["RouterParts", "assemble", "ledger_for"]
+__all__ = ["RouterKeywords", "RouterParts", "assemble", "ledger_for"]
+
+
+class RouterKeywords(TypedDict, total=False):
+    """``ModelRouter``'s keywords, each optional (what each means, and its default, is documented
+    on ``ModelRouter``): the one list of them, which the middleware's signature and
+    :func:`assemble` both take."""
+
+    settings: RouterSettings | None
+    config: str | os.PathLike[str] | None
+    http_client: httpx2.AsyncClient | None
+    transport: Transport | None
+    clock: Callable[[], float]
+    random: Callable[[], float]
+    state: RouterState | None
+    sinks: Sequence[Sink]
+    stats: RoutingStats | None
+    rng: random_module.Random | None
+    authorize: Authorize | None
+    tracer_provider: TracerProvider | None
+    guardrails: Mapping[str, GuardrailFunction] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,31 +137,22 @@ class RouterParts:
     guardrails: Guardrails | None = None
 
 
-def assemble(
-    owner: object,
-    app: ASGIApp,
-    *,
-    settings: RouterSettings | None = None,
-    config: str | os.PathLike[str] | None = None,
-    http_client: httpx2.AsyncClient | None = None,
-    transport: Transport | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    random: Callable[[], float] = random_module.random,
-    state: RouterState | None = None,
-    sinks: Sequence[Sink] = (),
-    stats: RoutingStats | None = None,
-    rng: random_module.Random | None = None,
-    authorize: Authorize | None = None,
-    tracer_provider: TracerProvider | None = None,
-    guardrails: Mapping[str, GuardrailFunction] | None = None,
-) -> RouterParts:
+def assemble(owner: object, app: ASGIApp, **keywords: Unpack[RouterKeywords]) -> RouterParts:
     """A router's parts from ``ModelRouter``'s keywords (documented there); raises
-    :class:`~asgi_router.config.config_error.ConfigError` for a configuration that cannot run.
+    :class:`~asgi_router.config.config_error.ConfigError` for a configuration that cannot run,
+    and ``TypeError`` for a keyword ``ModelRouter`` does not take.
 
     The configured keys are scrubbed from the router's logs for as long as ``owner`` (the
     router) lives.
     """
-    resolved = load_settings(settings, config, authorize)
+    unknown = keywords.keys() - RouterKeywords.__optional_keys__
+    if unknown:
+        raise TypeError(f"ModelRouter got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    clock = keywords.get("clock", time.monotonic)
+    sinks = keywords.get("sinks", ())
+    transport, http_client = keywords.get("transport"), keywords.get("http_client")
+    state = keywords.get("state")
+    resolved = load_settings(keywords.get("settings"), keywords.get("config"), keywords.get("authorize"))
     guard: Guard | None = build_guard(resolved) if chose_inbound_auth(resolved) or not resolved.admin_keys else None
     scrub_while_alive(owner, secrets_of(resolved))
     if resolved.allow_unauthenticated:
@@ -150,10 +161,10 @@ def assemble(
             "providers' keys; use api_keys or authorize= outside local development",
             ", ".join(resolved.routes),
         )
-    functions = dict(guardrails or {})
+    functions = dict(keywords.get("guardrails") or {})
     checks = Guardrails(resolved, functions) if Guardrails.needed(resolved, functions) else None
     router_state: RouterState = state if state is not None else make_state(resolved, clock)
-    resolver = Resolver(resolved, router_state, stats=stats, rng=rng)
+    resolver = Resolver(resolved, router_state, stats=keywords.get("stats"), rng=keywords.get("rng"))
     book = Bookkeeper.from_settings(resolved, resolver.stats, clock)
     book.rate_limits.share(router_state)  # a fleet shares providers' stated limits
     providers = {
@@ -190,7 +201,7 @@ def assemble(
             book=book,
             gate=gate,
             policy=RetryPolicy.from_settings(resolved),
-            random=random,
+            random=keywords.get("random", random_module.random),
             max_body_bytes=resolved.max_body_bytes,
         ),
         plan_phase,
@@ -257,7 +268,7 @@ def assemble(
         events=events,
         metrics=metrics,
         pages=pages,
-        tracing=tracing_for(tracer_provider),
+        tracing=tracing_for(keywords.get("tracer_provider")),
         lifespan=Lifespan(
             app,
             resolved,

@@ -56,24 +56,17 @@ stream errors and the canned reply included, is shaped as Anthropic's API shapes
 
 from __future__ import annotations
 
-import os
-import random
 import time
-from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Unpack
 
-import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from asgi_router.assembly import assemble
+from asgi_router.assembly import RouterKeywords, assemble
 from asgi_router.attempts.request_answers import Downgrade
 from asgi_router.caching.response_cache import Pending
-from asgi_router.config.auth_settings import Authorize
-from asgi_router.config.settings import RouterSettings
 from asgi_router.core.router_errors import RouterError
 from asgi_router.endpoints.count_tokens import refuse_count_tokens
-from asgi_router.guardrails.guardrail_api import GuardrailFunction
 from asgi_router.guardrails.guardrail_run import caller_name
 from asgi_router.inbound.auth import Admitted
 from asgi_router.inbound.body import ClientGone, InboundRequest, parse_request, read_body, request_id_for
@@ -84,19 +77,14 @@ from asgi_router.inbound.screen import screen_headers
 from asgi_router.inbound.session_id import read_session_header, session_refusal
 from asgi_router.keys.virtual_key import VirtualKey
 from asgi_router.observability.events import logger
-from asgi_router.observability.sinks import Sink
 from asgi_router.request.request_state import RequestState
 from asgi_router.resilience.caller_limits import CallerTicket
 from asgi_router.resilience.router_state import RouterState
-from asgi_router.resilience.stats import RoutingStats
 from asgi_router.responses.client_gone import close_for_gone_client, owes_gone_response
 from asgi_router.responses.error_reply import send_error, send_failure
 from asgi_router.routing.facts import RequestFacts
 from asgi_router.routing.plan import Plan
 from asgi_router.transports.transport import Transport
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
 
 __all__ = ["ModelRouter"]
 
@@ -113,8 +101,8 @@ class ModelRouter:
     test's in-memory one, say); it is the caller's, started and closed by the router's lifespan
     like its own. ``http_client`` injects an ``httpx2.AsyncClient`` (e.g. over ``httpx2.MockTransport``) and so
     selects the httpx transport whatever ``settings.transport`` says; it stays the caller's to
-    close. ``clock`` (monotonic seconds) and ``random`` (uniform in
-    [0, 1), for backoff jitter) are injectable for tests of timing logic. ``state`` holds
+    close. ``clock`` (monotonic seconds; default ``time.monotonic``) and ``random`` (uniform in
+    [0, 1), for backoff jitter; default ``random.random``) are injectable for tests of timing logic. ``state`` holds
     breakers, rotation counters, budgets and routing statistics (default: in memory, this
     process only, or shared by a fleet when ``settings.state_url`` names a Redis store); ``stats``
     replaces just the routing statistics (tests read them) and ``rng``
@@ -124,47 +112,16 @@ class ModelRouter:
     provider the router's spans go to (default: the global one, once the host app sets it; see
     :mod:`asgi_router.observability.tracing`). ``guardrails`` names your own checks (functions of
     an :class:`~asgi_router.guardrails.guardrail_api.GuardrailRequest`, sync or async), used by
-    name in ``guardrails_default`` and groups' ``guardrails`` like the built-in ones.
+    name in ``guardrails_default`` and groups' ``guardrails`` like the built-in ones. Every
+    keyword is optional; their types are listed once, in
+    :class:`~asgi_router.assembly.RouterKeywords`, and one it does not list is a ``TypeError``.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        settings: RouterSettings | None = None,
-        config: str | os.PathLike[str] | None = None,
-        http_client: httpx2.AsyncClient | None = None,
-        transport: Transport | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = random.random,
-        state: RouterState | None = None,
-        sinks: Sequence[Sink] = (),
-        stats: RoutingStats | None = None,
-        rng: random.Random | None = None,
-        authorize: Authorize | None = None,
-        tracer_provider: TracerProvider | None = None,
-        guardrails: Mapping[str, GuardrailFunction] | None = None,
-    ) -> None:
+    def __init__(self, app: ASGIApp, **keywords: Unpack[RouterKeywords]) -> None:
         # Starlette builds its middleware on the app's first event, and an ASGI server whose
         # lifespan is "auto" swallows a failure there: the operator must see it in the log.
         try:
-            parts = assemble(
-                self,
-                app,
-                settings=settings,
-                config=config,
-                http_client=http_client,
-                transport=transport,
-                clock=clock,
-                random=random,
-                state=state,
-                sinks=sinks,
-                stats=stats,
-                rng=rng,
-                authorize=authorize,
-                tracer_provider=tracer_provider,
-                guardrails=guardrails,
-            )
+            parts = assemble(self, app, **keywords)
         except Exception as exc:
             logger.error("ModelRouter could not start: %s", exc)
             raise

@@ -1,15 +1,33 @@
-"""The builder and the middleware agree on the keywords a router is built from."""
+"""The builder takes ``ModelRouter``'s keywords from one list, and refuses a keyword not on it."""
 
 from __future__ import annotations
 
-import inspect
+import pytest
+from starlette.applications import Starlette
 
 from asgi_router import ModelRouter
-from asgi_router.assembly import assemble
+from asgi_router.assembly import RouterKeywords
 
 
-def test_every_model_router_keyword_is_passed_on_to_assemble_with_the_same_default() -> None:
-    router = inspect.signature(ModelRouter.__init__).parameters
-    builder = inspect.signature(assemble).parameters
-    keywords = {name: p.default for name, p in router.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert keywords == {name: p.default for name, p in builder.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+def test_model_router_refuses_a_keyword_not_in_its_list_with_a_type_error() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword arguments: setting"):
+        ModelRouter(Starlette(), setting=None)  # type: ignore[call-arg]
+
+
+def test_the_keyword_list_names_every_seam_a_router_offers() -> None:
+    assert RouterKeywords.__optional_keys__ == {
+        "settings",
+        "config",
+        "http_client",
+        "transport",
+        "clock",
+        "random",
+        "state",
+        "sinks",
+        "stats",
+        "rng",
+        "authorize",
+        "tracer_provider",
+        "guardrails",
+    }
+    assert not RouterKeywords.__required_keys__
