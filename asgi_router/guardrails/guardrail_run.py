@@ -116,14 +116,8 @@ class GuardSet:
         except ValueError:
             answer = None
         slots = answer_slots(answer) if isinstance(answer, dict) else []
-        texts = read_slots(slots)
-        asked = Asked("output", caller, path, model, schema=schema_of(payload))
-        masked, error, fail_over = await self._runner.run(self.output, texts, asked, checked.ran)
-        if error is not None:
-            checked.error = error
-        elif fail_over:
-            checked.fail_over = True
-        elif masked is not None:
+        masked = await self._run_output(checked, read_slots(slots), payload, path, caller, model)
+        if masked is not None:
             write_slots(slots, masked)
             checked.body = _COMPACT.encode(answer).encode()
         return checked
@@ -135,16 +129,31 @@ class GuardSet:
         gives the same events carrying the masked texts."""
         checked = OutputChecked([], body)
         held = HeldEvents(body)
-        texts = held.texts()
+        masked = await self._run_output(checked, held.texts(), payload, path, caller, model)
+        if masked is not None:
+            checked.body = held.masked(masked)
+        return checked
+
+    async def _run_output(
+        self,
+        checked: OutputChecked,
+        texts: tuple[str, ...],
+        payload: Mapping[str, Any],
+        path: str,
+        caller: str | None,
+        model: str,
+    ) -> tuple[str, ...] | None:
+        """Run the output checks over ``texts``, noting in ``checked`` an error or a fail-over;
+        the masked texts to write back, when a check masked and none refused."""
         asked = Asked("output", caller, path, model, schema=schema_of(payload))
         masked, error, fail_over = await self._runner.run(self.output, texts, asked, checked.ran)
         if error is not None:
             checked.error = error
         elif fail_over:
             checked.fail_over = True
-        elif masked is not None:
-            checked.body = held.masked(masked)
-        return checked
+        else:
+            return masked
+        return None
 
 
 class Guardrails:
