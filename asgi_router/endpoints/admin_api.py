@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
@@ -74,6 +74,9 @@ def _from(error: RouterError) -> Reply:
 
 _NOT_FOUND: Final = _error(404, "not_found", "no such admin route")
 _NO_KEY: Final = _error(404, "key_not_found", "no key has this id")
+_DUPLICATE_NAME: Final = _error(409, "duplicate_key_name", "this caller already has a key of this name", "name")
+#: A body the admin API reads (``keys/key_input.py``).
+_Input = TypeVar("_Input", KeyRequest, KeyChanges)
 
 
 def _with_secret(key: VirtualKey, secret: str) -> dict[str, object]:
@@ -154,17 +157,22 @@ class AdminApi:
         body = await read_body(scope, receive, _MOST_BODY, _BODY_SECONDS)
         return _from(body) if isinstance(body, RouterError) else body
 
-    async def _create(self, scope: Scope, receive: Receive) -> Reply:
+    async def _input(self, model: type[_Input], scope: Scope, receive: Receive) -> _Input | Reply:
+        """The request's body as ``model``, or the reply that refuses it."""
         body = await self._body(scope, receive)
         if isinstance(body, tuple):
             return body
-        request = parse_input(KeyRequest, body)
-        if isinstance(request, InputProblem):
-            return _problem(request)
+        parsed = parse_input(model, body)
+        return _problem(parsed) if isinstance(parsed, InputProblem) else parsed
+
+    async def _create(self, scope: Scope, receive: Receive) -> Reply:
+        request = await self._input(KeyRequest, scope, receive)
+        if isinstance(request, tuple):
+            return request
         try:
             key, secret = await self._keys.create(request)
         except DuplicateName:
-            return _error(409, "duplicate_key_name", "this caller already has a key of this name", "name")
+            return _DUPLICATE_NAME
         return _json(201, _with_secret(key, secret))
 
     async def _one(self, key_id: str, method: str, scope: Scope, receive: Receive) -> Reply:
@@ -175,16 +183,13 @@ class AdminApi:
             if key is not None:
                 return 204, b"application/json", b""
         elif method == "PATCH":
-            body = await self._body(scope, receive)
-            if isinstance(body, tuple):
-                return body
-            changes = parse_input(KeyChanges, body)
-            if isinstance(changes, InputProblem):
-                return _problem(changes)
+            changes = await self._input(KeyChanges, scope, receive)
+            if isinstance(changes, tuple):
+                return changes
             try:
                 key = await self._keys.change(key_id, changes)
             except DuplicateName:
-                return _error(409, "duplicate_key_name", "this caller already has a key of this name", "name")
+                return _DUPLICATE_NAME
             except ValueError as exc:
                 return _error(422, "invalid_value", str(exc), "hard_limit")
         else:
