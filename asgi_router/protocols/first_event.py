@@ -24,7 +24,7 @@ from typing import Any, Final
 from asgi_router.protocols.anthropic_errors import status_of_error_type
 from asgi_router.protocols.sse import EventSplitter
 
-__all__ = ["EMPTY", "REAL", "FirstEvent", "shows_text"]
+__all__ = ["EMPTY", "REAL", "FirstEvent", "json_event", "shows_text"]
 
 #: :meth:`FirstEvent.feed`'s answer once an event a client shows has arrived.
 REAL: Final = 0
@@ -89,8 +89,19 @@ def _text_at(data: bytes) -> int:
     return at
 
 
+def json_event(data: bytes) -> dict[str, Any] | None:
+    """An event's ``data`` as a JSON object; ``None`` for anything else, which is not ours to
+    judge: the client gets it as it is (a :data:`REAL` event)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 class FirstEvent:
-    """Reads a stream's leading events until one that a client shows."""
+    """Reads a stream's leading events until one that a client shows; a protocol whose events
+    say so differently (``openai_responses_events.py``) overrides :meth:`_event`."""
 
     __slots__ = ("_anthropic", "_splitter", "saw_events")
 
@@ -128,11 +139,8 @@ class FirstEvent:
             # A content delta with text, as nearly every stream's second event is: no parse
             # needed (the first ``content`` holding text is something a client shows).
             return REAL
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return REAL  # not ours to judge: the client gets it as it is
-        if not isinstance(event, dict):
+        event = json_event(data)
+        if event is None:
             return REAL
         if self._anthropic:
             return _anthropic_event(event)

@@ -22,8 +22,7 @@ import json
 import re
 from typing import Any, Final
 
-from asgi_router.protocols.first_event import EMPTY, REAL
-from asgi_router.protocols.sse import EventSplitter
+from asgi_router.protocols.first_event import EMPTY, REAL, FirstEvent, json_event
 
 __all__ = [
     "ResponsesEnd",
@@ -74,38 +73,26 @@ def _failure(event: dict[str, Any]) -> tuple[str, str]:
     )
 
 
-class ResponsesFirstEvent:
+class ResponsesFirstEvent(FirstEvent):
     """Reads a Responses stream's leading events until one that a client shows (the same
-    answers as :class:`~asgi_router.protocols.first_event.FirstEvent`), keeping the response's id
-    and, for a failure, its code and words."""
+    answers, and the same reading of chunks, as
+    :class:`~asgi_router.protocols.first_event.FirstEvent`), keeping the response's id and, for a
+    failure, its code and words."""
 
-    __slots__ = ("_splitter", "failure", "response_id", "saw_events")
+    __slots__ = ("failure", "response_id")
 
     def __init__(self) -> None:
-        self._splitter = EventSplitter()
-        self.saw_events = False
+        super().__init__(anthropic=False)
         #: The id ``response.created`` gave the response (``None``: not seen).
         self.response_id: str | None = None
         #: ``(code, message)`` of a first real event that is a failure.
         self.failure: tuple[str, str] | None = None
 
-    def feed(self, chunk: bytes) -> int | None:
-        """``None``: nothing shown yet; :data:`REAL`: commit; else the status a failure stands for."""
-        for data in self._splitter.feed(chunk):
-            self.saw_events = True
-            verdict = self._event(data)
-            if verdict is not None:
-                return verdict
-        return None
-
     def _event(self, data: bytes) -> int | None:
         if data == b"[DONE]":
             return EMPTY
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return REAL  # not ours to judge: the client gets it as it is
-        if not isinstance(event, dict):
+        event = json_event(data)
+        if event is None:
             return REAL
         kind = event.get("type")
         if kind in _HELD:
