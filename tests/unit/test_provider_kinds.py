@@ -77,7 +77,9 @@ def test_an_anthropic_provider_translates_chat_and_relays_messages_at_one_url() 
     assert chat.headers["anthropic-version"] == "2023-06-01"
     assert "anthropic-version" not in messages.headers and messages.defaults == (("anthropic-version", "2023-06-01"),)
     assert {b"anthropic-version", b"anthropic-beta"} <= messages.forward
-    assert runtime.targets["/v1/embeddings"] == "an Anthropic provider serves chat completions and Messages only"
+    assert runtime.targets["/v1/embeddings"] == (
+        "an Anthropic provider serves chat completions, Messages and Responses (translated) only"
+    )
     assert runtime.default_max_tokens == 99
     assert runtime.headers["anthropic-version"] == "2023-06-01"  # what a health probe sends
 
