@@ -98,10 +98,15 @@ def _reasoning_tokens(usage: object) -> int:
 
 
 def _usage_json(usage: Usage, reasoning: int = 0) -> dict[str, Any]:
-    prompt, completion, read, _ = usage
+    """The Responses API's ``usage``; the prompt cache's writes (an Anthropic member's) stated beside
+    its reads as ``cache_write_tokens``, only when there are any (as the chat translation states them)."""
+    prompt, completion, read, written = usage
+    details: dict[str, int] = {"cached_tokens": read}
+    if written:
+        details["cache_write_tokens"] = written
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": read},
+        "input_tokens_details": details,
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
@@ -294,8 +299,10 @@ class ResponsesStream:
                 break
         if self._events.too_large and self.failure is None and not self.finished:
             self.failure = ("api_error", f"the upstream sent an event larger than {self._events.limit} bytes")
-        if inner is not None and inner.finished:
-            self.usage = inner.usage  # the Messages API's count: cache writes too
+        if inner is not None:
+            self.empty = self.empty or inner.empty  # the message stopped before anything a client shows
+            if inner.finished:
+                self.usage = inner.usage  # the Messages API's count: cache writes too
         return out
 
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:

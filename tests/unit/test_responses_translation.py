@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asgi_router.attempts.usage import find_usage
 from asgi_router.protocols.chat_to_responses import ResponsesStream, echo_of, response_from_completion
 from asgi_router.protocols.responses_to_chat import (
     AT_DEFAULT_ONLY,
@@ -265,6 +266,18 @@ def test_a_whole_completion_becomes_a_response_object_with_items_usage_and_no_st
         "output_tokens_details": {"reasoning_tokens": 1},
         "total_tokens": 14,
     }
+
+
+def test_an_anthropic_answers_cache_writes_are_stated_and_counted_by_the_bookkeeping() -> None:
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 4,
+        "prompt_tokens_details": {"cached_tokens": 30, "cache_write_tokens": 50},
+    }
+    body = json.dumps({"choices": [{"message": {"content": "Hi"}, "finish_reason": "stop"}], "usage": usage}).encode()
+    response = response_from_completion(body, echo_of({})) or b""
+    assert json.loads(response)["usage"]["input_tokens_details"] == {"cached_tokens": 30, "cache_write_tokens": 50}
+    assert find_usage(response) == (100, 4, 30, 50)
 
 
 def test_a_completion_cut_by_its_token_limit_is_an_incomplete_response() -> None:
