@@ -62,7 +62,6 @@ _ERROR_TYPES: Final = {
     "rate_limit_exceeded": "rate_limit_error",
     "rate_limit_error": "rate_limit_error",
     "overloaded_error": "overloaded_error",
-    "invalid_request_error": "invalid_request_error",
 }
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"))
 
@@ -384,8 +383,8 @@ class ResponsesStream:
 
     def _call(self, call: Mapping[str, Any]) -> bytes:
         index = call.get("index", 0)
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
-        assert isinstance(function, dict)
+        said = call.get("function")
+        function: Mapping[str, Any] = said if isinstance(said, dict) else {}
         item = self._calls.get(index) if isinstance(index, int) else None
         out = b""
         if item is None:
