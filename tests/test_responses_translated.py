@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, reply
 
+_TEAM_A = "team-a-key-0123456789abcdef"
 #: A strict function tool, as the agents SDK sends its tools.
 _WEATHER: dict[str, Any] = {
     "type": "function",
@@ -246,6 +247,22 @@ async def test_an_openai_agent_runs_a_function_tool_on_whichever_member_serves(
         assert asked[1].body["messages"][-1]["content"][0]["content"] == "5"
 
 
+def test_a_translated_member_that_fails_fails_over_to_a_native_one(
+    sdk: Callable[[AppServer], openai.OpenAI],
+    served: tuple[AppServer, CapturedEvents, ModelRouter],
+    fake_upstream: FakeUpstream,
+) -> None:
+    server, captured, _ = served
+    fake_upstream.script("gpt-4o-mini", reply.status(503))
+    raw = sdk(server).responses.with_raw_response.create(model="group/translated_first", input="say hello")
+    assert raw.parse().output_text == "Hello from gpt-4o"
+    assert [hit.path for hit in fake_upstream.hits] == ["/v1/chat/completions", "/v1/responses"]
+    assert captured.attempts(raw.headers["x-request-id"]) == [
+        ("chat/gpt-4o-mini", "failed", "upstream_5xx"),
+        ("native/gpt-4o", "served", "served"),
+    ]
+
+
 def test_previous_response_id_skips_translated_members_for_a_native_one(
     served: tuple[AppServer, CapturedEvents, ModelRouter], fake_upstream: FakeUpstream
 ) -> None:
@@ -364,3 +381,26 @@ def test_a_translated_members_usage_reaches_the_record_and_the_metrics(
     scraped = httpx2.get(f"{server.url}/metrics", timeout=5).text
     assert f'asgi_router_tokens_total{{candidate="{ref}",kind="prompt"}} 11.0' in scraped
     assert f'asgi_router_tokens_total{{candidate="{ref}",kind="completion"}} 7.0' in scraped
+
+
+@pytest.mark.parametrize("member", ["chat", "claude"])
+def test_a_translated_members_usage_counts_against_a_callers_token_cap(
+    fake_upstream: FakeUpstream, fake_anthropic_upstream: FakeUpstream, member: str
+) -> None:
+    ref, model_id = _MEMBERS[member]
+    _upstream(member, fake_upstream, fake_anthropic_upstream).script(
+        model_id, reply.ok("hi", usage=_usage(member, 11, 7))
+    )
+    settings = RouterSettings(
+        providers={"chat": fake_upstream.provider(responses="translate"), "claude": fake_anthropic_upstream.provider()},
+        api_keys={"team-a": _TEAM_A},
+        callers={"team-a": {"tokens_per_day": 15}},
+    )
+    headers = {"authorization": f"Bearer {_TEAM_A}"}
+    body = {"model": ref, "input": "hi", "stream": True}
+    with AppServer(ModelRouter(Starlette(), settings=settings)) as server:
+        served = httpx2.post(f"{server.url}/v1/responses", json=body, headers=headers, timeout=5)
+        assert served.status_code == 200
+        refused = httpx2.post(f"{server.url}/v1/responses", json=body, headers=headers, timeout=5)
+    assert refused.status_code == 429  # 18 tokens spent, over 15: the cap is reached
+    assert refused.json()["error"]["code"] == "caller_limit_reached"

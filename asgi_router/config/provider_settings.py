@@ -110,6 +110,12 @@ class ProviderSettings(StrictSettings):
     ``https://api.openai.com/v1/chat/completions``. An
     ``anthropic`` provider is always sent ``base_url + "/messages"``: chat completions translated
     to the Messages API, and Anthropic clients' own requests as they are.
+
+    ``responses`` says how the Responses API route reaches it. ``"native"`` is an OpenAI-protocol
+    provider's default because OpenAI's own API serves that route with what no translation can
+    give (stored responses that ``previous_response_id`` continues, built-in tools); a
+    chat-completions server without it says ``"translate"`` and is then served statelessly. An
+    Anthropic provider has no Responses API: always translated, and ``"native"`` is refused.
     """
 
     base_url: str = Field(
