@@ -41,7 +41,7 @@ task of its own (a hedge's racer) or outside a request.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.hints import retry_hint
@@ -61,6 +61,7 @@ from asgi_router.core.route_paths import RouteKind
 from asgi_router.core.upstream_errors import UpstreamBroken
 from asgi_router.observability.events import logger
 from asgi_router.protocols.anthropic_errors import openai_error_from_anthropic, status_of_error_type
+from asgi_router.protocols.chat_to_responses import ResponsesStream, response_from_completion
 from asgi_router.protocols.first_event import REAL, FirstEvent, shows_text
 from asgi_router.protocols.from_anthropic import StreamTranslation, completion_from_message
 from asgi_router.protocols.openai_responses_events import (
@@ -112,15 +113,17 @@ async def call(
     failover_on: frozenset[Reason],
     attempts: int,
     commit_by: float,
-    translation: StreamTranslation | None = None,
+    translation: StreamTranslation | ResponsesStream | None = None,
     events: RouteKind | None = None,
+    echo: dict[str, Any] | None = None,
 ) -> Attempted:
     """Call ``ready``'s upstream once; never raises but for cancellation (the caller accounts).
 
     ``translation`` translates a streamed answer (a translated non-streaming one is translated
     whole, here too); an answer relayed as it is (``events`` says which protocol it is in;
     ``None``: a translated one) commits, streamed, once an event a client shows has come (the
-    commit point); a Responses answer also once it is not a failure."""
+    commit point); a Responses answer also once it is not a failure. ``echo``: a Responses
+    request answered by chat completions (its settings, stated back in the whole answer)."""
     candidate, provider, lease, started = ready.candidate, ready.provider, ready.lease, ready.started
     timeouts = provider.timeouts
     clock = context.clock
@@ -147,7 +150,8 @@ async def call(
             reason = classify_status(status)
             if reason != "served":
                 unserved = await _unserved(context, candidate, response, reason, failover_on, attempts, reads)
-                return _in_openai_shape(unserved) if ready.target.translated else unserved
+                target = ready.target
+                return _in_openai_shape(unserved) if target.translated and target.responses_via != "chat" else unserved
             chunks = response.chunks
             held: tuple[bytes, ...] | None = None
             response_id: str | None = None
@@ -191,7 +195,10 @@ async def call(
                     reads.deadline = deadline  # the body after its first byte: the attempt's own
                     whole = await read_to_end(chunks, [first], limit, reads)
                 if whole is not None and ready.target.translated:
-                    whole = completion_from_message(whole)
+                    if ready.target.responses_via != "chat":
+                        whole = completion_from_message(whole)
+                    if whole is not None and echo is not None:
+                        whole = response_from_completion(whole, echo)
                 if whole is None:
                     return Failed("upstream_5xx", status, ttfb=ttfb)
                 if events == "responses":  # a 200 may still say the response failed
@@ -232,7 +239,7 @@ async def call(
                 await closing
 
 
-async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTranslation) -> bytes:
+async def _first_translated(chunks: AsyncIterator[bytes], translation: StreamTranslation | ResponsesStream) -> bytes:
     """What the stream's first events translate to, once it can be shown (``b""``: the stream
     ended or broke first, or an error event came: :attr:`~StreamTranslation.failure` says so)."""
     out = b""

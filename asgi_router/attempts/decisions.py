@@ -16,6 +16,9 @@ the candidate                                  answer
 provider's ``api_key_env`` is unset            Skip ``provider_not_configured``
 provider does not serve the route's protocol,  Skip ``protocol_mismatch``
 or the request has no translation for it
+a translated Responses member (``responses =   Skip ``protocol_mismatch`` (detail:
+"translate"``, any Anthropic provider) and a    ``previous_response_id``: stateless)
+request with ``previous_response_id``
 ``max_attempts`` attempts made, or the         Skip ``budget_exhausted``, and stop:
 request ``deadline`` passed                    nothing after it is tried either
 catalog context window too small               Skip ``context_window``
@@ -88,6 +91,14 @@ When the walk ends with nothing attempted and every candidate skipped ``circuit_
 (or began its ramp) longest ago is tried anyway, forced, with no retries
 (:meth:`Decisions.all_open`): breakers alone never fail a plan untried, and a ramp never turns
 a request of a one-candidate plan into a 502.
+
+When the walk ends with every candidate skipped as a translated member of a request with
+``previous_response_id`` (a plan of translated members only), the answer is a 400
+``unsupported_on_member`` (:meth:`Decisions.stateless_only`): translated members store nothing,
+so none can continue a stored response, and the client is told so rather than that no member
+speaks its protocol. A plan with a native member among them walks on to it; a request without
+``previous_response_id`` is served by translated members like any other (``store`` is ignored,
+the answer says ``"store": false``).
 
 **Order** (:meth:`Decisions.order`): a plan's candidates are walked in the strategy's order,
 except that candidates marked slow (``asgi_router.resilience.slowness``: p90 time to first byte
@@ -182,6 +193,7 @@ from asgi_router.core.header_names import client_retries
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.core.skip import Skip
+from asgi_router.protocols.responses_to_chat import STATEFUL
 from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.gate import Gate, Lease
 from asgi_router.resilience.retry import RetryPolicy, retry_wait
@@ -357,6 +369,15 @@ class Decisions:
         if attempts or stopped or not skipped:
             return False
         return all(summary.reason in _CAPACITY for summary in skipped)
+
+    @staticmethod
+    def stateless_only(skipped: Sequence[AttemptSummary] | None) -> bool:
+        """Whether a walk's every candidate was a translated member skipped because the request
+        continues a stored response (``skipped``: the pass's lines): a 400
+        ``unsupported_on_member`` rather than the plan's error."""
+        return bool(skipped) and all(
+            summary.reason == "protocol_mismatch" and summary.detail == STATEFUL for summary in skipped or ()
+        )
 
     @staticmethod
     def recheck(skipped: Sequence[AttemptSummary] | None) -> float:

@@ -18,6 +18,7 @@ from typing import Protocol
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
 from asgi_router.core.router_errors import RouterError
+from asgi_router.protocols.chat_to_responses import ResponsesStream
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.resilience.gate import Lease
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
@@ -44,7 +45,7 @@ class Committed:
     lease: Lease | None = None
     #: A translated stream's translation, fed every chunk the relay reads (``body`` is its
     #: first output); ``None``: the bytes are relayed as they are.
-    translation: StreamTranslation | None = None
+    translation: StreamTranslation | ResponsesStream | None = None
     #: The chunks ``body`` was read in before commit, when more than one (role-only deltas and
     #: keep-alives held for the first real event): the relay sends each as it came.
     parts: tuple[bytes, ...] | None = None

@@ -10,8 +10,9 @@ questions (admit it, what next after its call):
   ``downgrade_to``, or :class:`Refuse`;
 * **a committed stream that broke** (:func:`continuation`): whether it is continued, and on
   whom (:class:`Continue`);
-* **a follow-up of a stored response** (:func:`pinned_plan`, :func:`pinned_error`): the Responses
-  API's ``previous_response_id`` names a response only the provider that produced it holds.
+* **a follow-up of a stored response** (:func:`pinned_plan`, :func:`pinned_error`,
+  :func:`stateless_error`): the Responses API's ``previous_response_id`` names a response only
+  the provider that produced it holds, and no translated member holds any.
 
 All are pure functions of what they are given. The caller's caps table is in ``decisions.py``'s
 docstring with the others; the resume table is here, beside its rule.
@@ -78,7 +79,7 @@ from typing import Final
 from asgi_router.config.provider_settings import ResumeMode
 from asgi_router.core.candidate import Candidate
 from asgi_router.core.reasons import Reason
-from asgi_router.core.router_errors import RouterError
+from asgi_router.core.router_errors import AttemptSummary, RouterError
 from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.caller_tally import PAST, REFUSED, Cap, Table
 from asgi_router.routing.plan import Plan
@@ -230,6 +231,17 @@ def pinned_error(error: RouterError, producer: str) -> RouterError:
         "retry later, or start a new conversation without previous_response_id\n" + error.message
     )
     return RouterError(503, "previous_response_unavailable", message, error.attempts)
+
+
+def stateless_error(attempts: Sequence[AttemptSummary]) -> RouterError:
+    """The 400 for a request that continues a stored response (``previous_response_id``) when
+    its plan has translated members only: none of them stores responses, so none can serve it."""
+    message = (
+        "previous_response_id continues a stored response, and this plan's members serve the Responses API "
+        "translated (stateless: nothing is stored); send the whole conversation as input, or use a plan with a "
+        "native Responses provider\n" + "\n".join(attempt.line() for attempt in attempts)
+    )
+    return RouterError(400, "unsupported_on_member", message, tuple(attempts))
 
 
 def not_found(response_id: str) -> RouterError:

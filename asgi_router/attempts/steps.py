@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from asgi_router.attempts.cache_bodies import CacheBodies
 from asgi_router.attempts.call import call
@@ -37,7 +37,7 @@ from asgi_router.attempts.context import AttemptContext
 from asgi_router.attempts.decisions import COMMIT, PASS_THROUGH, FailOver, Next, Stop
 from asgi_router.attempts.held_stream import HeldResponse, hold
 from asgi_router.attempts.outcomes import Attempted, Committed, Failed, Ready, Refused
-from asgi_router.attempts.request_answers import pinned_error
+from asgi_router.attempts.request_answers import pinned_error, stateless_error
 from asgi_router.attempts.retry_state import RetryState
 from asgi_router.attempts.wire_body import SplicedBody, WireBody
 from asgi_router.core.candidate import Candidate
@@ -48,7 +48,9 @@ from asgi_router.guardrails.guardrail_run import GuardSet, caller_name
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.cache_marks import MARK_BYTES, add_breakpoints
+from asgi_router.protocols.chat_to_responses import ResponsesStream, echo_of
 from asgi_router.protocols.from_anthropic import StreamTranslation
+from asgi_router.protocols.responses_to_chat import to_chat_request, without_strict
 from asgi_router.protocols.to_anthropic import Untranslatable, include_usage, to_messages_request
 from asgi_router.request.request_state import RequestState
 from asgi_router.routing.facts import CHARS_PER_TOKEN, RequestFacts
@@ -73,6 +75,7 @@ class RequestAttempts:
 
     __slots__ = (
         "_caches",
+        "_chat",
         "_context",
         "_inbound",
         "_marked",
@@ -124,10 +127,12 @@ class RequestAttempts:
         # located it, else the payload serialised once (wire.py).
         span = request.model_span
         self._wire = SplicedBody(request.body, span) if span is not None else WireBody(request.payload)
-        # For Anthropic candidates: the request translated once per ``default_max_tokens``, on
-        # first use (most plans have no Anthropic member).
+        # For translated candidates: the request translated once per ``default_max_tokens`` (and
+        # per target protocol, for a Responses request), on first use (most plans have none).
         self._payload = request.payload
-        self._translated: dict[tuple[int, bool], WireBody | Untranslatable] | None = None
+        self._translated: dict[tuple[int, bool, str], WireBody | Untranslatable] | None = None
+        # A Responses request translated to chat completions, on first use (both protocols read it).
+        self._chat: dict[str, Any] | Untranslatable | None = None
         # For OpenAI-protocol candidates whose prompt cache wants the body changed: made on first use.
         self._caches: CacheBodies | None = None
         # Whether the body may carry prompt cache marks: one search of its bytes (a body the
@@ -233,17 +238,26 @@ class RequestAttempts:
         if self._translated is None:
             self._translated = {}
         breakpoints = target.caching is not None and target.caching.breakpoints
-        wire = self._translated.get((max_tokens, breakpoints))
+        via = target.responses_via or ""
+        wire = self._translated.get((max_tokens, breakpoints, via))
         if wire is None:
-            translated = to_messages_request(self._payload, max_tokens)
+            translated = self._to_chat() if via else self._payload
+            if via != "chat" and not isinstance(translated, Untranslatable):
+                translated = to_messages_request(without_strict(translated) if via else translated, max_tokens)
             if isinstance(translated, Untranslatable):
                 wire = translated
             else:
                 if breakpoints:
                     add_breakpoints(translated, CHARS_PER_TOKEN)
                 wire = WireBody(translated)
-            self._translated[max_tokens, breakpoints] = wire
+            self._translated[max_tokens, breakpoints, via] = wire
         return wire.detail if isinstance(wire, Untranslatable) else wire
+
+    def _to_chat(self) -> dict[str, Any] | Untranslatable:
+        """The Responses request as chat completions, translated once (``responses_to_chat.py``)."""
+        if self._chat is None:
+            self._chat = to_chat_request(self._payload)
+        return self._chat
 
     async def attempt(self, ready: Ready) -> Attempted:
         """Call ``ready``'s upstream and count the attempt; a cancelled call is accounted for
@@ -259,11 +273,15 @@ class RequestAttempts:
         context.book.started(ready.key, self.facts)
         target = ready.target
         headers = target.head.build(self._inbound, self.state.request_id)
-        translation = (
-            StreamTranslation(include_usage(self._payload), context.max_event_bytes)
-            if target.translated and self._stream
-            else None
-        )
+        translation: StreamTranslation | ResponsesStream | None = None
+        echo = None
+        if target.translated:
+            if target.responses_via is not None:  # a Responses request answered by chat completions
+                echo = echo_of(self._payload)
+                if self._stream:
+                    translation = ResponsesStream(echo, target.responses_via == "messages", context.max_event_bytes)
+            elif self._stream:
+                translation = StreamTranslation(include_usage(self._payload), context.max_event_bytes)
         # An answer relayed as it is commits on its first real event (streamed; a Responses answer
         # whole too); a translated one already does.
         events = None if target.translated else self.state.kind
@@ -280,6 +298,7 @@ class RequestAttempts:
             self.deadline,
             translation,
             events,
+            echo,
         )
         del headers  # the call's alone: it lets go of them once sent, before the upstream answers
         try:
@@ -453,7 +472,10 @@ class RequestAttempts:
         return self._context.decisions.recheck(self._summaries)
 
     def exhausted(self) -> RouterError:
-        error = exhausted_error(self._summaries or [])
+        summaries = self._summaries or []
+        if self._context.decisions.stateless_only(summaries):
+            return stateless_error(summaries)
+        error = exhausted_error(summaries)
         pinned = self.plan.pinned
         return error if pinned is None else pinned_error(error, pinned)
 

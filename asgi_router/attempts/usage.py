@@ -145,8 +145,9 @@ def _counts(usage: object) -> tuple[int | None, int | None, int, int]:
     prompt = sum(part for part in parts if part is not None)
     details = usage.get("input_tokens_details")  # the Responses API's: its input counts them in
     if isinstance(details, dict):
-        read = plausible_tokens(details.get("cached_tokens")) or 0
-        return prompt, plausible_tokens(usage.get("output_tokens")), min(read, prompt), 0
+        read = min(plausible_tokens(details.get("cached_tokens")) or 0, prompt)
+        written = plausible_tokens(details.get("cache_write_tokens")) or 0  # a translated Anthropic answer's
+        return prompt, plausible_tokens(usage.get("output_tokens")), read, min(written, prompt - read)
     return prompt, plausible_tokens(usage.get("output_tokens")), parts[2] or 0, parts[1] or 0
 
 

@@ -102,12 +102,12 @@ def kind_mismatches(settings: RouterSettings) -> list[str]:
 
 
 #: The provider kinds that can serve each kind of route (an Anthropic provider serves the chat
-#: route through translation; a Messages route needs an Anthropic provider; any other route is
-#: passed through to OpenAI providers only).
+#: and Responses routes through translation; a Messages route needs an Anthropic provider; any
+#: other route is passed through to OpenAI providers only).
 _SERVED_BY: Final[dict[RouteKind, frozenset[str]]] = {
     "chat": frozenset({"openai", "anthropic"}),
     "messages": frozenset({"anthropic"}),
-    "responses": frozenset({"openai"}),
+    "responses": frozenset({"openai", "anthropic"}),
     "openai": frozenset({"openai"}),
 }
 

@@ -29,6 +29,7 @@ __all__ = [
     "PoolSettings",
     "ProviderKind",
     "ProviderSettings",
+    "ResponsesMode",
     "ResumeMode",
     "Timeouts",
     "check_resume",
@@ -41,6 +42,10 @@ ProviderKind = Literal["openai", "anthropic"]
 #: takes), the same flagged ``"prefix": true`` (Mistral, DeepSeek), or with vLLM's
 #: ``continue_final_message``.
 ResumeMode = Literal["none", "prefill", "prefix", "continue_final_message"]
+#: How a provider serves the Responses API route: as it is (``native``: OpenAI's own API) or
+#: translated to chat completions (``translate``: any chat-completions server; an Anthropic
+#: provider further to its Messages API), stateless.
+ResponsesMode = Literal["native", "translate"]
 #: The ``anthropic-version`` header an Anthropic provider sends unless its settings say otherwise
 #: (the Messages API's current version; an Anthropic client's own header wins on its route).
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -105,6 +110,12 @@ class ProviderSettings(StrictSettings):
     ``https://api.openai.com/v1/chat/completions``. An
     ``anthropic`` provider is always sent ``base_url + "/messages"``: chat completions translated
     to the Messages API, and Anthropic clients' own requests as they are.
+
+    ``responses`` says how the Responses API route reaches it. ``"native"`` is an OpenAI-protocol
+    provider's default because OpenAI's own API serves that route with what no translation can
+    give (stored responses that ``previous_response_id`` continues, built-in tools); a
+    chat-completions server without it says ``"translate"`` and is then served statelessly. An
+    Anthropic provider has no Responses API: always translated, and ``"native"`` is refused.
     """
 
     base_url: str = Field(
@@ -184,6 +195,19 @@ class ProviderSettings(StrictSettings):
         '`"continue_final_message"` (vLLM). `kind = "anthropic"` takes `"none"` or `"prefill"` only. See '
         "[Resilience](resilience.md#after-the-first-byte).",
     )
+    # ``native`` by default for an OpenAI-protocol provider: OpenAI's own API serves the Responses
+    # API with what translation cannot give (stored responses, ``previous_response_id``, built-in
+    # tools); a compatible server that has only chat completions says ``translate``. An Anthropic
+    # provider has no Responses API: always translated (filled in before validation).
+    responses: ResponsesMode = Field(
+        default="native",
+        description='How this provider serves the Responses API route (`/v1/responses`): `"native"` (the default '
+        'for `kind = "openai"`: the request as it is, to its own Responses API) or `"translate"` (to chat '
+        "completions and the answer back as a Responses object or event stream; stateless: nothing is stored, "
+        "a request with `previous_response_id` skips it). An Anthropic provider is always translated (through "
+        'its Messages API); `"native"` is refused there. See '
+        "[Protocols](protocols.md#the-responses-api-on-any-member).",
+    )
     forward_headers: list[str] = Field(
         default_factory=list,
         description="Client headers copied to this provider on top of the fixed allowlist (`accept`, "
@@ -208,11 +232,14 @@ class ProviderSettings(StrictSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_auth_header(cls, data: Any) -> Any:
+    def _kind_defaults(cls, data: Any) -> Any:
         # The key's header follows the kind unless one is named: ``x-api-key`` for Anthropic.
-        if isinstance(data, dict) and "auth_header" not in data:
+        # An Anthropic provider's Responses route is always translated.
+        if isinstance(data, dict):
             kind = data.get("kind", "openai")
-            if isinstance(kind, str) and kind in _AUTH_HEADERS and kind != "openai":
+            if kind == "anthropic" and "responses" not in data:
+                data = {**data, "responses": "translate"}
+            if "auth_header" not in data and isinstance(kind, str) and kind in _AUTH_HEADERS and kind != "openai":
                 return {**data, "auth_header": _AUTH_HEADERS[kind]}
         return data
 
@@ -225,6 +252,10 @@ class ProviderSettings(StrictSettings):
         elif "anthropic-version" in self.headers:
             raise ValueError("headers: set anthropic-version with anthropic_version")
         check_resume(self.resume, self.kind, "resume")
+        if self.kind == "anthropic" and self.responses == "native":
+            raise ValueError(
+                'responses = "native" is not for kind = "anthropic" (it has no Responses API: "translate")'
+            )
         check_prompt_cache(self.kind, self.prompt_cache, self.prompt_cache_key)
         if self.auth_header in self.headers and (self.api_key is not None or self.api_key_env):
             raise ValueError(f"headers: {self.auth_header!r} is the key's header (auth_header); it carries the key")

@@ -12,6 +12,9 @@ Anthropic's. ``continuation.py`` reads what a broken stream said, builds the req
 continues it, and splices the continuation onto it (``continuation_messages.py`` the same for
 the Messages API); ``first_event.py`` says whether a stream's event is one a client shows,
 ``stream_end.py`` whether a chunk ends the stream; ``openai_responses_events.py`` is the same for
-OpenAI's Responses API (its commit point, its failures, its last event, its in-band error). Pure
-functions and small per-response objects: nothing here performs I/O.
+OpenAI's Responses API (its commit point, its failures, its last event, its in-band error). A
+Responses request served by a member without that API is translated to chat completions
+(``responses_to_chat.py``; for Anthropic, then on through ``to_anthropic.py``) and its answer back
+to a Responses object or event stream (``chat_to_responses.py``). Pure functions and small
+per-response objects: nothing here performs I/O.
 """

@@ -38,6 +38,7 @@ from asgi_router.core.router_errors import RouterError, stream_error_event
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
 from asgi_router.protocols.anthropic_errors import anthropic_stream_error_event
+from asgi_router.protocols.chat_to_responses import ResponsesStream
 from asgi_router.protocols.openai_responses_events import ResponsesEnd, responses_stream_error
 from asgi_router.request.request_state import RequestState
 from asgi_router.request.router_headers import add_router_headers
@@ -135,7 +136,9 @@ class Answer:
             error_event = anthropic_stream_error_event if state.anthropic else stream_error_event
             ends = None
             if state.kind == "responses":  # its own in-band error, and its own last event
-                error_event, ends = partial(responses_stream_error, result.response_id), ResponsesEnd()
+                translated = result.translation
+                said = translated.response_id if isinstance(translated, ResponsesStream) else result.response_id
+                error_event, ends = partial(responses_stream_error, said), ResponsesEnd()
             final = result
             if resumer is None:
                 recent = tail = LastChunks(maxlen=LAST_CHUNKS) if estimate else None

@@ -5,16 +5,18 @@ the header block with the key already in it, which inbound headers it receives, 
 request is translated; or, where the provider's protocol cannot serve the route, why not (the
 attempt loop skips it there with reason ``protocol_mismatch``). An OpenAI-protocol provider
 serves every OpenAI route (the route's path below its ``base_url``), never Anthropic's
-Messages; an Anthropic provider serves chat completions translated and Messages as they are,
-both at ``base_url + "/messages"``. The request path only looks these up. A chat route's target
-also says what the provider's prompt cache asks of the body (:class:`PromptCaching`, from its
+Messages; an Anthropic provider serves chat completions and the Responses API translated and
+Messages as they are, all at ``base_url + "/messages"``. A provider whose Responses route is
+translated (``responses = "translate"``; always for Anthropic) is sent chat completions for it
+(an OpenAI-protocol one at ``base_url + "/chat/completions"``). The request path only looks these
+up. A chat route's target also says what the provider's prompt cache asks of the body (:class:`PromptCaching`, from its
 ``prompt_cache`` settings), so that a request pays for it only where it applies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 from urllib.parse import urlencode
 
 import httpx2
@@ -64,8 +66,12 @@ class RouteTarget:
     forward: frozenset[bytes] = FORWARDED_REQUEST_HEADERS
     #: Headers sent unless the client sent its own (an Anthropic client's ``anthropic-version``).
     defaults: tuple[tuple[str, str], ...] = ()
-    #: A chat completion translated to the Messages API, and its answer back.
+    #: The request is translated (a chat completion to the Messages API, or a Responses request to
+    #: chat completions: ``responses_via``), and its answer back.
     translated: bool = False
+    #: A translated Responses request: sent as chat completions (``"chat"``), or further
+    #: translated to the Messages API (``"messages"``); ``None``: not a Responses translation.
+    responses_via: Literal["chat", "messages"] | None = None
     #: What the provider's prompt cache asks of a chat request's body (``None``: nothing).
     caching: PromptCaching | None = None
     #: ``headers``, ``forward`` and ``defaults`` as one rule, decided here once: per request
@@ -143,6 +149,14 @@ def _target(
     forward = FORWARDED_REQUEST_HEADERS | {name.encode("latin-1") for name in settings.forward_headers}
     kind = route_kind(route)
     caching = _caching(settings, session_header) if kind == "chat" else None
+    if kind == "responses" and settings.responses == "translate":  # stateless: see protocols/responses_to_chat.py
+        if settings.kind == "openai":
+            chat = settings.base_url + "/chat/completions" + query
+            return RouteTarget(chat, headers, forward, translated=True, responses_via="chat")
+        anthropic = {**headers, "anthropic-version": settings.anthropic_version}
+        return RouteTarget(
+            settings.base_url + "/messages" + query, anthropic, forward, translated=True, responses_via="messages"
+        )
     if settings.kind == "openai":
         if kind == "messages":
             return "an OpenAI-protocol provider does not serve Anthropic's Messages API"
@@ -153,4 +167,4 @@ def _target(
         return RouteTarget(url, {**headers, version[0]: version[1]}, forward, translated=True, caching=caching)
     if kind == "messages":
         return RouteTarget(url, headers, forward | ANTHROPIC_CLIENT_HEADERS, defaults=(version,))
-    return "an Anthropic provider serves chat completions and Messages only"
+    return "an Anthropic provider serves chat completions, Messages and Responses (translated) only"

@@ -40,7 +40,9 @@ from asgi_router.core.candidate import Candidate
 from asgi_router.core.classify import DEFAULT_FAILOVER
 from asgi_router.core.header_names import CLIENT_RETRY_COUNT
 from asgi_router.core.reasons import Reason
+from asgi_router.core.router_errors import AttemptSummary
 from asgi_router.core.skip import Skip
+from asgi_router.protocols.responses_to_chat import STATEFUL
 from asgi_router.resilience.breaker import Verdict
 from asgi_router.resilience.caller_limits import Judged
 from asgi_router.resilience.caller_tally import PAST, REFUSED, UNDER, Cap, Table
@@ -339,6 +341,26 @@ def test_the_all_open_rule_tries_the_oldest_open_candidate_only_when_breakers_al
     assert _parts().decisions.all_open(attempts, stopped, skips) == expected
 
 
+_STATEFUL_SKIP = AttemptSummary("chat/m", "protocol_mismatch", skipped=True, detail=STATEFUL)
+
+
+@pytest.mark.parametrize(
+    ("skipped", "expected"),
+    [
+        ([_STATEFUL_SKIP, AttemptSummary("claude/m", "protocol_mismatch", skipped=True, detail=STATEFUL)], True),
+        ([_STATEFUL_SKIP, AttemptSummary("native/m", "upstream_5xx", status=503)], False),  # a native member tried
+        ([_STATEFUL_SKIP, AttemptSummary("native/m", "provider_not_configured", skipped=True)], False),
+        ([AttemptSummary("chat/m", "protocol_mismatch", skipped=True, detail="tools: ...")], False),
+        ([], False),
+        (None, False),
+    ],
+)
+def test_only_a_plan_of_translated_members_skipped_for_previous_response_id_is_unsupported_on_member(
+    skipped: list[AttemptSummary] | None, expected: bool
+) -> None:
+    assert Decisions.stateless_only(skipped) is expected
+
+
 # --- admission, check by check in its order -------------------------------------------------------
 
 
@@ -373,6 +395,12 @@ ADMISSIONS = [
         configured=False,
     ),
     AdmissionCase("no body for the route", Skip("protocol_mismatch", detail="no such route"), {}, wire="no such route"),
+    AdmissionCase(
+        "a translated Responses member, the request continuing a stored response",
+        Skip("protocol_mismatch", detail=STATEFUL),
+        {},
+        wire=STATEFUL,
+    ),
     AdmissionCase("max_attempts reached", Skip("budget_exhausted", stops=True), {"max_attempts": 2}, attempts=2),
     AdmissionCase("below max_attempts", None, {"max_attempts": 2}, attempts=1),
     AdmissionCase("the deadline passed", Skip("budget_exhausted", stops=True), {}, left=0.0),

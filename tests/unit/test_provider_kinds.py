@@ -77,9 +77,38 @@ def test_an_anthropic_provider_translates_chat_and_relays_messages_at_one_url() 
     assert chat.headers["anthropic-version"] == "2023-06-01"
     assert "anthropic-version" not in messages.headers and messages.defaults == (("anthropic-version", "2023-06-01"),)
     assert {b"anthropic-version", b"anthropic-beta"} <= messages.forward
-    assert runtime.targets["/v1/embeddings"] == "an Anthropic provider serves chat completions and Messages only"
+    assert runtime.targets["/v1/embeddings"] == (
+        "an Anthropic provider serves chat completions, Messages and Responses (translated) only"
+    )
     assert runtime.default_max_tokens == 99
     assert runtime.headers["anthropic-version"] == "2023-06-01"  # what a health probe sends
+
+
+def test_the_responses_route_is_native_for_openai_unless_translated_and_always_translated_for_anthropic() -> None:
+    routes = ["/v1/responses"]
+    native = ProviderRuntime.build("p", ProviderSettings(base_url="https://api.openai.com/v1", api_key="sk-1"), routes)
+    assert ProviderSettings(base_url="https://x.test/v1").responses == "native"
+    target = _target(native, "/v1/responses")
+    assert (target.url, target.translated, target.responses_via) == ("https://api.openai.com/v1/responses", False, None)
+    chat = ProviderRuntime.build(
+        "p", ProviderSettings(base_url="http://127.0.0.1:8000/v1", responses="translate", query={"v": "1"}), routes
+    )
+    target = _target(chat, "/v1/responses")
+    assert (target.url, target.translated, target.responses_via) == (
+        "http://127.0.0.1:8000/v1/chat/completions?v=1",
+        True,
+        "chat",
+    )
+    settings = ProviderSettings(base_url="https://api.anthropic.com/v1", kind="anthropic", api_key="sk-1")
+    assert settings.responses == "translate"
+    target = _target(ProviderRuntime.build("p", settings, routes), "/v1/responses")
+    assert (target.url, target.translated, target.responses_via) == (
+        "https://api.anthropic.com/v1/messages",
+        True,
+        "messages",
+    )
+    assert target.headers["anthropic-version"] == "2023-06-01"
+    assert target.headers["x-api-key"] == "sk-1"
 
 
 def test_a_clients_anthropic_version_wins_over_the_default_but_never_the_key() -> None:
@@ -112,6 +141,8 @@ def test_a_clients_anthropic_version_wins_over_the_default_but_never_the_key() -
         ({"kind": "anthropic", "headers": {"Anthropic-Version": "x"}}, "set anthropic-version with anthropic_version"),
         ({"kind": "gemini"}, "'openai' or 'anthropic'"),
         ({"api_key": "k", "auth_header": "api-key", "headers": {"api-key": "x"}}, "is the key's header"),
+        ({"kind": "anthropic", "responses": "native"}, 'responses = "native" is not for kind = "anthropic"'),
+        ({"responses": "stored"}, "'native' or 'translate'"),
     ],
 )
 def test_bad_provider_settings_are_refused_at_load(settings: dict[str, Any], message: str) -> None:
