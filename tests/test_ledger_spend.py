@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from asgi_router import ModelRouter, RouterSettings
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_VARIABLE
 from asgi_router.ledger.opening import open_database
 
 from .conftest import host_app, make_settings
@@ -172,6 +173,7 @@ def test_admin_keys_without_ledger_url_keep_the_ledger_in_the_working_directory(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(DEFAULT_LEDGER_VARIABLE, raising=False)  # the kit's plugin sets it for tests
     caplog.set_level(logging.INFO, "asgi_router")
     groups = {"main": {"members": ["mock/usage-100"]}}
     settings = make_settings(upstream.url, api_keys=KEYS, groups=groups, admin_keys=["admin-key-0123456789abcdef"])  # type: ignore[attr-defined]
