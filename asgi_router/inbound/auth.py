@@ -175,8 +175,9 @@ class _Keys(_Guard):
 
     def __init__(self, keys: list[SecretStr] | dict[str, SecretStr]) -> None:
         named = keys.items() if isinstance(keys, dict) else ((None, key) for key in keys)
-        self._digests: tuple[tuple[bytes, str], ...] = tuple(
-            (digest, name if name is not None else f"key-{digest.hex()[:8]}")
+        # Each key's verdict is made once: a request admitted by a config key allocates nothing.
+        self._digests: tuple[tuple[bytes, Admitted], ...] = tuple(
+            (digest, Admitted(name if name is not None else f"key-{digest.hex()[:8]}"))
             for name, key in named
             for digest in (hashlib.sha256(key.get_secret_value().encode()).digest(),)
         )
@@ -191,11 +192,11 @@ class _Keys(_Guard):
         if token is None:
             return _NO_KEY
         digest = hashlib.sha256(token).digest()
-        principal: str | None = None
-        for known, name in self._digests:  # no early exit: every key costs the same
+        admitted: Admitted | None = None
+        for known, verdict in self._digests:  # no early exit: every key costs the same
             if hmac.compare_digest(digest, known):
-                principal = name
-        return _INVALID if principal is None else Admitted(principal)  # unknown key: 401, as OpenAI
+                admitted = verdict
+        return _INVALID if admitted is None else admitted  # unknown key: 401, as OpenAI
 
 
 class _Callable(_Guard):

@@ -30,6 +30,8 @@ from asgi_router.keys.virtual_key import VirtualKey, allowed
 
 __all__ = ["KeyGuard", "model_refusal"]
 
+#: Verdicts kept at most (past it they are made again, one per key, as requests come).
+_MOST_VERDICTS: Final = 100_000
 _CHALLENGE: Final = ((b"www-authenticate", b"Bearer"),)
 _INVALID: Final = RouterError(
     401, "invalid_api_key", "the credentials presented are not valid here", headers=_CHALLENGE
@@ -48,6 +50,9 @@ class KeyGuard:
     def __init__(self, ring: KeyRing, inner: Guard | None) -> None:
         self.ring = ring
         self._inner = inner
+        #: Each key's verdict, made once per version of the key (the ring's object): a request
+        #: admitted by a known key allocates nothing here. Bounded as the ring's misses are.
+        self._verdicts: dict[str, Admitted] = {}
 
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
         token = presented_key(scope["headers"])
@@ -62,7 +67,15 @@ class KeyGuard:
         return self._rest(scope, token)
 
     def _admitted(self, key: VirtualKey, digest: bytes) -> Verdict:
-        return Admitted(key.caller, key) if key.opens(digest, self.ring.wall()) else _INVALID
+        if not key.opens(digest, self.ring.wall()):
+            return _INVALID
+        verdicts = self._verdicts
+        verdict = verdicts.get(key.id)
+        if verdict is None or verdict.key is not key:
+            if len(verdicts) >= _MOST_VERDICTS:
+                verdicts.clear()
+            verdict = verdicts[key.id] = Admitted(key.caller, key)
+        return verdict
 
     async def _looked_up(self, scope: Scope, digest: bytes) -> Verdict:
         key = await self.ring.look_up(digest)
