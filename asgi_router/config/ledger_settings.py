@@ -11,7 +11,8 @@ When ``admin_keys`` is set and ``ledger_url`` is not, keys issued at runtime nee
 live: the ledger is :data:`DEFAULT_LEDGER_URL`, a file in the working directory, unless the
 environment variable :data:`DEFAULT_LEDGER_VARIABLE` names another. The test kit's pytest plugin
 sets it to ``memory://`` for the test session, so that a user's test of an app with admin keys
-never leaves ``asgi_router.sqlite3`` in the directory pytest ran in (nor reads one a previous run left).
+never leaves the default ledger's file in the directory pytest ran in (nor reads one a previous
+run left).
 """
 
 from __future__ import annotations
