@@ -12,6 +12,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from asgi_router import RouterSettings
+from asgi_router.config.advisories import stray_environment
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_VARIABLE, effective_ledger_url
 from asgi_router.ledger.database import Database, LedgerConflict, LedgerRefused
 from asgi_router.ledger.opening import open_database
 from asgi_router.ledger.schema import VERSION, VERSION_TABLE
@@ -186,3 +188,18 @@ def test_admin_keys_come_from_the_environment_comma_separated(monkeypatch: pytes
     monkeypatch.setenv("ASGI_ROUTER_ADMIN_KEYS", f"{'a' * 20},{'b' * 20}")
     settings = RouterSettings(allow_unauthenticated=True)
     assert [key.get_secret_value() for key in settings.admin_keys or ()] == ["a" * 20, "b" * 20]
+
+
+def test_the_default_ledgers_variable_replaces_only_the_default_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    admin = [SecretStr("a" * 20)]
+    monkeypatch.setenv(DEFAULT_LEDGER_VARIABLE, "memory://")
+    assert effective_ledger_url(None, admin) == "memory://"
+    assert effective_ledger_url(SecretStr("sqlite:///mine.db"), admin) == "sqlite:///mine.db"  # a ledger_url wins
+    assert effective_ledger_url(None, None) is None  # no admin keys: still no ledger
+    assert all(DEFAULT_LEDGER_VARIABLE not in line for line in stray_environment())  # read, not stray
+    monkeypatch.setenv(DEFAULT_LEDGER_VARIABLE, "mysql://user:Secret123@db/x")
+    with pytest.raises(ValueError, match=f"{DEFAULT_LEDGER_VARIABLE}: ledger_url: scheme 'mysql'") as refused:
+        effective_ledger_url(None, admin)
+    assert "Secret123" not in str(refused.value)
+    monkeypatch.delenv(DEFAULT_LEDGER_VARIABLE)
+    assert effective_ledger_url(None, admin) == "sqlite:///asgi_router.sqlite3"
