@@ -87,6 +87,12 @@ class Guard(Protocol):
         the router awaits only what must be awaited, not a coroutine per request."""
         ...
 
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
+        """:meth:`verdict` for a request whose presented key was found already (``token``:
+        :func:`presented_key`'s answer), so that a guard in front (virtual keys) and this one
+        do not both search the headers for it."""
+        ...
+
     async def check(self, scope: Scope) -> Verdict:
         """The decision, awaited."""
         ...
@@ -103,6 +109,9 @@ class _Guard(ABC):
     @abstractmethod
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
         """The decision, or an awaitable of it (see :class:`Guard`)."""
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
+        return self.verdict(scope)  # a guard that does not read a key itself
 
     async def check(self, scope: Scope) -> Verdict:
         verdict = self.verdict(scope)
@@ -184,6 +193,9 @@ class _Keys(_Guard):
 
     def verdict(self, scope: Scope) -> Verdict:
         return self._decide(presented_key(scope["headers"]))
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict:
+        return self._decide(token)
 
     async def check_page(self, scope: Scope) -> Verdict:
         return self._decide(presented_key(scope["headers"], basic=True))

@@ -55,7 +55,9 @@ class KeyGuard:
         self._verdicts: dict[str, Admitted] = {}
 
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
-        token = presented_key(scope["headers"])
+        return self.verdict_for(scope, presented_key(scope["headers"]))
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
         if token is not None and is_virtual(token):
             ring = self.ring
             digest = key_digest(token)
@@ -85,7 +87,7 @@ class KeyGuard:
 
     def _rest(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
         if self._inner is not None:
-            return self._inner.verdict(scope)
+            return self._inner.verdict_for(scope, token)  # the key found once, not twice
         return _NO_KEY if token is None else _INVALID
 
     async def check(self, scope: Scope) -> Verdict:
