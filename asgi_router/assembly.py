@@ -31,7 +31,12 @@ from asgi_router.caching.response_cache import ResponseCache
 from asgi_router.config.advisories import downgrade_mismatches, kind_mismatches
 from asgi_router.config.auth_settings import Authorize
 from asgi_router.config.config_error import ConfigError
-from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
+from asgi_router.config.ledger_settings import (
+    CAPS_WITHOUT_LEDGER,
+    DEFAULT_LEDGER_URL,
+    DEFAULT_LEDGER_VARIABLE,
+    effective_ledger_url,
+)
 from asgi_router.config.settings import RouterSettings, load_settings
 from asgi_router.core.route_paths import RouteKind, route_kind
 from asgi_router.endpoints.admin_api import AdminApi
@@ -311,8 +316,10 @@ def ledger_for(settings: RouterSettings, capped: bool) -> Ledger | None:
         if capped:
             logger.warning(CAPS_WITHOUT_LEDGER)
         return None
-    if settings.ledger_url is None:
+    if settings.ledger_url is None and url == DEFAULT_LEDGER_URL:
         logger.info("admin_keys is set and ledger_url is not: the ledger is %s in %s", url, os.getcwd())
+    elif settings.ledger_url is None:
+        logger.info("admin_keys is set and ledger_url is not: the ledger is %s (%s)", url, DEFAULT_LEDGER_VARIABLE)
     from asgi_router.ledger.service import Ledger  # only a router with a ledger loads it
 
     session_ttl = settings.sessions.ttl if settings.sessions is not None else None

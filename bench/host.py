@@ -25,8 +25,10 @@ turns it off to see what it is worth). ``BENCH_METRICS=1`` serves Prometheus met
 ``/metrics`` (target ``router-metrics``: what counting every request and attempt costs).
 ``BENCH_CALLERS=1`` caps every caller and session with caps no request reaches (what counting
 them costs, for a server measured from outside). ``BENCH_KEYS=1`` sets ``admin_keys`` and a
-config key (``api_keys``) with an in-memory ledger (target ``router-keys``: the bench creates a
-virtual key through the admin API and sends it with every request, what a virtual key costs).
+config key (``api_keys``) with an in-memory ledger: the same process is two targets, ``router-keys``
+(the bench creates a virtual key through the admin API and sends it with every request) and
+``router-config-key`` (the config key on every request), so that ``router-keys/router-config-key``
+is what a virtual key costs against a config key, the ledger on both.
 """
 
 from __future__ import annotations

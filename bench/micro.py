@@ -36,6 +36,9 @@ from asgi_router.config.guardrail_settings import GuardrailSettings
 from asgi_router.core.classify import classify_exception, classify_status
 from asgi_router.guardrails.guardrail_run import Guardrails
 from asgi_router.inbound.body import InboundRequest, parse_request
+from asgi_router.inbound.key_auth import KeyGuard
+from asgi_router.keys.key_secrets import key_digest, new_key_id, new_secret, shown_prefix
+from asgi_router.keys.virtual_key import VirtualKey
 from asgi_router.routing.plan import Resolver
 from asgi_router.testing.memory_transport import MemoryResponse, MemoryTransport
 from asgi_router.transports.aiohttp_transport import translate
@@ -43,7 +46,7 @@ from asgi_router.transports.provider import ProviderRuntime
 from asgi_router.transports.request_headers import request_headers_for_upstream
 
 from .asgi_calls import receive_once
-from .host import settings_for
+from .host import CONFIG_KEY, settings_for
 from .upstream import COMPLETION, messages_events, responses_events, sse_events
 
 __all__ = ["bench_router", "chat_body", "micro", "router_in_process", "router_loop"]
@@ -170,6 +173,7 @@ def bench_router(
     session: bool | None = None,
     sticky: bool = False,
     responses: bool = False,
+    key: str | None = None,
 ) -> tuple[ModelRouter, Callable[[Any], Awaitable[None]]]:
     """The bench's ``ModelRouter`` over the in-memory transport, and one request: a coroutine
     function that sends the request to the ASGI app it is given (the router, or a wrapper of it).
@@ -179,7 +183,11 @@ def bench_router(
     ``callers``: every caller and session capped (``bench/host.py``); ``session``: the requests
     carry a session header (default: when ``callers`` or ``sticky``), so that the loop without
     caps can send the same requests and the two differ by the caps alone; ``sticky``: the group
-    sticks sessions to members.
+    sticks sessions to members; ``key``: inbound auth as the ``router-keys`` target has it
+    (``bench/host.py``: admin keys, a config key, an in-memory ledger), each request presenting
+    the config key (``"config"``) or a virtual key (``"virtual"``), made here and put in the
+    router's key ring as its refresh would (no lifespan runs: the ledger keeps the rows in its
+    buffer, unwritten, so the writer's work is not counted; ``python -m bench ledger`` counts it).
     """
 
     async def host(scope: Any, receive: Any, send: Any) -> None:  # never reached
@@ -193,6 +201,7 @@ def bench_router(
         metrics=metrics,
         callers=callers,
         sticky=sticky,
+        keys=key is not None,
     )
     router = ModelRouter(host, settings=settings, transport=_memory_transport(stream))
     body = responses_body(stream, group) if responses else chat_body(stream, group=group)
@@ -200,6 +209,8 @@ def bench_router(
     headers = [(b"host", b"router"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if callers or sticky if session is None else session:
         headers.append((b"x-session-id", b"bench-session"))
+    if key is not None:
+        headers.append((b"authorization", b"Bearer " + _presented(router, key).encode()))
     never = asyncio.Event()
 
     async def send(message: Any) -> None:
@@ -210,6 +221,19 @@ def bench_router(
         await app(scope, receive_once(body, never.wait), send)
 
     return router, request
+
+
+def _presented(router: ModelRouter, key: str) -> str:
+    """The key a ``key`` bench request presents: the config key, or a virtual key of caller
+    ``bench`` learnt by the router's key ring."""
+    if key == "config":
+        return CONFIG_KEY
+    secret = new_secret()
+    virtual = VirtualKey(new_key_id(), "bench", key_digest(secret.encode()), shown_prefix(secret), time.time())
+    guard = router._guard  # the bench owns its router: the ring a refresh would fill
+    assert isinstance(guard, KeyGuard), "a key bench router has admin keys"
+    guard.ring.learn(virtual)
+    return secret
 
 
 async def router_loop(

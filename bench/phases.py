@@ -60,9 +60,17 @@ from .procs import ROOT
 
 __all__ = ["REGIONS", "main", "rows"]
 
-#: kind -> (a stream?, a Responses API request?): ``responses`` is a native Responses stream of
-#: as many events as ``sse20``'s chat stream, beside it.
-KINDS: dict[str, tuple[bool, bool]] = {"json": (False, False), "sse20": (True, False), "responses": (True, True)}
+#: kind -> (a stream?, a Responses API request?, the key presented): ``responses`` is a native
+#: Responses stream of as many events as ``sse20``'s chat stream, beside it; ``json-config-key``
+#: and ``json-virtual-key`` are the JSON request with inbound auth and a ledger, presenting a
+#: config key or a virtual key (``bench/micro.py``'s ``bench_router``), the one difference.
+KINDS: dict[str, tuple[bool, bool, str | None]] = {
+    "json": (False, False, None),
+    "sse20": (True, False, None),
+    "responses": (True, True, None),
+    "json-config-key": (False, False, "config"),
+    "json-virtual-key": (False, False, "virtual"),
+}
 
 
 @dataclass(frozen=True)
@@ -229,8 +237,8 @@ class _Window:
 async def _drive(kind: str, requests: int, samples: int, callgrind: Callgrind | None) -> dict[str, Any]:
     """Each region in turn: instructions and allocations under callgrind, else net blocks; how
     many times each region was entered, and whether the router ever yielded to the loop."""
-    stream, responses = KINDS[kind]
-    router, request = bench_router(stream, responses=responses)
+    stream, responses, key = KINDS[kind]
+    router, request = bench_router(stream, responses=responses, key=key)
     harness = _Harness(router)
 
     async def one() -> None:
@@ -391,7 +399,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=300, help="requests counted per region (default 300)")
     parser.add_argument("--samples", type=int, default=10, help="requests whose allocations are counted (default 10)")
     parser.add_argument(
-        "--kinds", default="json,sse20,responses", help="json, sse20, responses, comma-separated (default all three)"
+        "--kinds",
+        default="json,sse20,responses",
+        help="json, sse20, responses, json-config-key, json-virtual-key, comma-separated (default the first three)",
     )
     parser.add_argument("--no-valgrind", action="store_true", help="net blocks only, even where valgrind is present")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import statistics
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,6 +29,9 @@ from .streams import hold_streams
 __all__ = ["CHAT", "Config", "Setup", "demo_app", "failover", "load", "one_run", "setup", "streams", "translation"]
 
 CHAT: Final = "/v1/chat/completions"
+#: Seconds for a ledger's writer to write a run's last rows: bench.host's ``ledger_flush_interval``
+#: (the default, 1 s) and a margin.
+_LEDGER_SETTLE: Final = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,12 @@ class Setup:
     wrk: str
     servers: dict[str, Server]
     scripts: dict[tuple[str, str, bool, str | None], Path] = field(default_factory=dict)
-    #: The key a target's requests present (``router-keys``: a virtual key made at start).
+    #: The key a target's requests present (``router-keys``: a virtual key made at start;
+    #: ``router-config-key``: the same server's config key).
     keys: dict[str, str] = field(default_factory=dict)
+    #: Targets with a ledger: after a run, the CPU is read once the writer has written the run's
+    #: last rows, so each run is charged all of its rows and none of the run before it.
+    ledgered: frozenset[str] = frozenset()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
 
     def script(self, scenario: str, model: str, session: bool = False, api_key: str | None = None) -> Path:
@@ -89,7 +97,7 @@ class Setup:
 
 def _virtual_key(origin: str) -> str:
     """A virtual key made through the ``router-keys`` server's admin API: its secret."""
-    from bench.host import ADMIN_KEY
+    from bench.host import ADMIN_KEY  # not at import: the module builds its app
 
     request = urllib.request.Request(
         f"{origin}/admin/keys",
@@ -142,6 +150,12 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             )
             servers["router-keys"] = served
             keys["router-keys"] = _virtual_key(served.origin)
+            # The same process asked with its config key: the same ledger, the same settings, only
+            # the key differs (a second process would add its own spread to the comparison).
+            from bench.host import CONFIG_KEY
+
+            servers["router-config-key"] = served
+            keys["router-config-key"] = CONFIG_KEY
         if baseline:
             servers["router-baseline"] = stack.enter_context(
                 Server("router-baseline", "bench.host:app", {**env, "BENCH_TRANSPORT": "aiohttp"}, cwd=Path(baseline))
@@ -150,7 +164,7 @@ def setup(wrk_path: str, targets: tuple[str, ...], baseline: str = "") -> Iterat
             servers["router-httpx"] = stack.enter_context(
                 Server("router-httpx", "bench.host:app", {**env, "BENCH_TRANSPORT": "httpx"})
             )
-        yield Setup(wrk_path, servers, keys=keys)
+        yield Setup(wrk_path, servers, keys=keys, ledgered=frozenset(keys))
 
 
 def one_run(run: Setup, target: str, scenario: str, connections: int, seconds: float, group: str) -> dict[str, Any]:
@@ -162,6 +176,8 @@ def one_run(run: Setup, target: str, scenario: str, connections: int, seconds: f
     )
     cpu_before = server.cpu_seconds()
     result = wrk.run(run.wrk, server.origin + CHAT, script, connections, seconds)
+    if target in run.ledgered:
+        time.sleep(_LEDGER_SETTLE)
     cpu = server.cpu_seconds() - cpu_before
     return {**result.as_json(), "cpu_us_per_request": cpu / result.requests * 1e6 if result.requests else None}
 
@@ -173,7 +189,7 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
     """Every scenario, concurrency and target, in alternating rounds; medians and ratios."""
-    targets = [t for t in (*config.targets, "router-baseline") if t in run.servers]
+    targets = [t for t in (*config.targets, "router-config-key", "router-baseline") if t in run.servers]
     cells: list[dict[str, Any]] = []
     for scenario in config.scenarios:
         group = _group_for(scenario)
@@ -200,7 +216,10 @@ def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
             if "router-callers" in rounds and "router" in rounds:
                 pairs.append(("router-callers", "router"))  # what caller caps cost, likewise
             if "router-keys" in rounds and "router" in rounds:
-                pairs.append(("router-keys", "router"))  # what a virtual key costs, likewise
+                pairs.append(("router-keys", "router"))  # what keys with a ledger cost against no auth
+            if "router-keys" in rounds and "router-config-key" in rounds:
+                # What a virtual key costs against a config key: one process, one ledger.
+                pairs.append(("router-keys", "router-config-key"))
             for target, base in pairs:
                 per_round = [r["rps"] / b["rps"] for r, b in zip(rounds[target], rounds[base], strict=True)]
                 cell["ratios"][f"{target}/{base}"] = {

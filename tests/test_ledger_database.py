@@ -5,12 +5,15 @@ versions for a newer schema, and the same statements working on both dialects.""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr, ValidationError
 
 from asgi_router import RouterSettings
+from asgi_router.config.advisories import stray_environment
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_VARIABLE, effective_ledger_url
 from asgi_router.ledger.database import Database, LedgerConflict, LedgerRefused
 from asgi_router.ledger.opening import open_database
 from asgi_router.ledger.schema import VERSION, VERSION_TABLE
@@ -103,6 +106,45 @@ async def test_a_directory_that_does_not_exist_is_refused_naming_it(tmp_path: Pa
         await open_database(f"sqlite:///{tmp_path}/missing/ledger.db")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+async def test_a_directory_no_one_can_create_files_in_is_refused_naming_it_even_for_root() -> None:
+    # os.access answers yes to root for /proc; creating a file there fails for everyone.
+    with pytest.raises(LedgerRefused, match=r"ledger_url: /proc/ledger\.db: the router cannot create a file in /proc"):
+        await open_database("sqlite:////proc/ledger.db")
+
+
+async def test_a_path_whose_parent_is_a_file_is_refused_naming_that_file(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a directory")
+    with pytest.raises(LedgerRefused, match=f"{tmp_path}/notes.txt is a file, not a directory"):
+        await open_database(f"sqlite:///{tmp_path}/notes.txt/ledger.db")
+    with pytest.raises(
+        LedgerRefused, match=rf"{tmp_path}/notes.txt/deeper does not exist \({tmp_path}/notes.txt is a file\)"
+    ):
+        await open_database(f"sqlite:///{tmp_path}/notes.txt/deeper/ledger.db")
+
+
+def _chattr(flag: str, folder: Path) -> bool:
+    """``chattr`` on ``folder`` (``+i``: immutable, no new file even for root); whether it took."""
+    return subprocess.run(["chattr", flag, str(folder)], capture_output=True, check=False).returncode == 0
+
+
+async def test_an_existing_ledger_in_a_directory_that_takes_no_new_file_is_refused(tmp_path: Path) -> None:
+    # WAL keeps its -wal and -shm files beside the database: the directory must take new files.
+    folder = tmp_path / "sealed"
+    folder.mkdir()
+    await (await open_database(f"sqlite:///{folder}/ledger.db")).close()
+    for extra in folder.glob("ledger.db-*"):
+        extra.unlink()
+    if not _chattr("+i", folder):
+        pytest.skip("chattr +i is not available on this file system")
+    try:
+        with pytest.raises(LedgerRefused, match=f"the router cannot create a file in {folder}"):
+            await open_database(f"sqlite:///{folder}/ledger.db")
+    finally:
+        assert _chattr("-i", folder)
+    assert sorted(path.name for path in folder.iterdir()) == ["ledger.db"]  # no probe left behind
+
+
 async def test_postgresql_gets_the_same_tables_and_statements(postgres_server: PostgresServer) -> None:
     url = postgres_server.new_database()
     database = await open_database(url)
@@ -146,3 +188,18 @@ def test_admin_keys_come_from_the_environment_comma_separated(monkeypatch: pytes
     monkeypatch.setenv("ASGI_ROUTER_ADMIN_KEYS", f"{'a' * 20},{'b' * 20}")
     settings = RouterSettings(allow_unauthenticated=True)
     assert [key.get_secret_value() for key in settings.admin_keys or ()] == ["a" * 20, "b" * 20]
+
+
+def test_the_default_ledgers_variable_replaces_only_the_default_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    admin = [SecretStr("a" * 20)]
+    monkeypatch.setenv(DEFAULT_LEDGER_VARIABLE, "memory://")
+    assert effective_ledger_url(None, admin) == "memory://"
+    assert effective_ledger_url(SecretStr("sqlite:///mine.db"), admin) == "sqlite:///mine.db"  # a ledger_url wins
+    assert effective_ledger_url(None, None) is None  # no admin keys: still no ledger
+    assert all(DEFAULT_LEDGER_VARIABLE not in line for line in stray_environment())  # read, not stray
+    monkeypatch.setenv(DEFAULT_LEDGER_VARIABLE, "mysql://user:Secret123@db/x")
+    with pytest.raises(ValueError, match=f"{DEFAULT_LEDGER_VARIABLE}: ledger_url: scheme 'mysql'") as refused:
+        effective_ledger_url(None, admin)
+    assert "Secret123" not in str(refused.value)
+    monkeypatch.delenv(DEFAULT_LEDGER_VARIABLE)
+    assert effective_ledger_url(None, admin) == "sqlite:///asgi_router.sqlite3"

@@ -84,6 +84,26 @@ def test_check_names_the_ledger_and_warns_that_caps_without_one_reset_on_restart
     assert "Secret123" not in said.stdout + said.stderr
 
 
+async def test_a_router_with_caps_and_no_ledger_warns_once_that_they_reset_naming_ledger_url(
+    upstream: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caps = {"callers": {"team-a": {"rpm": 100}}, "sessions": {"tokens_per_session": 10**6}}
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    for ledger in ({}, {"ledger_url": "memory://"}):
+        caplog.clear()
+        async with router_client(upstream, api_keys={"team-a": CLIENT_KEY}, **caps, **ledger) as (client, _):
+            for _ in range(2):
+                answer = await client.post("/v1/chat/completions", json=chat_body("mock/ok"), headers=auth)
+                assert answer.status_code == 200
+        said = [record for record in caplog.records if "resets when the router restarts" in record.getMessage()]
+        if ledger:
+            assert said == []
+        else:
+            assert [(record.levelname, "set ledger_url" in record.getMessage()) for record in said] == [
+                ("WARNING", True)
+            ]
+
+
 def test_a_corrupted_sqlite_file_refuses_the_start_naming_its_path(tmp_path: Path, upstream: MockUpstream) -> None:
     broken = tmp_path / "broken.db"
     broken.write_bytes(b"\x00not a database\x00" * 64)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import redis
 
 from asgi_router import ModelRouter, RouterSettings
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_VARIABLE
 from asgi_router.ledger.opening import open_database
 
 from .conftest import host_app, make_settings
@@ -23,7 +25,7 @@ from .fleet import RedisServer
 from .mock_upstream import MockUpstream
 from .postgres import PG_PASSWORD, PostgresServer
 from .servers import ServerThread
-from .waiting import eventually
+from .waiting import eventually, polled
 
 TEAM_A = "team-a-key-0123456789abcdef"
 KEYS = {"team-a": TEAM_A}
@@ -140,6 +142,54 @@ def test_rows_written_while_postgresql_is_stopped_are_all_there_once_it_is_back(
     assert all(PG_PASSWORD not in record.getMessage() for record in caplog.records)
 
 
+def test_postgresql_stopped_and_started_under_concurrent_load_keeps_each_row_once(
+    upstream: MockUpstream, serve: Any, postgres_server: PostgresServer
+) -> None:
+    # Four clients send without pause while the database goes away mid-write (an immediate stop
+    # drops connections, maybe with a batch's commit unanswered) and comes back: every answered
+    # request is one row, none lost and none written twice.
+    url = postgres_server.new_database()
+    router, server = serve(_settings(upstream, url, ledger_flush_interval=0.02))
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def client() -> None:
+        while not done.is_set():
+            statuses.append(_ask(server).status_code)
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    try:
+        polled(lambda: router._ledger.writer.written >= 20, 30.0, what="rows written before the stop")
+        postgres_server.stop()
+        try:
+            during = len(statuses)
+            polled(lambda: len(statuses) >= during + 40, 30.0, what="requests answered while it was away")
+            assert router._ledger.writer.buffered > 0
+        finally:
+            postgres_server.start()
+        after = len(statuses)
+        polled(lambda: len(statuses) >= after + 40, 30.0, what="requests answered after it came back")
+    finally:
+        done.set()
+        for thread in clients:
+            thread.join(30)
+
+    async def rows() -> tuple[int, int]:
+        database = await open_database(url)
+        try:
+            found = await database.fetch("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM spend")
+            return int(found[0][0]), int(found[0][1])
+        finally:
+            await database.close()
+
+    anyio.run(eventually, lambda: router._ledger.writer.buffered == 0, 30.0)
+    assert set(statuses) == {200}
+    assert anyio.run(rows) == (len(statuses), len(statuses))
+    assert router._ledger.writer.dropped == 0
+
+
 def test_the_ledger_seeds_an_empty_redis_and_redis_counts_win_after(
     upstream: MockUpstream, serve: Any, tmp_path: Path, redis_server: RedisServer
 ) -> None:
@@ -172,6 +222,7 @@ def test_admin_keys_without_ledger_url_keep_the_ledger_in_the_working_directory(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(DEFAULT_LEDGER_VARIABLE, raising=False)  # the kit's plugin sets it for tests
     caplog.set_level(logging.INFO, "asgi_router")
     groups = {"main": {"members": ["mock/usage-100"]}}
     settings = make_settings(upstream.url, api_keys=KEYS, groups=groups, admin_keys=["admin-key-0123456789abcdef"])  # type: ignore[attr-defined]

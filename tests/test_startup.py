@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _BROKEN_TOML = '[providers.local]\nbase_url = "http://127.0.0.1:11434/v1"\n'  # no inbound auth chosen
 
 
@@ -53,3 +55,38 @@ def test_module_level_settings_with_a_broken_config_stop_the_import(tmp_path: Pa
     assert "ConfigError: invalid router configuration" in output
     assert "inbound auth is required" in output
     assert "lax-or-strict" not in output and "errors.pydantic.dev" not in output
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_admin_keys_with_a_working_directory_no_file_can_be_made_in_stop_the_start_naming_the_path(
+    tmp_path: Path,
+) -> None:
+    # With admin_keys and no ledger_url the ledger is a file in the working directory: started
+    # in /proc (where even root creates no file), uvicorn must not serve.
+    app_module = (
+        "from fastapi import FastAPI\n"
+        "from asgi_router import ModelRouter, RouterSettings\n"
+        "settings = RouterSettings(providers={'local': {'base_url': 'http://127.0.0.1:9/v1'}},\n"
+        "                          admin_keys=['admin-key-0123456789abcdef'])\n"
+        "app = FastAPI()\n"
+        "app.add_middleware(ModelRouter, settings=settings)\n"
+    )
+    (tmp_path / "app.py").write_text(app_module, encoding="utf-8")
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("ASGI_ROUTER_")}
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app:app",
+        "--app-dir",
+        str(tmp_path),
+        "--port",
+        "0",
+        "--lifespan",
+        "on",
+    ]
+    finished = subprocess.run(command, cwd="/proc", env=env, capture_output=True, text=True, timeout=60)
+    output = finished.stdout + finished.stderr
+    assert finished.returncode != 0, output
+    assert "Application startup failed" in output
+    assert "ledger_url: asgi_router.sqlite3: the router cannot create a file in /proc" in output

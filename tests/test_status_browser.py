@@ -133,3 +133,24 @@ def test_the_page_shows_queues_sticky_groups_and_members_over_their_stated_limit
     assert "0 waiting / 100" in queue and "timed out \u00d71" in queue
     assert "over its provider's stated limit" in stated and "resets in" in stated and "no requests left" in stated
     assert hidden is False
+
+
+def test_the_page_shows_the_ledger_its_kind_url_and_lag(upstream: MockUpstream, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.db"
+    settings = make_settings(
+        upstream.url,  # type: ignore[attr-defined]
+        api_keys=[CLIENT_KEY],
+        status_route="/router/status",
+        ledger_url=f"sqlite:///{ledger}",
+    )
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as server:
+        assert (
+            httpx2.post(f"{server.url}/v1/chat/completions", json=chat_body("mock/ok"), headers=_AUTH).status_code
+            == 200
+        )
+        with Browser(need_chromium(), credentials=("ops", CLIENT_KEY)) as browser:
+            browser.open(f"{server.url}/router/status")
+            shown = browser.wait_for(
+                "document.getElementById('ledger').hidden ? '' : document.getElementById('ledger').textContent"
+            )
+    assert shown.startswith(f"ledger: sqlite sqlite:///{ledger} · lag ") and shown.endswith(" s"), shown

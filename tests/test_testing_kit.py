@@ -28,7 +28,9 @@ import openai
 import pytest
 from starlette.applications import Starlette
 
+import _asgi_router_pytest
 from asgi_router import ModelRouter, RouterSettings
+from asgi_router.config.ledger_settings import DEFAULT_LEDGER_VARIABLE
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, Hit, reply
 
 from .commands import free_port, serving
@@ -435,6 +437,11 @@ def test_the_kits_public_names_and_reply_signatures_are_pinned() -> None:
 _HEAVY = ("asgi_router", "uvicorn", "starlette", "aiohttp", "httpx2", "pydantic", "anyio")
 
 
+def test_the_plugin_names_the_libraries_default_ledger_variable() -> None:
+    assert _asgi_router_pytest.DEFAULT_LEDGER_VARIABLE == DEFAULT_LEDGER_VARIABLE
+    assert os.environ.get(DEFAULT_LEDGER_VARIABLE) == "memory://"  # this run's, set by the plugin
+
+
 def test_loading_the_plugin_imports_nothing_heavy() -> None:
     probe = "import sys, _asgi_router_pytest; print(sorted({m.split('.')[0] for m in sys.modules}))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
@@ -482,6 +489,31 @@ def test_the_anthropic_fixture_speaks_the_messages_api(fake_anthropic_upstream, 
     )
     assert (response.status_code, response.json()["error"]["type"]) == (529, "overloaded_error")
     assert fake_upstream.hits == [] and len(fake_anthropic_upstream.hits) == 1
+
+
+def test_a_router_with_admin_keys_and_no_ledger_url_writes_no_file(fake_upstream, tmp_path, monkeypatch):
+    from starlette.applications import Starlette
+
+    from asgi_router import ModelRouter, RouterSettings
+    from asgi_router.testing import AppServer
+
+    monkeypatch.chdir(tmp_path)
+    admin = "admin-key-0123456789abcdef"
+    app = Starlette()
+    app.add_middleware(
+        ModelRouter, settings=RouterSettings(providers={"openai": fake_upstream.provider()}, admin_keys=[admin])
+    )
+    with AppServer(app) as server:
+        admin_header = {"authorization": f"Bearer {admin}"}
+        made = httpx2.post(f"{server.url}/admin/keys", json={"caller": "team"}, headers=admin_header)
+        assert made.status_code == 201
+        asked = httpx2.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {made.json()['secret']}"},
+        )
+        assert asked.status_code == 200
+    assert list(tmp_path.iterdir()) == []
 """
 
 
@@ -529,7 +561,8 @@ def users_suite(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Complete
         capture_output=True,
         text=True,
         timeout=180,
-        env={**os.environ, **_EXPORTED},
+        # Not this run's default ledger (set by the plugin here): the users' run must set its own.
+        env={**{k: v for k, v in os.environ.items() if k != DEFAULT_LEDGER_VARIABLE}, **_EXPORTED},
     )
 
 
@@ -540,7 +573,7 @@ def _passed(finished: subprocess.CompletedProcess[str], file: str) -> list[str]:
 def test_the_fake_upstream_fixture_is_fresh_in_each_sync_and_anyio_test(
     users_suite: subprocess.CompletedProcess[str],
 ) -> None:
-    assert len(_passed(users_suite, "test_plugin.py")) == 4, users_suite.stdout + users_suite.stderr
+    assert len(_passed(users_suite, "test_plugin.py")) == 5, users_suite.stdout + users_suite.stderr
 
 
 def test_the_testing_pages_example_passes_as_a_users_test_file(users_suite: subprocess.CompletedProcess[str]) -> None:

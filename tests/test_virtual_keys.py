@@ -264,3 +264,104 @@ async def test_a_caller_named_by_a_virtual_key_has_a_metric_label_of_its_own(
             await sdk.chat.completions.create(**CHAT)
         scrape = Scrape(httpx2.get(f"{served.url}/metrics", headers={"Authorization": f"Bearer {key['secret']}"}).text)
     assert scrape.labels("asgi_router_caller_requests_total", "caller") == {"team-z"}  # not "other"
+
+
+async def test_a_virtual_keys_request_is_held_by_its_callers_caps_as_well_as_its_own(
+    upstream: MockUpstream, tmp_path: Path
+) -> None:
+    # team-a may make 2 requests a minute, whichever of its keys makes them; a key without caps
+    # of its own is still its caller's.
+    settings = keys_settings(upstream, tmp_path / "ledger.db", callers={"team-a": {"rpm": 2}})
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as served:
+        async with httpx2.AsyncClient(base_url=f"{served.url}/admin", headers=headers) as admin:
+            first, second, other = (
+                await create(admin),
+                await create(admin, rpm=100),
+                await create(admin, caller="team-b"),
+            )
+        async with sdk_for(served, first["secret"]) as sdk:
+            await sdk.chat.completions.create(**CHAT)
+        async with sdk_for(served, second["secret"]) as sdk:
+            await sdk.chat.completions.create(**CHAT)
+            with pytest.raises(openai.RateLimitError) as caught:
+                await sdk.chat.completions.create(**CHAT)  # the key's own rpm is far; its caller's is not
+        async with sdk_for(served, other["secret"]) as sdk:
+            await sdk.chat.completions.create(**CHAT)  # another caller's key is not held
+    assert caught.value.code == "caller_limit_reached"
+    assert "team-a" in caught.value.message
+
+
+async def test_spend_over_the_admin_api_groups_by_key_caller_model_and_day_as_json_or_csv(
+    upstream: MockUpstream, tmp_path: Path
+) -> None:
+    settings = keys_settings(upstream, tmp_path / "ledger.db", ledger_flush_interval=0.05)
+    usage = {**CHAT, "model": "mock/usage-100"}  # 100 prompt and 3 completion tokens an answer
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with ServerThread(ModelRouter(host_app(), settings=settings)) as served:
+        async with httpx2.AsyncClient(base_url=f"{served.url}/admin", headers=headers) as admin:
+            a, b = await create(admin), await create(admin, caller="team-b")
+            for key, times in ((a, 2), (b, 1)):
+                async with sdk_for(served, key["secret"]) as sdk:
+                    for _ in range(times):
+                        await sdk.chat.completions.create(**usage)
+
+            async def by(group: str, **query: str) -> list[dict[str, Any]]:
+                answer = await admin.get("/spend", params={"by": group, **query})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["by"] == group
+                rows: list[dict[str, Any]] = answer.json()["rows"]
+                return rows
+
+            async def written() -> bool:
+                return sum(row["requests"] for row in await by("caller", since="1d")) == 3
+
+            await eventually(written)
+            per_key = {
+                row["key"]: (row["requests"], row["input_tokens"], row["output_tokens"]) for row in await by("key")
+            }
+            assert per_key == {a["id"]: (2, 200, 6), b["id"]: (1, 100, 3)}
+            assert [(row["caller"], row["requests"]) for row in await by("caller", since="12h")] == [
+                ("team-a", 2), ("team-b", 1)
+            ]  # fmt: skip
+            assert [(row["model"], row["requests"]) for row in await by("model")] == [("mock/usage-100", 3)]
+            assert [row["requests"] for row in await by("day", since="2020-01-01", until="2999-01-01T00:00:00Z")] == [3]
+            assert await by("caller", until="2020-01-01") == []
+            as_csv = await admin.get("/spend", params={"by": "caller"}, headers={"Accept": "text/csv"})
+            assert as_csv.headers["content-type"].startswith("text/csv")
+            lines = as_csv.text.splitlines()
+            assert lines[0] == "caller,requests,input_tokens,output_tokens,cached_tokens,cost_usd"
+            assert [line.split(",")[:4] for line in lines[1:]] == [
+                ["team-a", "2", "200", "6"],
+                ["team-b", "1", "100", "3"],
+            ]
+            for query, param in (({"by": "week"}, "by"), ({"since": "last week"}, "since"), ({"from": "1d"}, "from")):
+                refused = await admin.get("/spend", params=query)
+                assert refused.status_code in (400, 422) and refused.json()["error"]["param"] == param
+
+
+async def test_with_authorize_virtual_keys_are_checked_first_and_authorize_gets_the_rest(
+    upstream: MockUpstream, tmp_path: Path
+) -> None:
+    asked: list[str | None] = []
+
+    def authorize(scope: Any, headers: Any) -> object:
+        asked.append(headers.get("authorization"))
+        return "host-user" if headers.get("authorization") == "Bearer host-session-token" else False
+
+    settings = keys_settings(upstream, tmp_path / "ledger.db", authorize=authorize)
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    records = RecordSink()
+    with ServerThread(ModelRouter(host_app(), settings=settings, sinks=[records])) as served:
+        async with httpx2.AsyncClient(base_url=f"{served.url}/admin", headers=headers) as admin:
+            key = await create(admin)
+        async with sdk_for(served, key["secret"]) as sdk:
+            await sdk.chat.completions.create(**CHAT)
+        async with sdk_for(served, "host-session-token") as sdk:
+            await sdk.chat.completions.create(**CHAT)
+        async with sdk_for(served, "sk-ar-" + "x" * 43) as sdk:  # a virtual key's form, known nowhere
+            with pytest.raises(openai.AuthenticationError):
+                await sdk.chat.completions.create(**CHAT)
+        await eventually(lambda: len(records) == 3)
+    assert asked == ["Bearer host-session-token", "Bearer sk-ar-" + "x" * 43]  # never the virtual key's
+    assert [record.principal for record in records][:2] == ["team-a", "host-user"]

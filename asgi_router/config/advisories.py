@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from asgi_router.config.config_error import ENV_DELIMITER, ENV_PREFIX
-from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, effective_ledger_url
+from asgi_router.config.ledger_settings import CAPS_WITHOUT_LEDGER, DEFAULT_LEDGER_VARIABLE, effective_ledger_url
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.refs import InvalidRef, RefKind, parse_model_ref
 from asgi_router.core.route_paths import RouteKind, route_kind
@@ -67,14 +67,15 @@ def _unset(name: str, variable: str | None) -> str:
 
 def stray_environment(environ: Mapping[str, str] | None = None, also: Collection[str] = ()) -> list[str]:
     """One line per ``ASGI_ROUTER_...`` variable that sets nothing (no setting has its name, and it
-    is not one of ``also``, read by a command): the settings ignore it, so a misspelt
+    is not one of ``also``, read by a command, nor the default ledger's variable, read where a
+    router with ``admin_keys`` chooses its ledger): the settings ignore it, so a misspelt
     ``ASGI_ROUTER_API_KEY`` would leave the router without the keys it was meant to give."""
     environ = os.environ if environ is None else environ
     fields = list(RouterSettings.model_fields)
     found = []
     for variable in sorted(environ):
         upper = variable.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in also:
+        if not upper.startswith(ENV_PREFIX) or upper in also or upper == DEFAULT_LEDGER_VARIABLE:
             continue
         field = upper[len(ENV_PREFIX) :].split(ENV_DELIMITER, 1)[0].lower()
         if field not in fields:

@@ -8,12 +8,17 @@ and what is wrong, and every log line and page shows it masked (``core/store_url
 that cannot be used is refused here rather than at the first connection.
 
 When ``admin_keys`` is set and ``ledger_url`` is not, keys issued at runtime need somewhere to
-live: the ledger is :data:`DEFAULT_LEDGER_URL`, a file in the working directory.
+live: the ledger is :data:`DEFAULT_LEDGER_URL`, a file in the working directory, unless the
+environment variable :data:`DEFAULT_LEDGER_VARIABLE` names another. The test kit's pytest plugin
+sets it to ``memory://`` for the test session, so that a user's test of an app with admin keys
+never leaves the default ledger's file in the directory pytest ran in (nor reads one a previous
+run left).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import urlsplit
@@ -23,6 +28,7 @@ from pydantic import SecretStr
 __all__ = [
     "CAPS_WITHOUT_LEDGER",
     "DEFAULT_LEDGER_URL",
+    "DEFAULT_LEDGER_VARIABLE",
     "LedgerKind",
     "LedgerTarget",
     "check_admin_keys_apart",
@@ -35,6 +41,8 @@ LedgerKind = Literal["sqlite", "postgresql", "memory"]
 
 #: The ledger of a router with ``admin_keys`` and no ``ledger_url``: a file in the working directory.
 DEFAULT_LEDGER_URL: Final = "sqlite:///asgi_router.sqlite3"
+#: The environment variable that replaces :data:`DEFAULT_LEDGER_URL` (the test kit: ``memory://``).
+DEFAULT_LEDGER_VARIABLE: Final = "ASGI_ROUTER_DEFAULT_LEDGER_URL"
 
 #: Said at start and by ``asgi-router check`` when caps are set and no ledger keeps their tallies.
 CAPS_WITHOUT_LEDGER: Final = (
@@ -120,11 +128,21 @@ def check_ledger_url(value: SecretStr | None) -> SecretStr | None:
 
 
 def effective_ledger_url(ledger_url: SecretStr | None, admin_keys: list[SecretStr] | None) -> str | None:
-    """The ledger a router uses: ``ledger_url``, else :data:`DEFAULT_LEDGER_URL` when admin keys
-    issue virtual keys (they must live somewhere), else none."""
+    """The ledger a router uses: ``ledger_url``, else the default ledger when admin keys issue
+    virtual keys (they must live somewhere: :data:`DEFAULT_LEDGER_URL`, or what
+    :data:`DEFAULT_LEDGER_VARIABLE` names), else none."""
     if ledger_url is not None:
         return ledger_url.get_secret_value()
-    return DEFAULT_LEDGER_URL if admin_keys else None
+    if not admin_keys:
+        return None
+    chosen = os.environ.get(DEFAULT_LEDGER_VARIABLE)
+    if not chosen:
+        return DEFAULT_LEDGER_URL
+    try:
+        ledger_target(chosen)
+    except ValueError as exc:
+        raise ValueError(f"{DEFAULT_LEDGER_VARIABLE}: {exc}") from None
+    return chosen
 
 
 def check_admin_keys_apart(

@@ -87,6 +87,12 @@ class Guard(Protocol):
         the router awaits only what must be awaited, not a coroutine per request."""
         ...
 
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
+        """:meth:`verdict` for a request whose presented key was found already (``token``:
+        :func:`presented_key`'s answer), so that a guard in front (virtual keys) and this one
+        do not both search the headers for it."""
+        ...
+
     async def check(self, scope: Scope) -> Verdict:
         """The decision, awaited."""
         ...
@@ -103,6 +109,9 @@ class _Guard(ABC):
     @abstractmethod
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
         """The decision, or an awaitable of it (see :class:`Guard`)."""
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
+        return self.verdict(scope)  # a guard that does not read a key itself
 
     async def check(self, scope: Scope) -> Verdict:
         verdict = self.verdict(scope)
@@ -175,14 +184,18 @@ class _Keys(_Guard):
 
     def __init__(self, keys: list[SecretStr] | dict[str, SecretStr]) -> None:
         named = keys.items() if isinstance(keys, dict) else ((None, key) for key in keys)
-        self._digests: tuple[tuple[bytes, str], ...] = tuple(
-            (digest, name if name is not None else f"key-{digest.hex()[:8]}")
+        # Each key's verdict is made once: a request admitted by a config key allocates nothing.
+        self._digests: tuple[tuple[bytes, Admitted], ...] = tuple(
+            (digest, Admitted(name if name is not None else f"key-{digest.hex()[:8]}"))
             for name, key in named
             for digest in (hashlib.sha256(key.get_secret_value().encode()).digest(),)
         )
 
     def verdict(self, scope: Scope) -> Verdict:
         return self._decide(presented_key(scope["headers"]))
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict:
+        return self._decide(token)
 
     async def check_page(self, scope: Scope) -> Verdict:
         return self._decide(presented_key(scope["headers"], basic=True))
@@ -191,11 +204,11 @@ class _Keys(_Guard):
         if token is None:
             return _NO_KEY
         digest = hashlib.sha256(token).digest()
-        principal: str | None = None
-        for known, name in self._digests:  # no early exit: every key costs the same
+        admitted: Admitted | None = None
+        for known, verdict in self._digests:  # no early exit: every key costs the same
             if hmac.compare_digest(digest, known):
-                principal = name
-        return _INVALID if principal is None else Admitted(principal)  # unknown key: 401, as OpenAI
+                admitted = verdict
+        return _INVALID if admitted is None else admitted  # unknown key: 401, as OpenAI
 
 
 class _Callable(_Guard):

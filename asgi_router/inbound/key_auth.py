@@ -30,6 +30,8 @@ from asgi_router.keys.virtual_key import VirtualKey, allowed
 
 __all__ = ["KeyGuard", "model_refusal"]
 
+#: Verdicts kept at most (past it they are made again, one per key, as requests come).
+_MOST_VERDICTS: Final = 100_000
 _CHALLENGE: Final = ((b"www-authenticate", b"Bearer"),)
 _INVALID: Final = RouterError(
     401, "invalid_api_key", "the credentials presented are not valid here", headers=_CHALLENGE
@@ -48,9 +50,14 @@ class KeyGuard:
     def __init__(self, ring: KeyRing, inner: Guard | None) -> None:
         self.ring = ring
         self._inner = inner
+        #: Each key's verdict, made once per version of the key (the ring's object): a request
+        #: admitted by a known key allocates nothing here. Bounded as the ring's misses are.
+        self._verdicts: dict[str, Admitted] = {}
 
     def verdict(self, scope: Scope) -> Verdict | Awaitable[Verdict]:
-        token = presented_key(scope["headers"])
+        return self.verdict_for(scope, presented_key(scope["headers"]))
+
+    def verdict_for(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
         if token is not None and is_virtual(token):
             ring = self.ring
             digest = key_digest(token)
@@ -62,7 +69,15 @@ class KeyGuard:
         return self._rest(scope, token)
 
     def _admitted(self, key: VirtualKey, digest: bytes) -> Verdict:
-        return Admitted(key.caller, key) if key.opens(digest, self.ring.wall()) else _INVALID
+        if not key.opens(digest, self.ring.wall()):
+            return _INVALID
+        verdicts = self._verdicts
+        verdict = verdicts.get(key.id)
+        if verdict is None or verdict.key is not key:
+            if len(verdicts) >= _MOST_VERDICTS:
+                verdicts.clear()
+            verdict = verdicts[key.id] = Admitted(key.caller, key)
+        return verdict
 
     async def _looked_up(self, scope: Scope, digest: bytes) -> Verdict:
         key = await self.ring.look_up(digest)
@@ -72,7 +87,7 @@ class KeyGuard:
 
     def _rest(self, scope: Scope, token: bytes | None) -> Verdict | Awaitable[Verdict]:
         if self._inner is not None:
-            return self._inner.verdict(scope)
+            return self._inner.verdict_for(scope, token)  # the key found once, not twice
         return _NO_KEY if token is None else _INVALID
 
     async def check(self, scope: Scope) -> Verdict:

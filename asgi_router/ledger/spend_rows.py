@@ -2,7 +2,8 @@
 
 The row is built by the writer, off the request's path, from the record the request closed
 with (:func:`spend_row_from_record`). Its columns, in :data:`INSERT_SPEND`'s order: a row id
-(made once per row, so a batch written twice is counted once), the request id, when it
+(made once per row by the writer, so a batch written twice is counted once: see
+:class:`RowIds`), the request id, when it
 finished (Unix seconds) and its UTC day, the virtual key that admitted it (if one did), the
 caller, the session (its digest, never its id), the model as asked, the candidate that served,
 the status, input and output tokens and whether the upstream measured them, the cost in USD,
@@ -11,7 +12,8 @@ the cached prompt tokens and whether a cache answered it.
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from typing import Final
 
 from asgi_router.observability.events import RequestRecord
@@ -19,7 +21,7 @@ from asgi_router.observability.events import RequestRecord
 #: The response cache's outcomes that answered the request from a stored answer.
 CACHE_HITS: Final = frozenset(("hit", "semantic_hit"))
 
-__all__ = ["ANONYMOUS_CALLER", "DAY", "INSERT_SPEND", "SpendRow", "caller_of", "spend_row_from_record"]
+__all__ = ["ANONYMOUS_CALLER", "DAY", "INSERT_SPEND", "RowIds", "SpendRow", "caller_of", "spend_row_from_record"]
 
 #: Seconds in a UTC day (POSIX time has no leap seconds).
 DAY: Final = 86_400
@@ -49,7 +51,23 @@ def caller_of(record: RequestRecord) -> str:
     return principal if isinstance(principal, str) else str(principal)
 
 
-def spend_row_from_record(record: RequestRecord) -> SpendRow:
+class RowIds:
+    """Row ids unique across processes and hosts: a random prefix per writer (96 bits from the
+    OS's CSPRNG) and a counter. A ``uuid4`` per row would ask the OS for random bytes every row,
+    the largest part of making a row; the ids need to be unique, not unguessable."""
+
+    __slots__ = ("_count", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(12).hex() + "-"
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        """A new row id."""
+        return f"{self._prefix}{next(self._count):x}"
+
+
+def spend_row_from_record(record: RequestRecord, row_id: str) -> SpendRow:
     """The ledger's row for ``record`` (see the module docstring).
 
     The cache's part: ``cached_tokens`` are the prompt tokens the provider read from its prompt
@@ -61,7 +79,7 @@ def spend_row_from_record(record: RequestRecord) -> SpendRow:
     cache = record.cache
     hit = cache is not None and cache.outcome in CACHE_HITS
     return (
-        uuid.uuid4().hex,
+        row_id,
         record.request_id,
         finished,
         int(finished // DAY),

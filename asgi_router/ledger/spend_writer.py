@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Final
 
 from asgi_router.ledger.database import Database, LedgerConflict, LedgerUnavailable
-from asgi_router.ledger.spend_rows import DAY, INSERT_SPEND, SpendRow, spend_row_from_record
+from asgi_router.ledger.spend_rows import DAY, INSERT_SPEND, RowIds, SpendRow, spend_row_from_record
 from asgi_router.observability.events import RequestRecord
 
 __all__ = ["BATCH", "PRUNE_EVERY", "SpendWriter"]
@@ -58,6 +58,7 @@ class SpendWriter:
         self._records: deque[RequestRecord] = deque()
         #: Rows made but not yet written (a batch the database refused), oldest first.
         self._rows: deque[SpendRow] = deque()
+        self._row_ids = RowIds()
         self.written = 0
         self.dropped = 0
         #: Whether the current outage (or the current run of drops) was logged already.
@@ -118,9 +119,9 @@ class SpendWriter:
         if database is None:
             return False
         while self._records or self._rows:
-            rows = self._rows
-            while self._records and len(rows) < BATCH:
-                rows.append(spend_row_from_record(self._records.popleft()))
+            rows, records, made = self._rows, self._records, self._row_ids
+            while records and len(rows) < BATCH:
+                rows.append(spend_row_from_record(records.popleft(), made.next()))
             batch = [rows[index] for index in range(min(BATCH, len(rows)))]
             try:
                 try:

@@ -9,7 +9,8 @@ of failing at once. ``synchronous=NORMAL`` is WAL's usual pairing: a process cra
 nothing committed; a power cut may lose the last transactions, never the file.
 
 A file that is not a SQLite database, or a database holding other tables and no ledger, is
-refused at start naming its path, rather than written into.
+refused at start naming its path, rather than written into; so is a directory the router cannot
+create files in (found by creating one: see :meth:`SqliteDatabase._probe_directory`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -63,11 +65,7 @@ class SqliteDatabase(Database):
 
     def _connect_and_migrate(self) -> None:
         if self.path != ":memory:":
-            folder = os.path.dirname(os.path.abspath(self.path))
-            if not os.path.isdir(folder):
-                raise self._refused(f"its directory {folder} does not exist")
-            if not os.path.exists(self.path) and not os.access(folder, os.W_OK):
-                raise self._refused(f"the router cannot create a file in {folder}")
+            self._probe_directory(os.path.dirname(os.path.abspath(self.path)))
         try:
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
         except sqlite3.Error as exc:
@@ -84,6 +82,29 @@ class SqliteDatabase(Database):
             raise self._refused(f"not a usable SQLite database ({exc})") from None
         except SchemaTooNew as exc:
             raise LedgerRefused(str(exc)) from None
+
+    def _probe_directory(self, folder: str) -> None:
+        """Refuse a directory the router cannot create files in, by creating one there.
+
+        WAL keeps two files beside the database (``-wal``, ``-shm``), so the directory must take
+        new files even when the database exists. ``os.access`` cannot tell: it answers yes to
+        root for a read-only mount, an immutable directory or ``/proc``, where creating fails.
+        """
+        if not os.path.isdir(folder):
+            up = folder
+            while up and not os.path.exists(up):
+                up = os.path.dirname(up)
+            if up == folder:
+                raise self._refused(f"its directory {folder} is a file, not a directory")
+            if up and not os.path.isdir(up):
+                raise self._refused(f"its directory {folder} does not exist ({up} is a file)")
+            raise self._refused(f"its directory {folder} does not exist")
+        try:
+            handle, probe = tempfile.mkstemp(prefix=".asgi-router-probe-", dir=folder)
+        except OSError as exc:
+            raise self._refused(f"the router cannot create a file in {folder} ({exc.strerror})") from None
+        os.close(handle)
+        os.unlink(probe)
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         connection.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then find it done

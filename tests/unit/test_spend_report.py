@@ -10,7 +10,7 @@ import pytest
 from asgi_router.ledger.database import Database
 from asgi_router.ledger.opening import open_database
 from asgi_router.ledger.spend_report import parse_when, spend_report
-from asgi_router.ledger.spend_rows import INSERT_SPEND
+from asgi_router.ledger.spend_rows import INSERT_SPEND, RowIds
 from asgi_router.ledger.spend_writer import SpendWriter
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +82,10 @@ async def test_retention_prunes_only_rows_older_than_it(database: Database) -> N
     writer.database = database
     await writer.prune()
     assert [row[0] for row in await database.fetch("SELECT request_id FROM spend ORDER BY at")] == ["q1", "q2", "q3"]
+
+
+def test_row_ids_are_new_on_every_row_and_never_shared_between_writers() -> None:
+    first, second = RowIds(), RowIds()
+    made = [ids.next() for _ in range(1000) for ids in (first, second)]
+    assert len(set(made)) == len(made)
+    assert first.next().rsplit("-", 1)[0] != second.next().rsplit("-", 1)[0]  # each writer's own prefix
