@@ -72,9 +72,13 @@ class Transport(Protocol):
     """Sends one upstream request and returns as soon as the status and headers are in."""
 
     def send(
-        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes, *, method: str | None = None
     ) -> Awaitable[UpstreamResponse]:
-        """The request, to await (an ``async def`` will do)."""
+        """The request, to await (an ``async def`` will do). ``method`` ``None`` is a
+        completion's ``POST`` to one of the provider's route targets (a transport may keep its
+        URL parsed); any other is a call about a stored response (``GET``, ``DELETE``, a cancel's
+        ``POST``: ``endpoints/stored_responses.py``), whose URL names the response and carries the
+        client's query, already percent-encoded: one per id, never to be kept."""
 
     def start(self) -> None:
         """Open the running loop's pool (called on lifespan startup; sending also opens lazily)."""
