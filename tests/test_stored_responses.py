@@ -9,11 +9,12 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 import openai
 import pytest
+from openai.types.responses import Response
 from starlette.applications import Starlette
 
 from asgi_router import ModelRouter, RouterSettings
@@ -46,28 +47,22 @@ def _settings(alpha: FakeUpstream, beta: FakeUpstream, **overrides: Any) -> Rout
         providers={"alpha": alpha.provider(), "beta": beta.provider()},
         groups={"ab": {"members": ["alpha/m-a", "beta/m-b"]}},
         api_keys=_KEYS,
+        metrics_route="/metrics",
         **overrides,
     )
 
 
 @pytest.fixture
-def sdk() -> Iterator[Callable[..., openai.OpenAI]]:
-    """The openai SDK on a served router as ``caller`` (each client closed when the test ends)."""
-    clients: list[openai.OpenAI] = []
+def sdk(openai_clients: Callable[[str, str], openai.OpenAI]) -> Callable[..., openai.OpenAI]:
+    """The openai SDK on a served router as ``caller``."""
 
     def make(server: AppServer, caller: str = "team-a") -> openai.OpenAI:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=_KEYS[caller], max_retries=0)
-        clients.append(client)
-        return client
+        return openai_clients(server.url, _KEYS[caller])
 
-    yield make
-    for client in clients:
-        client.close()
+    return make
 
 
-def _served_by_beta(
-    sdk: Callable[..., openai.OpenAI], server: AppServer, alpha: FakeUpstream
-) -> openai.types.responses.Response:
+def _served_by_beta(sdk: Callable[..., openai.OpenAI], server: AppServer, alpha: FakeUpstream) -> Response:
     """A response of group ``ab`` that alpha refused and beta produced."""
     alpha.script("m-a", reply.status(503))
     created = sdk(server).responses.create(model="group/ab", input="hello there")
@@ -76,73 +71,110 @@ def _served_by_beta(
     return created
 
 
+class Produced(NamedTuple):
+    router: ModelRouter
+    server: AppServer
+    response: Response
+
+
+@pytest.fixture
+def produced(sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream) -> Iterator[Produced]:
+    """A served router on alpha and beta, and a response beta produced (the fakes' hits reset)."""
+    router = ModelRouter(Starlette(), settings=_settings(fake_upstream, beta))
+    with AppServer(router) as server:
+        created = _served_by_beta(sdk, server, fake_upstream)
+        beta.reset()
+        yield Produced(router, server, created)
+
+
 def _paths(fake: FakeUpstream) -> list[tuple[str, str, str]]:
     return [(hit.method, hit.path, hit.query) for hit in fake.hits]
 
 
 @pytest.mark.both_transports
 def test_retrieve_input_items_cancel_and_delete_reach_the_provider_that_produced_the_response(
-    sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream, transport_kind: str
+    sdk: Callable[..., openai.OpenAI],
+    produced: Produced,
+    fake_upstream: FakeUpstream,
+    beta: FakeUpstream,
+    transport_kind: str,
 ) -> None:
-    router = ModelRouter(Starlette(), settings=_settings(fake_upstream, beta))
+    router, server, created = produced
+    client = sdk(server)
+    retrieved = client.responses.with_raw_response.retrieve(created.id)
+    assert retrieved.parse().id == created.id
+    assert retrieved.parse().output_text == "Hello from m-b"
+    assert retrieved.headers["x-router-model"] == "beta/m-b"
+    items = client.responses.input_items.list(created.id, order="asc", limit=5)
+    assert [item.content[0].text for item in items.data] == ["hello there"]  # type: ignore[union-attr]
+    cancelled = client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    client.responses.delete(created.id)
+
+    route = f"/v1/responses/{created.id}"
+    assert _paths(beta) == [
+        ("GET", route, ""),
+        ("GET", f"{route}/input_items", "limit=5&order=asc"),
+        ("POST", f"{route}/cancel", ""),
+        ("DELETE", route, ""),
+    ]
+    assert fake_upstream.hits == []  # alpha, first in the group, never asked
+    assert {hit.headers["authorization"] for hit in beta.hits} == {f"Bearer {beta.api_key}"}
+    assert created.id not in beta.stored
+    # Deleted: the router forgot it, and answers the 404 itself.
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+    assert len(beta.hits) == 4
+    records = [record for record in router.recent.snapshot() if record.winner == "beta/m-b"]
+    assert [record.status for record in records[-4:]] == [200, 200, 200, 200]
+    assert records[-1].prompt_tokens is None and records[-1].cost_usd is None  # no spend
+    scraped = httpx2.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {_KEYS['team-a']}"}).text
+    for call in ("{id}", "{id}/input_items", "{id}/cancel"):
+        assert f'asgi_router_requests_total{{path="/v1/responses/{call}",status="200"}}' in scraped
+    assert 'asgi_router_requests_total{path="/v1/responses/{id}",status="404"} 1.0' in scraped
+    assert created.id not in scraped  # the id is never a label
+
+
+def test_a_call_carries_the_members_fixed_query_and_headers_then_the_clients_query(
+    sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    settings = _settings(fake_upstream, beta)
+    settings.providers["beta"] = settings.providers["beta"].model_copy(
+        update={"query": {"api-version": "2025-01"}, "headers": {"x-tenant": "blue"}}
+    )
+    router = ModelRouter(Starlette(), settings=settings)
     with AppServer(router) as server:
         created = _served_by_beta(sdk, server, fake_upstream)
-        client = sdk(server)
         beta.reset()
-
-        retrieved = client.responses.with_raw_response.retrieve(created.id)
-        assert retrieved.parse().id == created.id
-        assert retrieved.parse().output_text == "Hello from m-b"
-        assert retrieved.headers["x-router-model"] == "beta/m-b"
-        items = client.responses.input_items.list(created.id, order="asc", limit=5)
-        assert [item.content[0].text for item in items.data] == ["hello there"]  # type: ignore[union-attr]
-        cancelled = client.responses.cancel(created.id)
-        assert cancelled.status == "cancelled"
-        client.responses.delete(created.id)
-
-        route = f"/v1/responses/{created.id}"
-        assert _paths(beta) == [
-            ("GET", route, ""),
-            ("GET", f"{route}/input_items", "limit=5&order=asc"),
-            ("POST", f"{route}/cancel", ""),
-            ("DELETE", route, ""),
-        ]
-        assert fake_upstream.hits == []  # alpha, first in the group, never asked
-        assert {hit.headers["authorization"] for hit in beta.hits} == {f"Bearer {beta.api_key}"}
-        assert created.id not in beta.stored
-        # Deleted: the router forgot it, and answers the 404 itself.
-        with pytest.raises(openai.NotFoundError):
-            client.responses.retrieve(created.id)
-        assert len(beta.hits) == 4
-        records = [record for record in router.recent.snapshot() if record.winner == "beta/m-b"]
-        assert [record.status for record in records[-4:]] == [200, 200, 200, 200]
-        assert records[-1].prompt_tokens is None and records[-1].cost_usd is None  # no spend
+        sdk(server).responses.input_items.list(created.id, after="msg_in_0", limit=2)
+        (hit,) = beta.hits
+        assert hit.path == f"/v1/responses/{created.id}/input_items"
+        assert hit.query == "api-version=2025-01&after=msg_in_0&limit=2"
+        assert hit.headers["x-tenant"] == "blue"
+        assert hit.body is None
 
 
 def test_another_callers_id_and_an_unknown_id_get_the_same_404_in_openais_words_and_reach_no_provider(
-    sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], produced: Produced, fake_upstream: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    router = ModelRouter(Starlette(), settings=_settings(fake_upstream, beta))
-    with AppServer(router) as server:
-        created = _served_by_beta(sdk, server, fake_upstream)
-        beta.reset()
-        with pytest.raises(openai.NotFoundError) as raised:
-            sdk(server, "team-b").responses.retrieve(created.id)
-        assert raised.value.body == {
-            "message": f"Response with id '{created.id}' not found.",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": None,
-        }
-        with pytest.raises(openai.NotFoundError):
-            sdk(server, "team-b").responses.delete(created.id)
-        headers = {"authorization": f"Bearer {_KEYS['team-a']}"}
-        unknown = httpx2.get(f"{server.url}/v1/responses/resp_never_relayed/input_items", headers=headers)
-        assert unknown.status_code == 404
-        assert unknown.json()["error"]["message"] == "Response with id 'resp_never_relayed' not found."
-        assert beta.hits == [] and fake_upstream.hits == []
-        # the owner still reaches it: team-b's delete did not forget it
-        assert sdk(server).responses.retrieve(created.id).id == created.id
+    _, server, created = produced
+    with pytest.raises(openai.NotFoundError) as raised:
+        sdk(server, "team-b").responses.retrieve(created.id)
+    assert raised.value.body == {
+        "message": f"Response with id '{created.id}' not found.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+    with pytest.raises(openai.NotFoundError):
+        sdk(server, "team-b").responses.delete(created.id)
+    headers = {"authorization": f"Bearer {_KEYS['team-a']}"}
+    unknown = httpx2.get(f"{server.url}/v1/responses/resp_never_relayed/input_items", headers=headers)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["message"] == "Response with id 'resp_never_relayed' not found."
+    assert beta.hits == [] and fake_upstream.hits == []
+    # the owner still reaches it: team-b's delete did not forget it
+    assert sdk(server).responses.retrieve(created.id).id == created.id
 
 
 @pytest.mark.both_transports
@@ -165,35 +197,27 @@ def test_a_call_whose_producing_provider_is_down_gets_503_naming_the_candidate(
 
 
 def test_a_call_whose_producing_providers_breaker_is_open_gets_503_and_no_connection(
-    sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream
+    produced: Produced, beta: FakeUpstream
 ) -> None:
-    router = ModelRouter(Starlette(), settings=_settings(fake_upstream, beta))
-    with AppServer(router) as server:
-        created = _served_by_beta(sdk, server, fake_upstream)
-        beta.reset()
-        router.state.trip("beta", router.settings.breaker, time.monotonic())
-        answer = httpx2.get(
-            f"{server.url}/v1/responses/{created.id}", headers={"authorization": f"Bearer {_KEYS['team-a']}"}
-        )
-        assert answer.status_code == 503
-        assert answer.json()["error"]["attempts"] == [
-            {"candidate": "beta/m-b", "reason": "circuit_open", "status": None}
-        ]
-        assert beta.hits == []
+    router, server, created = produced
+    router.state.trip("beta", router.settings.breaker, time.monotonic())
+    answer = httpx2.get(
+        f"{server.url}/v1/responses/{created.id}", headers={"authorization": f"Bearer {_KEYS['team-a']}"}
+    )
+    assert answer.status_code == 503
+    assert answer.json()["error"]["attempts"] == [{"candidate": "beta/m-b", "reason": "circuit_open", "status": None}]
+    assert beta.hits == []
 
 
 def test_an_upstream_404_for_a_known_id_is_passed_through(
-    sdk: Callable[..., openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream
+    sdk: Callable[..., openai.OpenAI], produced: Produced, beta: FakeUpstream
 ) -> None:
-    router = ModelRouter(Starlette(), settings=_settings(fake_upstream, beta))
-    with AppServer(router) as server:
-        created = _served_by_beta(sdk, server, fake_upstream)
-        beta.reset()
-        beta.forget(created.id)  # the provider's copy expired: its own 404 reaches the client
-        with pytest.raises(openai.NotFoundError) as raised:
-            sdk(server).responses.retrieve(created.id)
-        assert raised.value.response.headers["x-router-model"] == "beta/m-b"
-        assert [hit.method for hit in beta.hits] == ["GET"]
+    _, server, created = produced
+    beta.forget(created.id)  # the provider's copy expired: its own 404 reaches the client
+    with pytest.raises(openai.NotFoundError) as raised:
+        sdk(server).responses.retrieve(created.id)
+    assert raised.value.response.headers["x-router-model"] == "beta/m-b"
+    assert [hit.method for hit in beta.hits] == ["GET"]
 
 
 class _Replaying(FakeUpstream):

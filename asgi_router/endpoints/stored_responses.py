@@ -62,7 +62,7 @@ from asgi_router.responses.error_reply import send_error, send_failure
 from asgi_router.responses.headers import relayed_headers
 from asgi_router.responses.relay import send_whole
 from asgi_router.transports.provider import ProviderRuntime, RouteTarget
-from asgi_router.transports.transport import Transport, UpstreamResponse, close_response
+from asgi_router.transports.transport import Transport, UpstreamResponse, close_response, read_bounded
 
 if TYPE_CHECKING:  # prometheus_client is optional
     from asgi_router.observability.metrics import RouterMetrics
@@ -103,6 +103,9 @@ class StoredResponses:
     ) -> None:
         #: Each Responses route with the ``/`` its calls' paths continue it with.
         self._prefixes = {route.rstrip("/") + "/": route for route in routes}
+        #: The same, as :meth:`str.startswith` takes them: every request the host app serves is
+        #: asked about, so one call in C answers.
+        self._starts = tuple(self._prefixes)
         self._guard = guard
         self._affinity = affinity
         self._providers = providers
@@ -116,7 +119,7 @@ class StoredResponses:
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` (below ``root_path``) is below one of the Responses routes."""
-        return any(path.startswith(prefix) for prefix in self._prefixes)
+        return path.startswith(self._starts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = self._clock()
@@ -184,8 +187,7 @@ class StoredResponses:
         scope, producer = state.scope, candidate.key
         method = scope["method"]
         url = _url(target.url, provider.query, response_id, shape, scope.get("query_string", b""))
-        headers = target.head.build(scope["headers"], state.request_id)
-        headers.pop("content-type", None)  # no body goes up: a cancel's POST has none either
+        headers = target.head.build(scope["headers"], state.request_id)  # no body goes up, a cancel's neither
         timeouts = provider.timeouts
         sent = self._clock()
         state.in_flight = (producer, sent)
@@ -200,7 +202,7 @@ class StoredResponses:
                 await self._relay_stream(state, producer, response, sent + timeouts.total, timeouts.idle)
             else:
                 async with asyncio.timeout(timeouts.total - ttfb):
-                    body = await _read_whole(response, self._max_bytes)
+                    body = await read_bounded(response, self._max_bytes)
                 if body is None:  # nothing sent yet: the client hears why
                     lease.finish("upstream_5xx")
                     state.event(producer, "failed", "upstream_5xx", status, self._clock() - sent, ttfb)
@@ -339,18 +341,6 @@ def _is_event_stream(headers: Sequence[tuple[bytes, bytes]]) -> bool:
         if name.lower() == b"content-type":
             return value.lower().startswith(b"text/event-stream")
     return False
-
-
-async def _read_whole(response: UpstreamResponse, limit: int) -> bytes | None:
-    """The whole body; ``None`` past ``limit`` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in response.chunks:
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 async def _send_not_found(state: RequestState, response_id: str) -> None:

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from asgi_router.transports.provider import ProviderRuntime
 
-__all__ = ["Transport", "UpstreamResponse", "close_response"]
+__all__ = ["Transport", "UpstreamResponse", "close_response", "read_bounded"]
 
 
 class UpstreamResponse(Protocol):
@@ -60,6 +60,20 @@ def close_response(response: UpstreamResponse) -> Awaitable[None] | None:
         close_now()
         return None
     return _close_shielded(response)
+
+
+async def read_bounded(response: UpstreamResponse, limit: int) -> bytes | None:
+    """``response``'s whole body, for a caller that reads an answer whole outside the attempts
+    (an embedding, a stored response's call); ``None`` past ``limit`` bytes, the rest unread
+    (closing the response drops it)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.chunks:
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def _close_shielded(response: UpstreamResponse) -> None:
