@@ -220,6 +220,34 @@ def test_an_upstream_404_for_a_known_id_is_passed_through(
     assert [hit.method for hit in beta.hits] == ["GET"]
 
 
+def test_a_virtual_key_reaches_what_its_caller_made_and_once_revoked_gets_401(
+    openai_clients: Callable[[str, str], openai.OpenAI], fake_upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    admin_key = "admin-key-0123456789abcdef"
+    settings = _settings(fake_upstream, beta, admin_keys=[admin_key], ledger_url="memory://")
+    router = ModelRouter(Starlette(), settings=settings)
+    with AppServer(router) as server:
+        admin = {"authorization": f"Bearer {admin_key}"}
+
+        def issued(caller: str) -> dict[str, Any]:
+            made = httpx2.post(f"{server.url}/admin/keys", json={"caller": caller}, headers=admin)
+            assert made.status_code == 201, made.text
+            key: dict[str, Any] = made.json()
+            return key
+
+        key, other = issued("team-v"), issued("team-w")
+        fake_upstream.script("m-a", reply.status(503))
+        created = openai_clients(server.url, key["secret"]).responses.create(model="group/ab", input="hi")
+        assert openai_clients(server.url, key["secret"]).responses.retrieve(created.id).id == created.id
+        assert router.recent.snapshot()[-1].key_id == key["id"]
+        with pytest.raises(openai.NotFoundError):
+            openai_clients(server.url, other["secret"]).responses.retrieve(created.id)
+        assert httpx2.delete(f"{server.url}/admin/keys/{key['id']}", headers=admin).status_code == 204
+        with pytest.raises(openai.AuthenticationError):
+            openai_clients(server.url, key["secret"]).responses.retrieve(created.id)
+        assert [hit.method for hit in beta.hits] == ["POST", "GET"]
+
+
 class _Replaying(FakeUpstream):
     """A fake that replays a stored response's events on ``GET .../responses/{id}?stream=true``."""
 

@@ -21,7 +21,8 @@ What is tuned, and why, all through aiohttp's public API:
 * body chunks come from ``response.content.readany()``: whatever bytes have arrived, as soon as
   they arrive, never re-split into lines or fixed sizes;
 * parsed ``yarl.URL`` objects and ``ClientTimeout`` objects are built once per upstream URL and
-  per provider, not per request.
+  per provider, not per request (but for a call about a stored response, whose URL names it:
+  parsed each time, never kept).
 
 aiohttp's exceptions are translated into the router's own
 (:mod:`asgi_router.core.upstream_errors`) here and nowhere else: in :meth:`AiohttpTransport.send`
