@@ -103,7 +103,7 @@ class StoredResponses:
     ) -> None:
         #: Each Responses route with the ``/`` its calls' paths continue it with.
         self._prefixes = {route.rstrip("/") + "/": route for route in routes}
-        #: The same, as :meth:`str.startswith` takes them: every request the host app serves is
+        #: The same, as ``str.startswith`` takes them: every request the host app serves is
         #: asked about, so one call in C answers.
         self._starts = tuple(self._prefixes)
         self._guard = guard
