@@ -43,6 +43,7 @@ from asgi_router.endpoints.admin_api import AdminApi
 from asgi_router.endpoints.admin_surface import AdminSurface, build_admin
 from asgi_router.endpoints.count_tokens import count_tokens_routes
 from asgi_router.endpoints.router_pages import Pages, build_pages
+from asgi_router.endpoints.stored_responses import StoredResponses
 from asgi_router.fleet.caller_budgets import caller_tallies_for
 from asgi_router.fleet.state_factory import make_state
 from asgi_router.guardrails.guardrail_api import GuardrailFunction
@@ -140,6 +141,8 @@ class RouterParts:
     ledger: Ledger | None = None
     #: The guardrails (``asgi_router/guardrails``); ``None``: none configured.
     guardrails: Guardrails | None = None
+    #: A stored response's calls below the Responses routes (``None``: no Responses route).
+    stored: StoredResponses | None = None
 
 
 def assemble(owner: object, app: ASGIApp, **keywords: Unpack[RouterKeywords]) -> RouterParts:
@@ -256,6 +259,21 @@ def assemble(owner: object, app: ASGIApp, **keywords: Unpack[RouterKeywords]) ->
         metrics.cache_bytes = cache.store.size
     connected = (router_state,) if isinstance(router_state, Connected) else ()
     routes = {route: route_kind(route) for route in resolved.routes}
+    stored = None
+    if responses is not None:  # the calls about a stored response go where it was produced
+        stored = StoredResponses(
+            [route for route, kind in routes.items() if kind == "responses"],
+            guard,
+            responses,
+            providers,
+            gate,
+            upstream,
+            clock,
+            resolved.max_response_bytes,
+            recent,
+            events,
+            metrics,
+        )
     return RouterParts(
         settings=resolved,
         guard=guard,
@@ -291,6 +309,7 @@ def assemble(owner: object, app: ASGIApp, **keywords: Unpack[RouterKeywords]) ->
         key_caps=admin.key_caps if admin is not None else None,
         ledger=ledger,
         guardrails=checks,
+        stored=stored,
     )
 
 

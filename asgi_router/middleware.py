@@ -4,7 +4,8 @@ Scopes it does not handle (other paths and methods, websockets) go straight to t
 the first lines of ``__call__``; ``lifespan`` goes to the host app with the router's own start-up
 and shut-down around it (``runtime/lifespan.py``); the router's own ``GET`` routes
 (``/v1/models``, the Prometheus ``metrics_route``, the ``status_route`` page) are answered behind
-its inbound auth (``endpoints/router_pages.py``). The router's parts are built once, from its
+its inbound auth (``endpoints/router_pages.py``), and so are the calls about a stored Responses API response
+below a Responses route (``endpoints/stored_responses.py``). The router's parts are built once, from its
 keywords and settings, by :func:`~asgi_router.assembly.assemble`.
 
 A chat request runs as a pipeline of named phases, in this order, each a method or a part with a
@@ -160,6 +161,9 @@ class ModelRouter:
         #: The session header, when caps or a sticky group read it (its length is checked).
         self._session_header = read_session_header(parts.settings)
         self._decisions = parts.loop.context.decisions
+        #: A stored response's own calls (``GET``/``DELETE`` below a Responses route; ``None``:
+        #: the router has no Responses route).
+        self._stored = parts.stored
 
     @property
     def transport(self) -> Transport:
@@ -181,6 +185,8 @@ class ModelRouter:
                 await self._pages(scope, receive, send)
             elif kind == "http" and scope["method"] == "POST" and route_path(scope) in self._count_tokens:
                 await refuse_count_tokens(send)
+            elif kind == "http" and self._stored is not None and self._stored.handles(route_path(scope)):
+                await self._stored(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +256,23 @@ async def sdk(server: ServerThread) -> AsyncIterator[openai.AsyncOpenAI]:
     real socket); it never retries, so each call is one request."""
     async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
         yield client
+
+
+@pytest.fixture
+def openai_clients() -> Iterator[Callable[[str, str], openai.OpenAI]]:
+    """Makes official ``openai`` clients (a served router's URL, a key) that never retry, each
+    closed when the test ends (an unclosed client's sockets are left to the garbage collector,
+    which warns where it finds them)."""
+    clients: list[openai.OpenAI] = []
+
+    def make(url: str, key: str) -> openai.OpenAI:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
 
 
 def pool_is_quiet(router: ModelRouter) -> bool:

@@ -57,20 +57,13 @@ def hosts(redis_server: RedisServer, fake_upstream: FakeUpstream) -> Iterator[li
 
 
 @pytest.fixture
-def sdk() -> Iterator[Callable[..., openai.OpenAI]]:
-    """The openai SDK on a served router as ``caller``: each client made is closed when the test
-    ends (an unclosed client's sockets are left to the garbage collector, which warns where it
-    finds them)."""
-    clients: list[openai.OpenAI] = []
+def sdk(openai_clients: Callable[[str, str], openai.OpenAI]) -> Callable[..., openai.OpenAI]:
+    """The openai SDK on a served router as ``caller``."""
 
     def make(server: AppServer, caller: str = "team-a") -> openai.OpenAI:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=_KEYS[caller], max_retries=0)
-        clients.append(client)
-        return client
+        return openai_clients(server.url, _KEYS[caller])
 
-    yield make
-    for client in clients:
-        client.close()
+    return make
 
 
 def _follow_up(server: AppServer, previous: str, caller: str = "team-a", model: str = "group/ba") -> httpx2.Response:

@@ -6,7 +6,9 @@ decision point's, ``request_answers.py``), and only the caller that produced it 
 router remembers, for each response id it relays, the candidate and a digest of the caller: in
 this process, at most ``responses_max`` ids, the least recently used forgotten; with a fleet
 (``state_url``), in its store too (``fleet/shared_response_ids.py``, for ``responses_ttl``), so
-that any process can send the follow-up back. Ids and callers are kept as digests only.
+that any process can send the follow-up back. Ids and callers are kept as digests only. The
+same table answers a stored response's own calls (``GET``/``DELETE`` and the rest,
+``endpoints/stored_responses.py``); a response deleted there is forgotten here and in the fleet.
 
 A router without a Responses route has none of this: ``None``, nothing on any request's path.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from asgi_router.config.settings import RouterSettings
 from asgi_router.core.route_paths import route_kind
@@ -23,7 +25,10 @@ from asgi_router.core.route_paths import route_kind
 if TYPE_CHECKING:  # only a fleet's router has one (redis is optional)
     from asgi_router.fleet.shared_response_ids import FleetResponseIds
 
-__all__ = ["Producer", "ResponseAffinity"]
+#: What the fleet's store keeps for a response id deleted by one of its processes.
+FORGOTTEN: Final = ""
+
+__all__ = ["FORGOTTEN", "Producer", "ResponseAffinity"]
 
 
 class Producer(NamedTuple):
@@ -90,6 +95,9 @@ class ResponseAffinity:
         value = None
         if self.fleet is not None and self.fleet.up:
             value = await self.fleet.producer(digest)
+            if value == FORGOTTEN:  # a process of the fleet saw it deleted
+                self._ids.pop(digest, None)
+                return None
         if value is None:
             value = self._ids.get(digest)
             if value is None:
@@ -97,3 +105,12 @@ class ResponseAffinity:
             self._ids.move_to_end(digest)
         candidate, _, caller = value.partition("\n")
         return Producer(candidate, caller == _caller(principal))
+
+    async def forget(self, response_id: str) -> None:
+        """Forget ``response_id`` (its provider deleted it): here, and in the fleet's store when
+        it answers (awaited): the store keeps it as forgotten, so that a process whose own table
+        still holds it forgets it too when it asks."""
+        digest = _digest(response_id)
+        self._ids.pop(digest, None)
+        if self.fleet is not None and self.fleet.up:
+            await self.fleet.forget(digest, self._ttl)

@@ -21,7 +21,7 @@ from typing import Final
 from asgi_router.observability.events import logger
 from asgi_router.routing.plan import Plan, Resolver
 from asgi_router.transports.provider import ProviderRuntime
-from asgi_router.transports.transport import Transport, close_response
+from asgi_router.transports.transport import Transport, close_response, read_bounded
 
 __all__ = ["MAX_EMBEDDING_BYTES", "Embedder"]
 
@@ -76,18 +76,12 @@ class Embedder:
         try:
             if response.status != 200:
                 return None
-            parts: list[bytes] = []
-            size = 0
-            async for chunk in response.chunks:
-                size += len(chunk)
-                if size > MAX_EMBEDDING_BYTES:
-                    return None
-                parts.append(chunk)
+            body = await read_bounded(response, MAX_EMBEDDING_BYTES)
         finally:
             closing = close_response(response)
             if closing is not None:
                 await closing
-        return _vector(b"".join(parts))
+        return _vector(body) if body is not None else None
 
 
 def _vector(body: bytes) -> list[float] | None:

@@ -4,7 +4,8 @@ A follow-up turn (``previous_response_id``) may reach any process of a fleet; on
 that produced the response holds it, so every process must know which candidate that was. The
 store keeps it under ``<prefix>:resp:<digest of the id>`` (no id in a key name) for
 ``responses_ttl``: one ``GET`` on a follow-up's path (bounded like any request's round trip,
-``link.REQUEST_TIMEOUT``), one ``SET`` in the background once a response was relayed. While the
+``link.REQUEST_TIMEOUT``), one ``SET`` in the background once a response was relayed, an empty
+value (awaited, bounded the same way) once its provider deleted it. While the
 store is unreachable, the process's own table answers (``attempts/response_affinity.py``).
 """
 
@@ -47,6 +48,17 @@ class FleetResponseIds:
 
         value = await self._link.call(get, request=True)
         return value.decode() if isinstance(value, bytes) else value
+
+    async def forget(self, digest: str, ttl: float) -> None:
+        """Keep the id whose digest is ``digest`` as deleted (an empty value), for ``ttl``
+        seconds: a process whose own table still holds it learns so when it asks. Nothing, if
+        the store cannot be reached now."""
+        name, milliseconds = self._name(digest), max(1, math.ceil(ttl * 1000))
+
+        async def drop(client: Redis) -> None:
+            await client.set(name, "", px=milliseconds)
+
+        await self._link.call(drop, request=True)
 
     def remember(self, digest: str, value: str, ttl: float) -> None:
         """Keep ``value`` for the id whose digest is ``digest``, for ``ttl`` seconds (in the background)."""

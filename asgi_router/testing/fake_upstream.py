@@ -5,7 +5,10 @@
 an ``openai`` fake also answers ``POST .../responses`` natively, as OpenAI's Responses API
 (``openai_responses_wire.py``); ``FakeUpstream(kind="anthropic")`` serves Anthropic's Messages
 API instead (its
-``up.provider()`` says ``kind = "anthropic"``). ``up.script(model_id, *replies)`` sets what a
+``up.provider()`` says ``kind = "anthropic"``). An ``openai`` fake keeps each Responses API
+answer it gave, as OpenAI stores them: ``GET``/``DELETE .../responses/{id}``,
+``GET .../responses/{id}/input_items`` and ``POST .../responses/{id}/cancel`` answer from it
+(``up.stored``). ``up.script(model_id, *replies)`` sets what a
 model id answers, one reply per request in turn, the last one repeating; a model nobody
 scripted answers ``reply.ok()`` with a text naming it. Every request is kept in ``up.hits``.
 ``up.reset()`` forgets scripts and hits, so one server can serve a whole test session.
@@ -59,7 +62,7 @@ class FakeUpstream(Served):
         self.api_key = api_key
         self._wire: Wire = WIRES[kind]()
         #: OpenAI's API also serves the Responses API: its own wire, for its own route.
-        self._responses: Wire | None = ResponsesWire() if kind == "openai" else None
+        self._responses: ResponsesWire | None = ResponsesWire() if kind == "openai" else None
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Reply]] = {}
         self._hits: list[Hit] = []
@@ -102,6 +105,19 @@ class FakeUpstream(Served):
         with self._lock:
             self._scripts[model_id] = list(replies)
 
+    @property
+    def stored(self) -> dict[str, dict[str, Any]]:
+        """The Responses API responses this fake holds, by id (a copy): what ``GET
+        .../responses/{id}`` answers, until deleted or forgotten (:meth:`forget`; ids are
+        never reused, so :meth:`reset` keeps them)."""
+        return self._responses.stored() if self._responses is not None else {}
+
+    def forget(self, response_id: str | None = None) -> None:
+        """Forget a stored response (``None``: every one), as a provider whose copy expired:
+        calls about it get OpenAI's 404."""
+        if self._responses is not None:
+            self._responses.forget(response_id)
+
     def reset(self) -> None:
         """Forget every script and hit, and the peak of requests at once."""
         with self._lock:
@@ -113,7 +129,8 @@ class FakeUpstream(Served):
         """What to answer ``hit`` with: a chat request follows its model's script (or gets
         ``reply.ok()``) unless the real API would refuse it (no model; for Anthropic's, no
         ``anthropic-version`` header, ``max_tokens`` or ``messages``), ``GET .../models`` lists
-        the models scripted or asked for, anything else is a 404.
+        the models scripted or asked for, a call about a stored Responses API response answers
+        from what this fake stored, anything else is a 404.
 
         Override it to answer from the request itself; call ``super().reply_for(hit)`` for
         the scripted behaviour. It runs on the server's event loop: it must not block.
@@ -129,6 +146,9 @@ class FakeUpstream(Served):
                 if script:
                     return script.pop(0) if len(script) > 1 else script[0]
             return ok()
+        if self._responses is not None and (held := self._responses.stored_call(hit)) is not None:
+            code, body = held
+            return status(code, body=body)
         if self._wire.is_model_list(hit.method, hit.path):
             with self._lock:
                 known = {*self._scripts, *(seen.model for seen in self._hits if seen.model)}
@@ -198,6 +218,7 @@ class FakeUpstream(Served):
             stream,
             method=scope["method"],
             client_port=client[1] if client else 0,
+            query=scope.get("query_string", b"").decode("latin-1"),
         )
         with self._lock:
             self._hits.append(hit)

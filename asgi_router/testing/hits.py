@@ -29,6 +29,8 @@ class Hit:
     method: str = "POST"
     #: The client's port: tells the connections of a pool apart.
     client_port: int = 0
+    #: The query string, as it came (``""``: none).
+    query: str = ""
     status: int | None = None
     completed: bool = False
     disconnected: bool = False

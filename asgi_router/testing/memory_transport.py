@@ -106,7 +106,9 @@ class MemoryTransport:
     def is_quiet(self) -> bool:
         return all(response.closed for response in self.sent)
 
-    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> MemoryResponse:
+    async def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes, *, method: str | None = None
+    ) -> MemoryResponse:
         response = self._answer(url)
         if self._keep:
             self.sent.append(response)

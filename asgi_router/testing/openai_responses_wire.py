@@ -7,9 +7,17 @@ a ``function_call`` item when the reply calls a tool; ``usage`` with ``input_tok
 ``responses.stream()`` accumulates, each event ``event: <type>`` and ``data: <json>`` with its
 ``sequence_number``: ``response.created``, ``response.in_progress``, the items added, their
 deltas and ends, then ``response.completed`` (no ``[DONE]``). Each answer gets a response id of
-its own (``resp_fake_1``, ``resp_fake_2``, ...), so a test can follow ``previous_response_id``. An
+its own (``resp_fake_1``, ``resp_fake_2``, ...: numbered across every fake of the process, so
+that two fakes never give the same id), so a test can follow ``previous_response_id``. An
 error in the middle of a stream is ``response.failed`` with the code the status stands for
 (``rate_limit_exceeded`` for a 429, ``invalid_prompt`` for a 400, else ``server_error``).
+
+Like OpenAI's API, the fake stores each response it answered (with its request's ``input`` as
+items) and answers the calls about one: ``GET .../responses/{id}`` (the response),
+``DELETE .../responses/{id}`` (``deleted``, and it is gone), ``GET .../responses/{id}/input_items``
+(a list, ``order`` ``desc`` by default, ``limit`` and ``after`` honoured) and
+``POST .../responses/{id}/cancel`` (the response, ``cancelled``); an id it does not hold is
+OpenAI's 404.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any, Final
+from urllib.parse import parse_qs
 
 from asgi_router.testing.hits import Hit
 from asgi_router.testing.openai_wire import CREATED, TOOL_CALL_ID, OpenAIWire
@@ -29,6 +38,9 @@ RESPONSE_ID_PREFIX: Final = "resp_fake_"
 MESSAGE_ID: Final = "msg_fake"
 _FUNCTION_ITEM_ID: Final = "fc_fake"
 _CODES: Final[dict[int, str]] = {429: "rate_limit_exceeded", 400: "invalid_prompt"}
+#: One numbering for every fake of the process: two fakes never answer with the same id.
+_IDS: Final = itertools.count(1)
+_STORED_PATH: Final = "/responses/"
 
 
 def failure_code(status: int) -> str:
@@ -64,8 +76,47 @@ class ResponsesWire(OpenAIWire):
     """The Responses route of the ``openai`` kind."""
 
     def __init__(self) -> None:
-        self._ids = itertools.count(1)
         self._last = RESPONSE_ID_PREFIX + "0"
+        #: Each response answered, by id: the response object and its input items.
+        self._stored: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+
+    def stored(self) -> dict[str, dict[str, Any]]:
+        """The responses held, by id (a copy)."""
+        return {response_id: dict(kept[0]) for response_id, kept in list(self._stored.items())}
+
+    def forget(self, response_id: str | None = None) -> None:
+        """Forget a response held (``None``: every one)."""
+        if response_id is None:
+            self._stored.clear()
+        else:
+            self._stored.pop(response_id, None)
+
+    def _keep(self, response: dict[str, Any], request: Any) -> None:
+        self._stored[response["id"]] = (response, _input_items(request))
+
+    def stored_call(self, hit: Hit) -> tuple[int, dict[str, Any]] | None:
+        """The status and body of a call about a stored response (``None``: ``hit`` is none)."""
+        at = hit.path.rfind(_STORED_PATH)
+        if at < 0:
+            return None
+        response_id, _, last = hit.path[at + len(_STORED_PATH) :].partition("/")
+        if not response_id or last not in ("", "input_items", "cancel"):
+            return None
+        kept = self._stored.get(response_id)
+        if kept is None:
+            return 404, _not_found(response_id)
+        response, items = kept
+        if (hit.method, last) == ("GET", ""):
+            return 200, response
+        if (hit.method, last) == ("DELETE", ""):
+            self._stored.pop(response_id, None)
+            return 200, {"id": response_id, "object": "response", "deleted": True}
+        if (hit.method, last) == ("GET", "input_items"):
+            return 200, _listed(items, parse_qs(hit.query))
+        if (hit.method, last) == ("POST", "cancel"):
+            response["status"] = "cancelled"
+            return 200, response
+        return None
 
     def is_chat(self, method: str, path: str) -> bool:
         return method == "POST" and path.rstrip("/").endswith("/responses")
@@ -134,11 +185,14 @@ class ResponsesWire(OpenAIWire):
         return output
 
     def completion(self, answer: ScriptedAnswer) -> bytes:
-        self._last = f"{RESPONSE_ID_PREFIX}{next(self._ids)}"
-        return _dumps(self._response(answer, "completed", self._output(answer)))
+        self._last = f"{RESPONSE_ID_PREFIX}{next(_IDS)}"
+        response = self._response(answer, "completed", self._output(answer))
+        self._keep(response, answer.request)
+        return _dumps(response)
 
     def stream(self, body: Any, answer: ScriptedAnswer) -> list[bytes]:
-        self._last = f"{RESPONSE_ID_PREFIX}{next(self._ids)}"
+        self._last = f"{RESPONSE_ID_PREFIX}{next(_IDS)}"
+        self._keep(self._response(answer, "completed", self._output(answer)), body)
         events: list[bytes] = []
 
         def event(kind: str, **fields: Any) -> None:
@@ -188,3 +242,44 @@ class ResponsesWire(OpenAIWire):
         }
         payload = {"type": "response.failed", "sequence_number": 0, "response": response}
         return b"event: response.failed\ndata: " + _dumps(payload) + b"\n\n"
+
+
+def _input_items(request: Any) -> list[dict[str, Any]]:
+    """A request's ``input`` as the stored items OpenAI lists (a string is one user message),
+    oldest first, each with an id."""
+    given = request.get("input") if isinstance(request, dict) else None
+    if isinstance(given, str):
+        given = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": given}]}]
+    items = [item for item in given if isinstance(item, dict)] if isinstance(given, list) else []
+    kept = []
+    for index, item in enumerate(items):
+        item = {"type": "message", **item}
+        if isinstance(item.get("content"), str):
+            item["content"] = [{"type": "input_text", "text": item["content"]}]
+        kept.append({"id": f"msg_in_{index}", "status": "completed", **item})
+    return kept
+
+
+def _listed(items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str, Any]:
+    """A page of input items, as ``order``, ``after`` and ``limit`` ask (OpenAI's defaults:
+    newest first, 20)."""
+    ordered = items if query.get("order", ["desc"])[-1] == "asc" else items[::-1]
+    after = query.get("after", [None])[-1]
+    ids = [item["id"] for item in ordered]
+    if after in ids:
+        ordered = ordered[ids.index(after) + 1 :]
+    limit = query.get("limit", ["20"])[-1]
+    size = int(limit) if limit.isdigit() else 20
+    page = ordered[:size]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > size,
+    }
+
+
+def _not_found(response_id: str) -> dict[str, Any]:
+    message = f"Response with id '{response_id}' not found."
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}

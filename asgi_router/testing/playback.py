@@ -199,12 +199,12 @@ def _answer(reply: Ok | ToolCall, hit: Hit, wire: Wire) -> ScriptedAnswer:
             text = text[len(prefill) :]
         parts = pieces(text, reply.chunks)
         usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts))
-        return ScriptedAnswer(hit.model, text, parts, usage, choices=choices_asked(hit.body))
+        return ScriptedAnswer(hit.model, text, parts, usage, choices=choices_asked(hit.body), request=hit.body)
     text = reply.text or ""
     parts = pieces(text, None)
     tool = ToolUse(reply.name, reply.arguments, pieces(reply.arguments, reply.chunks), reply.id)
     usage = reply.usage if reply.usage is not None else wire.usage(hit.body, len(parts) + len(tool.pieces))
-    return ScriptedAnswer(hit.model, text, parts, usage, tool, choices=choices_asked(hit.body))
+    return ScriptedAnswer(hit.model, text, parts, usage, tool, choices=choices_asked(hit.body), request=hit.body)
 
 
 def prefilled(body: object) -> str | None:

@@ -58,6 +58,8 @@ class ScriptedAnswer:
     tool: ToolUse | None = None
     #: How many choices to answer (OpenAI's ``n``; a protocol without it answers one).
     choices: int = 1
+    #: The request's parsed body (a wire that stores what it answered keeps its input).
+    request: Any = None
 
 
 class Wire(Protocol):

@@ -21,7 +21,8 @@ What is tuned, and why, all through aiohttp's public API:
 * body chunks come from ``response.content.readany()``: whatever bytes have arrived, as soon as
   they arrive, never re-split into lines or fixed sizes;
 * parsed ``yarl.URL`` objects and ``ClientTimeout`` objects are built once per upstream URL and
-  per provider, not per request.
+  per provider, not per request (but for a call about a stored response, whose URL names it:
+  parsed each time, never kept).
 
 aiohttp's exceptions are translated into the router's own
 (:mod:`asgi_router.core.upstream_errors`) here and nowhere else: in :meth:`AiohttpTransport.send`
@@ -179,17 +180,27 @@ class AiohttpTransport:
             target = self._urls[url] = URL(url)
         timeout = self._timeouts.get(provider.name)
         if timeout is None:
-            # ``connect`` covers waiting for a pooled connection and opening one (httpx's pool
-            # and connect timeouts); first-byte, idle and total are the attempt loop's deadlines.
-            timeout = self._timeouts[provider.name] = aiohttp.ClientTimeout(
-                total=None, connect=provider.timeouts.connect, sock_read=None
-            )
+            timeout = self._timeout(provider)
         return target, timeout
 
-    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> AiohttpResponse:
-        target, timeout = self._target(provider, url)
+    def _timeout(self, provider: ProviderRuntime) -> aiohttp.ClientTimeout:
+        # ``connect`` covers waiting for a pooled connection and opening one (httpx's pool
+        # and connect timeouts); first-byte, idle and total are the attempt loop's deadlines.
+        timeout = self._timeouts[provider.name] = aiohttp.ClientTimeout(
+            total=None, connect=provider.timeouts.connect, sock_read=None
+        )
+        return timeout
+
+    async def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes, *, method: str | None = None
+    ) -> AiohttpResponse:
+        if method is None:  # a completion: its URL is one of the route targets', kept parsed
+            target, timeout = self._target(provider, url)
+            method = "POST"
+        else:  # a stored response's URL names the response: one per id, never kept
+            target, timeout = URL(url, encoded=True), self._timeouts.get(provider.name) or self._timeout(provider)
         session = self._sessions.current()
-        request = session.request("POST", target, headers=headers, data=body, timeout=timeout, allow_redirects=False)
+        request = session.request(method, target, headers=headers, data=body, timeout=timeout, allow_redirects=False)
         del headers  # aiohttp copies them as it sends: not held here while the upstream is awaited
         try:
             response = await request

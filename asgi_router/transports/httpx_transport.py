@@ -126,9 +126,13 @@ class HttpxTransport:
         """Every response this transport returned has been closed (its connection released)."""
         return self.open_responses == 0
 
-    async def send(self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes) -> HttpxResponse:
+    async def send(
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes, *, method: str | None = None
+    ) -> HttpxResponse:
         client = self.client
-        request = client.build_request("POST", url, headers=headers, content=body, timeout=provider.httpx_timeout)
+        request = client.build_request(
+            method or "POST", url, headers=headers, content=body, timeout=provider.httpx_timeout
+        )
         try:
             response = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from asgi_router.transports.provider import ProviderRuntime
 
-__all__ = ["Transport", "UpstreamResponse", "close_response"]
+__all__ = ["Transport", "UpstreamResponse", "close_response", "read_bounded"]
 
 
 class UpstreamResponse(Protocol):
@@ -62,6 +62,20 @@ def close_response(response: UpstreamResponse) -> Awaitable[None] | None:
     return _close_shielded(response)
 
 
+async def read_bounded(response: UpstreamResponse, limit: int) -> bytes | None:
+    """``response``'s whole body, for a caller that reads an answer whole outside the attempts
+    (an embedding, a stored response's call); ``None`` past ``limit`` bytes, the rest unread
+    (closing the response drops it)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.chunks:
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def _close_shielded(response: UpstreamResponse) -> None:
     # A task of its own, shielded: a second cancellation of the caller (the client leaving while a
     # lost hedge closes) stops the wait, never the close itself.
@@ -72,9 +86,13 @@ class Transport(Protocol):
     """Sends one upstream request and returns as soon as the status and headers are in."""
 
     def send(
-        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes
+        self, provider: ProviderRuntime, url: str, headers: dict[str, str], body: bytes, *, method: str | None = None
     ) -> Awaitable[UpstreamResponse]:
-        """The request, to await (an ``async def`` will do)."""
+        """The request, to await (an ``async def`` will do). ``method`` ``None`` is a
+        completion's ``POST`` to one of the provider's route targets (a transport may keep its
+        URL parsed); any other is a call about a stored response (``GET``, ``DELETE``, a cancel's
+        ``POST``: ``endpoints/stored_responses.py``), whose URL names the response and carries the
+        client's query, already percent-encoded: one per id, never to be kept."""
 
     def start(self) -> None:
         """Open the running loop's pool (called on lifespan startup; sending also opens lazily)."""
