@@ -15,7 +15,8 @@ to who called it:
   apart, as it runs alongside the tests and is no test's choice;
 - any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time.
 
-tests/conftest.py prints the lines in pytest's terminal summary. The wrappers hand every argument
+tests/conftest.py prints the lines in pytest's terminal summary, with the tests that slept the
+most (a sleep is put down to the test being set up, run or torn down when it ended). The wrappers hand every argument
 and result through, so nothing behaves differently while they are in place.
 """
 
