@@ -16,9 +16,11 @@ import base64
 import itertools
 import json
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -62,8 +64,10 @@ class Browser:
                 "about:blank",
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )  # fmt: skip
+        self._devtools: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read_output, name="chromium-output", daemon=True).start()
         self._credentials = credentials
         self._ids = itertools.count(1)
         #: How often a server asked this tab for credentials.
@@ -82,17 +86,24 @@ class Browser:
             self.close()
             raise
 
+    def _read_output(self) -> None:
+        """Hand on the DevTools address chromium prints once it listens (``None`` if its output
+        ends first), and read the rest of its output, so that it never waits on a full pipe."""
+        assert self._process.stderr is not None
+        with self._process.stderr as output:
+            for line in output:
+                if line.startswith(b"DevTools listening on ws://"):
+                    self._devtools.put(line.decode().removeprefix("DevTools listening on ").strip())
+        self._devtools.put(None)
+
     def _endpoint(self) -> str:
-        port_file = self._profile / "DevToolsActivePort"
-
-        def written() -> bool:
-            if self._process.poll() is not None:
-                raise RuntimeError("chromium did not start")
-            return port_file.exists() and len(port_file.read_text().splitlines()) >= 2
-
-        polled(written, within=20, every=0.05, what="chromium's start")
-        port, path = port_file.read_text().splitlines()[:2]
-        return f"ws://127.0.0.1:{port}{path}"
+        try:
+            endpoint = self._devtools.get(timeout=20)
+        except queue.Empty:
+            raise AssertionError("chromium did not start within 20 s") from None
+        if endpoint is None:
+            raise RuntimeError("chromium did not start")
+        return endpoint
 
     # --- the protocol -------------------------------------------------------------------
 
@@ -158,7 +169,7 @@ class Browser:
 
     def wait_for(self, expression: str, timeout: float = 10) -> Any:
         """Poll ``expression`` until it is truthy; its value."""
-        return polled(lambda: self.evaluate(expression), within=timeout, every=0.1, what=f"true: {expression}")
+        return polled(lambda: self.evaluate(expression), within=timeout, every=0.02, what=f"true: {expression}")
 
     def screenshot(self, path: Path) -> bytes:
         """A PNG of the whole page, written to ``path``."""

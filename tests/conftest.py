@@ -51,6 +51,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         tally.uninstall()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Puts the sleeps that end while ``item`` is set up, run or torn down down to it."""
+    tally = item.config.stash.get(_SLEEPS, None)
+    if tally is not None:
+        tally.current_test = item.nodeid
+    try:
+        return (yield)
+    finally:
+        if tally is not None:
+            tally.current_test = ""
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     if (tally := config.stash.get(_SLEEPS, None)) is not None:
         terminalreporter.write_sep("-", "time spent sleeping (tests/sleep_tally.py)")

@@ -5,7 +5,8 @@ off and an ACL user whose password the routers' URL carries (so that a leaked pa
 show in their logs); :meth:`RedisServer.kill` is a SIGKILL, :meth:`RedisServer.start` again
 brings it back empty on the same port. :class:`RouterProcess` is ``python -m uvicorn
 tests.fleet_app:app`` on a free port, configured by a TOML file; its output goes to a log file
-the tests read.
+the tests read, copied there by a thread that also tells when uvicorn says it is listening (a
+start is waited for on that line, not polled).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import pytest
 
@@ -106,6 +109,8 @@ class RouterProcess:
         self.port = free_port()
         self.log_path = workdir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._listening = threading.Event()
+        self._copier: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -114,34 +119,43 @@ class RouterProcess:
     def start(self) -> RouterProcess:
         command = [
             sys.executable, "-m", "uvicorn", "tests.fleet_app:app", "--host", "127.0.0.1",
-            "--port", str(self.port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
+            "--port", str(self.port), "--lifespan", "on", "--no-access-log", "--log-level", "info",
         ]  # fmt: skip
         env = {**os.environ, "FLEET_CONFIG": str(self.config)}
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        log.close()
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        assert self.process.stdout is not None
+        self._listening = threading.Event()
+        self._copier = threading.Thread(
+            target=self._copy, args=(self.process.stdout, self._listening), name=f"{self.name}-log", daemon=True
+        )
+        self._copier.start()
         return self
+
+    def _copy(self, output: IO[bytes], listening: threading.Event) -> None:
+        """Copy the process's output to its log, line by line, until it exits; ``listening`` is set
+        once uvicorn says it is (after the app's start-up), or when the output ends."""
+        with output, self.log_path.open("ab") as log:
+            for line in output:
+                log.write(line)
+                log.flush()
+                if b"Uvicorn running on" in line:
+                    listening.set()
+        listening.set()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         process = self.process
         assert process is not None
-
-        def healthy() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited:\n{self.log()}")
-            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=0.5)
-            try:
-                connection.request("GET", "/health")
-                return connection.getresponse().status == 200
-            except OSError:
-                return False
-            finally:
-                connection.close()
-
-        try:
-            polled(healthy, within=timeout, every=0.05, what=f"{self.name}'s start")
-        except AssertionError as failed:
-            raise AssertionError(f"{self.name} did not start:\n{self.log()}") from failed
+        if not self._listening.wait(timeout):
+            raise AssertionError(f"{self.name} did not start within {timeout} s:\n{self.log()}")
+        if process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited:\n{self.log()}")
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:  # listening: its app answers at once
+            connection.request("GET", "/health")
+            status = connection.getresponse().status
+        finally:
+            connection.close()
+        assert status == 200, f"{self.name}'s /health answered {status}:\n{self.log()}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -155,6 +169,8 @@ class RouterProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self._copier is not None:
+            self._copier.join(timeout=10)  # the log is whole once the output has ended
 
 
 class Fleet:

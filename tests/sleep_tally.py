@@ -15,7 +15,8 @@ to who called it:
   apart, as it runs alongside the tests and is no test's choice;
 - any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time.
 
-tests/conftest.py prints the lines in pytest's terminal summary. The wrappers hand every argument
+tests/conftest.py prints the lines in pytest's terminal summary, with the tests that slept the
+most (a sleep is put down to the test being set up, run or torn down when it ended). The wrappers hand every argument
 and result through, so nothing behaves differently while they are in place.
 """
 
@@ -63,6 +64,12 @@ class SleepTally:
         self.fake_clock = _Sum()
         self.sites: Counter[str] = Counter()
         """Seconds slept by the suite and the library, per calling line: where the time goes."""
+        self.tests: Counter[str] = Counter()
+        """Seconds slept by the suite and the library, per test (the one running when the sleep
+        ended; a session fixture's sleeps go to the test that first asked for it)."""
+        self.calls_by_test: Counter[str] = Counter()
+        self.current_test = ""
+        """The node id of the test being set up, run or torn down (set by tests/conftest.py)."""
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
 
@@ -73,6 +80,8 @@ class SleepTally:
             total.seconds += max(0.0, seconds)
             if site:
                 self.sites[site] += max(0.0, seconds)
+                self.tests[self.current_test or "(between tests)"] += max(0.0, seconds)
+                self.calls_by_test[self.current_test or "(between tests)"] += 1
 
     def _caller(self, on_fake_clock: bool = False) -> tuple[_Sum, str]:
         """Whose sleep this is (and from which line, for the suite and the library): asked of the
@@ -149,4 +158,9 @@ class SleepTally:
             f"  apart: by others (servers' idle ticks, client libraries): {self.elsewhere}; "
             f"on a fake-clock loop (no real time): {self.fake_clock}",
             "  most seconds: " + "; ".join(f"{site} {seconds:.1f} s" for site, seconds in self.sites.most_common(8)),
+            "  most seconds by test:",
+            *(
+                f"    {seconds:6.2f} s in {self.calls_by_test[test]:4d} sleeps  {test}"
+                for test, seconds in self.tests.most_common(15)
+            ),
         ]

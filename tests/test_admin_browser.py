@@ -55,7 +55,7 @@ def test_a_key_made_in_the_page_serves_the_sdk_shows_its_spend_and_once_revoked_
         _set(browser, "new-name", MARKUP)
         _click(browser, "#create")
         secret = browser.wait_for("document.getElementById('secret').dataset.secret")
-        key_id = browser.evaluate("document.querySelector('#keys tr').dataset.id")
+        key_id = browser.wait_for("document.querySelector('#keys tr')?.dataset.id")  # the list follows the secret
         row = f"#keys tr[data-id={json.dumps(key_id)}]"
         assert browser.evaluate(f"document.querySelector({json.dumps(row)}).cells[2].textContent") == MARKUP
         assert browser.evaluate("document.querySelectorAll('#keys img').length") == 0

@@ -19,6 +19,7 @@ import redis
 from .conftest import API_KEY
 from .fleet import Fleet, RedisServer, RouterProcess
 from .mock_upstream import MockUpstream
+from .waiting import polled
 
 pytestmark = pytest.mark.fleet
 
@@ -108,9 +109,15 @@ def test_killing_redis_under_load_fails_no_request(upstream: MockUpstream, tmp_p
             ]
             for thread in threads:
                 thread.start()
-            time.sleep(1.0)
+            polled(lambda: served[0] >= 10, within=30, what="ten requests served before the kill")
             redis.kill()
-            time.sleep(1.5)
+            at_kill = served[0]
+
+            def noticed_and_served_on() -> bool:
+                logs = "".join(router.log() for router in fleet.routers)
+                return "unreachable" in logs and served[0] >= at_kill + 20
+
+            polled(noticed_and_served_on, within=30, what="the outage noticed and twenty more requests served")
             stop.set()
             for thread in threads:
                 thread.join(timeout=15)

@@ -217,7 +217,8 @@ async def test_a_full_queue_answers_at_once_with_retry_after(fake: FakeUpstream)
 
 async def test_a_client_that_leaves_the_queue_is_not_served_later(fake: FakeUpstream) -> None:
     t = tag()
-    fake.script(f"a{t}", reply.slow(3.0))
+    # the first call holds the one slot until its client leaves; any later one is answered at once
+    fake.script(f"a{t}", reply.slow(30.0), reply.ok())
     groups = {"q": {"members": [f"p1/a{t}"], "queue": {}}}
     async with _served(_settings(fake, groups, p1={"max_concurrent": 1})) as (client, server):
         busy = asyncio.ensure_future(_ask(client, "group/q"))
@@ -228,10 +229,13 @@ async def test_a_client_that_leaves_the_queue_is_not_served_later(fake: FakeUpst
             await _depth_is(server, 1)
             leaving.cancel()  # the client gives up while it waits: its connection closes
         await _depth_is(server, 0)
-        await busy
-        await asyncio.sleep(0.5)  # long after the slot freed up
+        busy.cancel()  # the slot's holder leaves too: the slot frees up
+        await _until(lambda: fake.in_flight == 0)
+        # A request after the slot freed up: a leaver still held in the queue would have been
+        # woken by the freed slot, ahead of it, and called the upstream too.
+        await _ask(client, "group/q")
         scrape = _scrape(server)
-    assert len([hit for hit in fake.hits if hit.model == f"a{t}"]) == 1
+    assert [hit.model for hit in fake.hits if hit.model == f"a{t}"] == [f"a{t}"] * 2
     assert scrape.value("asgi_router_queue_wait_seconds_count", group="q", outcome="left") == 1
 
 

@@ -25,7 +25,8 @@ CHAT = {"model": "mock/ok", "messages": [{"role": "user", "content": "hi"}]}
 def _config(tmp_path: Path, upstream: MockUpstream) -> Path:
     config = tmp_path / "router.toml"
     config.write_text(
-        f'admin_keys = ["{ADMIN_KEY}"]\nledger_url = "sqlite:///{tmp_path}/ledger.db"\n'
+        # spend rows are not what these tests read: written when the router stops, not every second
+        f'admin_keys = ["{ADMIN_KEY}"]\nledger_url = "sqlite:///{tmp_path}/ledger.db"\nledger_flush_interval = 3600\n'
         f'[providers.mock]\nbase_url = "{upstream.url}/v1"\napi_key = "sk-upstream-0123456789"\n'  # type: ignore[attr-defined]
     )
     return config

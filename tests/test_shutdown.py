@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx2
@@ -51,7 +50,9 @@ def app_dir(tmp_path: Path, upstream: MockUpstream) -> Path:
 
 
 @pytest.mark.both_transports
-def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceback(app_dir: Path) -> None:
+def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceback(
+    app_dir: Path, upstream: MockUpstream
+) -> None:
     repository = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repository)}
     command = [sys.executable, "-m", "uvicorn", "ctrl_c_app:app", "--lifespan", "on", "--host", "127.0.0.1"]
@@ -59,18 +60,26 @@ def test_ctrl_c_under_uvicorn_lifespan_on_shuts_down_without_an_error_or_traceba
     with subprocess.Popen(
         [*command, "--port", "0"], cwd=app_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as server:
-        reader = threading.Thread(target=lambda: output.extend(server.stdout or ()), daemon=True)
+        running = threading.Event()
+
+        def read() -> None:  # its output, told when uvicorn says it listens (or the output ends)
+            for line in server.stdout or ():
+                output.append(line)
+                if "Uvicorn running on" in line:
+                    running.set()
+            running.set()
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-
-            def started() -> re.Match[str] | None:
-                assert server.poll() is None, "".join(output)
-                return re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "".join(output))
-
-            port = polled(started, within=30, every=0.05, what="uvicorn's start")
+            assert running.wait(30), "uvicorn did not start:\n" + "".join(output)
+            port = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "".join(output))
+            assert port is not None and server.poll() is None, "".join(output)
             url = f"http://127.0.0.1:{port.group(1)}"
+            probes = upstream.health_hits["ctrl-c"]
             answer = httpx2.post(f"{url}/v1/chat/completions", json={"model": "mock/ok", "messages": []})
-            time.sleep(0.5)  # a few health probes and sink deliveries in flight, as in a real service
+            # a few health probes and sink deliveries in flight, as in a real service
+            polled(lambda: upstream.health_hits["ctrl-c"] >= probes + 2, within=10, what="two health probes")
             server.send_signal(signal.SIGINT)
             returncode = server.wait(timeout=30)
         finally:

@@ -12,8 +12,8 @@ loggers, ``uvicorn.error`` and ``uvicorn.access``, propagate to whatever the tes
 
 from __future__ import annotations
 
+import socket
 import threading
-import time
 from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -70,6 +70,21 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the thread that started it when its start-up is over (listening,
+    or given up: ``started`` says which), so that the start is waited for, not polled."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.started_up = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.started_up.set()
+
+
 class AppServer(Served):
     """``app`` served by uvicorn on ``127.0.0.1`` (a free port) until :meth:`stop`.
 
@@ -105,7 +120,7 @@ class AppServer(Served):
             # Typed int, used as an asyncio timeout: a fraction of a second works.
             timeout_graceful_shutdown=graceful_shutdown,  # type: ignore[arg-type]
         )
-        self.server = uvicorn.Server(config)
+        self.server = _Server(config)
         self._thread = threading.Thread(target=self._run, name="asgi-router-test-server", daemon=True)
         self.host = host
         self._asked = port
@@ -124,17 +139,16 @@ class AppServer(Served):
             self.server.run()
         except SystemExit:  # uvicorn exits when it cannot bind: start() reports it
             pass
+        finally:  # ended before its start-up did (or without one): start() stops waiting
+            self.server.started_up.set()
 
     def start(self) -> Self:
         """Start serving; return once the server accepts connections."""
         self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.server.should_exit = True
-                fixed = f" (is {self.host} port {self._asked} in use?)" if self._asked else ""
-                raise RuntimeError(f"the test server did not start{fixed}")
-            time.sleep(0.005)
+        if not (self.server.started_up.wait(_START_TIMEOUT) and self.server.started):
+            self.server.should_exit = True
+            fixed = f" (is {self.host} port {self._asked} in use?)" if self._asked else ""
+            raise RuntimeError(f"the test server did not start{fixed}")
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self
 
