@@ -59,6 +59,9 @@ _HELD_COMPACT: Final = re.compile(
 )
 #: Any event's compact ``type`` (group 1), where its data opens with it.
 _TYPE_COMPACT: Final = re.compile(rb'\{"type":"([a-z0-9_.]{1,100})"')
+#: A chunk that is one whole event with one ``data`` line (group 1: its data), read without
+#: an :class:`~asgi_router.protocols.sse.EventSplitter` (docs/performance.md).
+_WHOLE_EVENT: Final = re.compile(rb"(?:event: ?[^\r\n]*\n)?data: ?([^\r\n]*)\n\n")
 #: The types read by a parse: a held event written otherwise (for its response's ``id``), and a
 #: failure (for its code and words).
 _PARSED: Final = frozenset(
@@ -100,7 +103,8 @@ class ResponsesFirstEvent:
     __slots__ = ("_splitter", "failure", "response_id", "saw_events")
 
     def __init__(self) -> None:
-        self._splitter = EventSplitter()
+        #: Made for the first chunk that is not one whole event (until then, none is needed).
+        self._splitter: EventSplitter | None = None
         self.saw_events = False
         #: The id ``response.created`` gave the response (``None``: not seen).
         self.response_id: str | None = None
@@ -109,7 +113,14 @@ class ResponsesFirstEvent:
 
     def feed(self, chunk: bytes) -> int | None:
         """``None``: nothing shown yet; :data:`REAL`: commit; else the status a failure stands for."""
-        for data in self._splitter.feed(chunk):
+        splitter = self._splitter
+        if splitter is None:  # so far each chunk was one whole event, as an upstream writes them
+            whole = _WHOLE_EVENT.fullmatch(chunk)
+            if whole is not None:
+                self.saw_events = True
+                return self._event(whole[1])
+            splitter = self._splitter = EventSplitter()
+        for data in splitter.feed(chunk):
             self.saw_events = True
             verdict = self._event(data)
             if verdict is not None:

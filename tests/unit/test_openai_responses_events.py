@@ -91,6 +91,23 @@ def test_compact_events_are_judged_by_their_type_and_id_alone_and_others_by_a_pa
     assert broken.feed(b'data: {"type":"response.created","response":{"id":"resp_4"\n\n') is None
 
 
+def test_whole_event_chunks_then_cut_ones_read_as_the_same_stream_cut_anywhere() -> None:
+    created = _compact("response.created", response={"id": "resp_5", "status": "in_progress"})
+    delta = _compact("response.output_text.delta", delta="Hi")
+    reader = ResponsesFirstEvent()
+    assert reader.feed(created) is None  # one whole event per chunk: read as it is
+    assert reader.feed(b": keep-alive\n\n") is None  # a comment: split as any other chunk
+    assert reader.feed(delta[:12]) is None
+    assert reader.feed(delta[12:]) == REAL
+    assert reader.response_id == "resp_5"
+    for size in (1, 9, 40):
+        cut = ResponsesFirstEvent()
+        stream = created + delta
+        verdicts = [cut.feed(stream[at : at + size]) for at in range(0, len(stream), size)]
+        assert verdicts[-1] == REAL and set(verdicts[:-1]) == {None}
+        assert cut.response_id == "resp_5"
+
+
 def test_the_end_of_a_compact_stream_is_found_and_a_name_in_text_is_not_one() -> None:
     completed = _compact("response.completed", response={"id": "resp_1", "status": "completed"})
     text = _compact("response.output_text.delta", delta="about response.completed and response.failed")
