@@ -47,7 +47,7 @@ from asgi_router.core.skip import Skip
 from asgi_router.guardrails.guardrail_run import GuardSet, caller_name
 from asgi_router.inbound.body import InboundRequest
 from asgi_router.observability.events import Outcome
-from asgi_router.protocols.cache_marks import MARK_BYTES, add_breakpoints
+from asgi_router.protocols.cache_marks import add_breakpoints, may_carry_marks
 from asgi_router.protocols.chat_to_responses import ResponsesStream, echo_of
 from asgi_router.protocols.from_anthropic import StreamTranslation
 from asgi_router.protocols.responses_to_chat import to_chat_request, without_strict
@@ -74,6 +74,7 @@ class RequestAttempts:
     """
 
     __slots__ = (
+        "_body",
         "_caches",
         "_chat",
         "_context",
@@ -135,10 +136,10 @@ class RequestAttempts:
         self._chat: dict[str, Any] | Untranslatable | None = None
         # For OpenAI-protocol candidates whose prompt cache wants the body changed: made on first use.
         self._caches: CacheBodies | None = None
-        # Whether the body may carry prompt cache marks: one search of its bytes (a body the
-        # router built itself, a continuation's, has none to search: its payload is walked).
-        body = request.body
-        self._marked = not body or MARK_BYTES in body
+        # Whether the body may carry prompt cache marks (``None``: not asked yet): asked only
+        # when a candidate's provider has a prompt cache (docs/performance.md).
+        self._marked: bool | None = None
+        self._body = request.body
         self._stream = request.stream
         #: The URL path asked for: each provider's target for it.
         self._path = state.path
@@ -198,7 +199,7 @@ class RequestAttempts:
             target = provider.targets.get(self._path)
             if isinstance(target, RouteTarget) and not target.translated:  # the usual case: the body as sent
                 caching = target.caching
-                if caching is None or (not self._marked and caching.cache_key_header is None):
+                if caching is None or (caching.cache_key_header is None and not self._may_be_marked()):
                     wire = self._wire  # nothing for the provider's prompt cache to change
                 else:
                     wire = self._cache_wire(caching)
@@ -220,6 +221,15 @@ class RequestAttempts:
         if self.admitted is not None:
             self.admitted()
         return Ready(candidate, key, provider, target, body, admitted)
+
+    def _may_be_marked(self) -> bool:
+        """Whether the body may carry prompt cache marks: one search of its bytes, on first use
+        (a body the router built itself, a continuation's, has none to search: its payload is
+        walked)."""
+        if self._marked is None:
+            body = self._body
+            self._marked = not body or may_carry_marks(body)
+        return self._marked
 
     def _cache_wire(self, caching: PromptCaching) -> SplicedBody | WireBody:
         """The body builder for an OpenAI-protocol candidate whose prompt cache may want the body

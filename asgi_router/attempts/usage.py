@@ -66,6 +66,10 @@ _USUAL_USAGE: Final = re.compile(
 # The same with no whitespace at all, as OpenAI and most compatible servers write it: tried first,
 # being cheaper to match (what it matches, the pattern above matches alike).
 _COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d{1,15}),"completion_tokens":(\d{1,15})[,}]')
+# The Responses API's usage as OpenAI writes it (its cached tokens are among its input tokens).
+_COMPACT_RESPONSES_USAGE: Final = re.compile(
+    rb'"usage":\{"input_tokens":(\d{1,15}),"input_tokens_details":\{"cached_tokens":(\d{1,15})\},"output_tokens":(\d{1,15})[,}]'
+)
 _MODEL: Final = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 # OpenAI's breakdown of the prompt, after the two counts read above (no nested object in it).
 _PROMPT_DETAILS: Final = re.compile(rb'"prompt_tokens_details"\s*:\s*\{([^{}]{0,512})\}')
@@ -185,6 +189,11 @@ def find_usage(data: bytes) -> Usage | None:
         return given, taken, *_cached(data, usual.end(), given)
     if at < 0:  # no usage at all (a stream that states none): the bytes are not searched again
         return None
+    if (responses := _COMPACT_RESPONSES_USAGE.match(data, at)) is not None:  # the Responses API's order
+        given, cached, taken = int(responses[1]), int(responses[2]), int(responses[3])
+        if given > MAX_PLAUSIBLE_TOKENS or taken > MAX_PLAUSIBLE_TOKENS:
+            return None
+        return given, taken, min(cached, given), 0
     end = at + 7  # the search below finds this one first
     completion: int | None = None
     while True:

@@ -101,7 +101,7 @@ def json_event(data: bytes) -> dict[str, Any] | None:
 
 class FirstEvent:
     """Reads a stream's leading events until one that a client shows; a protocol whose events
-    say so differently (``openai_responses_events.py``) overrides :meth:`_event`."""
+    say so differently (``openai_responses_events.py``) overrides :meth:`_whole` and :meth:`_event`."""
 
     __slots__ = ("_anthropic", "_splitter", "saw_events")
 
@@ -118,18 +118,26 @@ class FirstEvent:
         stream's first real event, an error, stands for."""
         splitter = self._splitter
         if splitter is None:
-            # The usual chunk is one whole event of one ``data:`` line: read it without the
-            # splitter (nothing is pending before it, since no chunk went to the splitter yet).
-            head, boundary, rest = chunk.partition(b"\n\n")
-            if boundary and not rest and head[:6] == b"data: " and b"\n" not in head and b"\r" not in head:
+            # The usual chunk is one whole event: read without the splitter (nothing is pending
+            # before it, since no chunk went to the splitter yet).
+            data = self._whole(chunk)
+            if data is not None:
                 self.saw_events = True
-                return self._event(head[6:])
+                return self._event(data)
             splitter = self._splitter = EventSplitter()
         for data in splitter.feed(chunk):
             self.saw_events = True
             verdict = self._event(data)
             if verdict is not None:
                 return verdict
+        return None
+
+    def _whole(self, chunk: bytes) -> bytes | None:
+        """The data of a chunk that is one whole event of one ``data:`` line (``None``: any
+        other chunk, read by the splitter)."""
+        head, boundary, rest = chunk.partition(b"\n\n")
+        if boundary and not rest and head[:6] == b"data: " and b"\n" not in head and b"\r" not in head:
+            return head[6:]
         return None
 
     def _event(self, data: bytes) -> int | None:

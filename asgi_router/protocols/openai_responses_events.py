@@ -45,6 +45,27 @@ _CODES: Final[dict[str, int]] = {
 }
 #: A stream's last event, by its type (in its ``event:`` line or its data's ``type``).
 _LAST: Final = re.compile(rb'(?:\nevent: ?|"type"\s*:\s*")response\.(?:completed|failed|incomplete)\b')
+#: The names of the last events alone: a pattern that opens with a literal, which the regular
+#: expression engine finds by a fast scan; only where one is found is :data:`_LAST` asked.
+_LAST_NAME: Final = re.compile(rb"response\.(?:completed|failed|incomplete)\b")
+#: How many bytes before a last event's name :data:`_LAST` may need (``"type" : "``, a line end
+#: and ``event: ``).
+_BEFORE_NAME: Final = 32
+#: A held event as the API writes it: its compact ``type``, then its response's ``id`` (group 1;
+#: one written otherwise is parsed).
+_HELD_COMPACT: Final = re.compile(
+    rb'\{"type":"response\.(?:created|in_progress|queued)","response":\{"id":"(resp_[A-Za-z0-9_-]{1,200})"'
+)
+#: Any event's compact ``type`` (group 1), where its data opens with it.
+_TYPE_COMPACT: Final = re.compile(rb'\{"type":"([a-z0-9_.]{1,100})"')
+#: A chunk that is one whole event with one ``data`` line (group 1: its data), read without
+#: an event splitter (docs/performance.md).
+_WHOLE_EVENT: Final = re.compile(rb"(?:event: ?[^\r\n]*\n)?data: ?([^\r\n]*)\n\n")
+#: The types read by a parse: a held event written otherwise (for its response's ``id``), and a
+#: failure (for its code and words).
+_PARSED: Final = frozenset(
+    {b"response.created", b"response.in_progress", b"response.queued", b"response.failed", b"error"}
+)
 #: How many bytes of a chunk are kept to find a last event's name cut across two chunks.
 _CARRY: Final = 48
 _FAILED: Final = re.compile(rb'"status"\s*:\s*"failed"')
@@ -88,9 +109,23 @@ class ResponsesFirstEvent(FirstEvent):
         #: ``(code, message)`` of a first real event that is a failure.
         self.failure: tuple[str, str] | None = None
 
+    def _whole(self, chunk: bytes) -> bytes | None:
+        # A Responses event names itself in an ``event:`` line before its one ``data`` line.
+        whole = _WHOLE_EVENT.fullmatch(chunk)
+        return None if whole is None else whole[1]
+
     def _event(self, data: bytes) -> int | None:
         if data == b"[DONE]":
             return EMPTY
+        # The usual event opens with its compact ``type`` (and a held one's ``response`` with its
+        # ``id``): read off its bytes, not parsed (docs/performance.md). Anything else is parsed.
+        held = _HELD_COMPACT.match(data)
+        if held is not None:
+            self.response_id = held[1].decode()
+            return None
+        kind = _TYPE_COMPACT.match(data)
+        if kind is not None and kind[1] not in _PARSED:
+            return REAL
         event = json_event(data)
         if event is None:
             return REAL
@@ -121,7 +156,11 @@ class ResponsesEnd:
     def feed(self, chunk: bytes) -> None:
         if not self.said:
             seen = self._carry + chunk
-            self.said = _LAST.search(seen) is not None
+            found = _LAST_NAME.search(seen)
+            while found is not None and not self.said:
+                at = found.start()
+                self.said = _LAST.search(seen, max(at - _BEFORE_NAME, 0), found.end()) is not None
+                found = _LAST_NAME.search(seen, found.end())
             self._carry = seen[-_CARRY:]
 
 

@@ -46,11 +46,13 @@ class EventSplitter:
             self._skip_lf = False
             if chunk.startswith(b"\n"):
                 chunk = chunk[1:]
-        if b"\r" in chunk:
+        # ``find``, not ``in``: on bytes, ``in`` first tries its operand as an integer, an
+        # exception raised and cleared (docs/performance.md).
+        if chunk.find(b"\r") >= 0:
             self._skip_lf = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         joins = bool(self._pieces) and self._pieces[-1].endswith(b"\n") and chunk.startswith(b"\n")
-        if not joins and b"\n\n" not in chunk:  # no boundary: keep the piece, split nothing
+        if not joins and chunk.find(b"\n\n") < 0:  # no boundary: keep the piece, split nothing
             if chunk:
                 self._pieces.append(chunk)
                 self._size += len(chunk)

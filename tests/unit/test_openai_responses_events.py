@@ -68,6 +68,61 @@ def test_a_first_real_event_that_fails_stands_for_the_status_its_code_names(code
     assert error.failure == (code, "said so")
 
 
+def _compact(kind: str, **fields: Any) -> bytes:
+    """An event as the API writes it: compact JSON, its ``type`` first."""
+    data = json.dumps({"type": kind, **fields}, separators=(",", ":")).encode()
+    return f"event: {kind}\ndata: ".encode() + data + b"\n\n"
+
+
+def test_compact_events_are_judged_by_their_type_and_id_alone_and_others_by_a_parse() -> None:
+    reader = ResponsesFirstEvent()
+    assert reader.feed(_compact("response.created", response={"id": "resp_2", "status": "in_progress"})) is None
+    assert reader.response_id == "resp_2"
+    # A held event whose ``type`` or ``id`` is not first is still held, its id still read.
+    later = _compact("response.in_progress", sequence_number=1, response={"status": "in_progress", "id": "resp_3"})
+    assert reader.feed(later) is None
+    assert reader.response_id == "resp_3"
+    assert reader.feed(_compact("response.output_text.delta", delta="Hi", sequence_number=2)) == REAL
+    failed = _compact("response.failed", response={"id": "resp_2", "error": {"code": "rate_limit_exceeded"}})
+    failing = ResponsesFirstEvent()
+    assert failing.feed(failed) == 429
+    assert failing.failure == ("rate_limit_exceeded", "the upstream's response failed")
+    broken = ResponsesFirstEvent()  # a held event cut short of valid JSON: held all the same
+    assert broken.feed(b'data: {"type":"response.created","response":{"id":"resp_4"\n\n') is None
+
+
+def test_whole_event_chunks_then_cut_ones_read_as_the_same_stream_cut_anywhere() -> None:
+    created = _compact("response.created", response={"id": "resp_5", "status": "in_progress"})
+    delta = _compact("response.output_text.delta", delta="Hi")
+    reader = ResponsesFirstEvent()
+    assert reader.feed(created) is None  # one whole event per chunk: read as it is
+    assert reader.feed(b": keep-alive\n\n") is None  # a comment: split as any other chunk
+    assert reader.feed(delta[:12]) is None
+    assert reader.feed(delta[12:]) == REAL
+    assert reader.response_id == "resp_5"
+    for size in (1, 9, 40):
+        cut = ResponsesFirstEvent()
+        stream = created + delta
+        verdicts = [cut.feed(stream[at : at + size]) for at in range(0, len(stream), size)]
+        assert verdicts[-1] == REAL and set(verdicts[:-1]) == {None}
+        assert cut.response_id == "resp_5"
+
+
+def test_the_end_of_a_compact_stream_is_found_and_a_name_in_text_is_not_one() -> None:
+    completed = _compact("response.completed", response={"id": "resp_1", "status": "completed"})
+    text = _compact("response.output_text.delta", delta="about response.completed and response.failed")
+    for size in (5, 11, 64, len(text) + len(completed)):
+        ends = ResponsesEnd()
+        stream = text + completed
+        for at in range(0, len(stream), size):
+            ends.feed(stream[at : at + size])
+        assert ends.said
+        before = ResponsesEnd()
+        for at in range(0, len(text), size):
+            before.feed(text[at : at + size])
+        assert not before.said
+
+
 def test_a_stream_cut_mid_event_waits_and_done_before_anything_is_empty() -> None:
     reader = ResponsesFirstEvent()
     delta = _event("response.output_text.delta", delta="Hi")

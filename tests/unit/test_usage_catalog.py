@@ -63,6 +63,16 @@ def test_find_usage_reads_a_responses_usage_whose_input_counts_its_cached_tokens
     assert find_usage(b"event: response.completed\n" + _sse(completed)) == (11, 7, 4, 0)  # 4 of the 11 read cached
 
 
+@pytest.mark.parametrize(("cached", "read"), [(4, 4), (40, 11)])
+def test_find_usage_reads_a_compact_responses_usage_as_the_parse_does(cached: int, read: int) -> None:
+    usage = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": 7}
+    compact = json.dumps({"usage": {**usage, "total_tokens": 18}}, separators=(",", ":")).encode()
+    spaced = json.dumps({"usage": {**usage, "total_tokens": 18}}).encode()
+    assert find_usage(compact) == find_usage(spaced) == (11, 7, read, 0)  # cached tokens within the input
+    too_many = compact.replace(b'"output_tokens":7', b'"output_tokens":99999999999')
+    assert find_usage(too_many) is None
+
+
 def test_find_usage_joins_an_anthropic_streams_input_and_final_output() -> None:
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 11, "output_tokens": 1}}}
     delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}
