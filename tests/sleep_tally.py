@@ -13,7 +13,16 @@ to who called it:
   small;
 - anyone else (uvicorn's idle tick in every served test server, a client library's pauses): shown
   apart, as it runs alongside the tests and is no test's choice;
-- any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time.
+- the router's keep-fresh ticks (:data:`BACKGROUND_TICKS`: the ledger's flush, the key table's
+  refresh, a multiprocess worker's metrics write): shown apart. Each is the sleep of a loop the
+  router's lifespan runs in its own task from startup to shutdown; no test awaits that task (it
+  ends cancelled), so the tick runs alongside the test. A test that needs a tick's effect (rows
+  written, a key seen) waits for it through :func:`tests.waiting.eventually`, whose sleeps are the
+  suite's and counted. Health probes and reconnection backoffs are not among them: tests time their
+  scripts to those intervals, so they stay counted as the library's;
+- any caller on a :class:`~tests.doubles.FakeClockLoop`: shown apart, it takes no real time;
+- a sleep of zero seconds (or less): shown apart as a yield (``await asyncio.sleep(0)`` lets the other tasks
+  run), it waits for nothing.
 
 tests/conftest.py prints the lines in pytest's terminal summary, with the tests that slept the
 most (a sleep is put down to the test being set up, run or torn down when it ended). The wrappers hand every argument
@@ -35,6 +44,9 @@ from typing import Any
 import anyio
 
 import asgi_router
+from asgi_router.endpoints.metrics_page import MetricsEndpoint
+from asgi_router.keys.key_ring import KeyRing
+from asgi_router.ledger.service import Ledger
 from asgi_router.testing.playback import PlayedCall
 
 from .doubles import FakeClockLoop
@@ -43,6 +55,10 @@ __all__ = ["SleepTally"]
 
 _SUITE = str(Path(__file__).resolve().parent)
 _LIBRARY = str(Path(asgi_router.__file__).resolve().parent)
+
+#: The loops whose own sleeps are the router's keep-fresh ticks (see the module docstring): a sleep
+#: is one of them when the function that asked for it is one of these, not a helper they call.
+BACKGROUND_TICKS = frozenset({Ledger.run.__code__, KeyRing.keep_fresh.__code__, MetricsEndpoint.keep_fresh.__code__})
 
 
 @dataclass
@@ -61,7 +77,9 @@ class SleepTally:
         self.suite = _Sum()
         self.library = _Sum()
         self.elsewhere = _Sum()
+        self.ticks = _Sum()
         self.fake_clock = _Sum()
+        self.yields = _Sum()
         self.sites: Counter[str] = Counter()
         """Seconds slept by the suite and the library, per calling line: where the time goes."""
         self.tests: Counter[str] = Counter()
@@ -83,11 +101,13 @@ class SleepTally:
                 self.tests[self.current_test or "(between tests)"] += max(0.0, seconds)
                 self.calls_by_test[self.current_test or "(between tests)"] += 1
 
-    def _caller(self, on_fake_clock: bool = False) -> tuple[_Sum, str]:
+    def _caller(self, seconds: float, on_fake_clock: bool = False) -> tuple[_Sum, str]:
         """Whose sleep this is (and from which line, for the suite and the library): asked of the
         frame that called the wrapper, before it sleeps."""
         if on_fake_clock:
             return self.fake_clock, ""
+        if seconds <= 0:
+            return self.yields, ""
         frame = inspect.currentframe()
         try:  # the caller of the wrapper; this frame is let go at once (held, it would be a cycle)
             caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
@@ -95,6 +115,8 @@ class SleepTally:
             del frame
         if caller is None:
             return self.elsewhere, ""
+        if caller.f_code in BACKGROUND_TICKS:
+            return self.ticks, ""
         path = str(Path(caller.f_code.co_filename).resolve())
         if path.startswith(_SUITE):
             return self.suite, f"tests/{path[len(_SUITE) + 1 :]}:{caller.f_lineno}"
@@ -114,18 +136,18 @@ class SleepTally:
             return isinstance(asyncio.get_running_loop(), FakeClockLoop)
 
         def timed_sleep(seconds: float) -> None:
-            into = tally._caller()
+            into = tally._caller(seconds)
             thread_sleep(seconds)
             tally._add(into, seconds)
 
         async def timed_asyncio_sleep(delay: float, result: Any = None) -> Any:
-            into = tally._caller(on_fake_clock())
+            into = tally._caller(delay, on_fake_clock())
             value = await asyncio_sleep(delay, result)
             tally._add(into, delay)
             return value
 
         async def timed_anyio_sleep(delay: float) -> None:
-            into = tally._caller(on_fake_clock())
+            into = tally._caller(delay, on_fake_clock())
             await anyio_sleep(delay)
             tally._add(into, delay)
 
@@ -156,7 +178,8 @@ class SleepTally:
             f"  by the suite (tests/): {self.suite}; by the library (asgi_router/, the fake upstream's pauses): "
             f"{self.library}",
             f"  apart: by others (servers' idle ticks, client libraries): {self.elsewhere}; "
-            f"on a fake-clock loop (no real time): {self.fake_clock}",
+            f"the router's keep-fresh ticks (ledger, key table, metrics files): {self.ticks}; "
+            f"on a fake-clock loop (no real time): {self.fake_clock}; yields (sleep(0)): {self.yields.count}",
             "  most seconds: " + "; ".join(f"{site} {seconds:.1f} s" for site, seconds in self.sites.most_common(8)),
             "  most seconds by test:",
             *(

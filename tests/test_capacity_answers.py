@@ -158,8 +158,9 @@ async def test_a_wait_that_runs_out_before_its_first_turn_answers_503_upstream_s
 ) -> None:
     t = tag()
     fake.script(f"a{t}", reply.slow(12.0))  # the slot stays taken past every wait below
-    # Each waiter must join within the first one's wait: 5 s leaves room on a busy machine.
-    async with _served(_one_slot(fake, t, max_wait=5.0, priority_callers=["anonymous"])) as (client, server):
+    # Each waiter must join within the first one's wait: the three join in a few hundred
+    # milliseconds, 2 s leaves room for several times that on a busy machine.
+    async with _served(_one_slot(fake, t, max_wait=2.0, priority_callers=["anonymous"])) as (client, server):
         busy = asyncio.ensure_future(_ask(client, "group/q"))
         await eventually(lambda: fake.in_flight == 1)  # it holds the one slot
         waiters = []

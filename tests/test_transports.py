@@ -134,7 +134,7 @@ async def test_gc_freeze_freezes_the_startup_heap_only_when_asked(settings: Rout
 async def test_pool_settings_bound_connections_on_both_transports(
     upstream: MockUpstream, refused_url: str, transport_kind: str
 ) -> None:
-    # Six requests held 200 ms each by the upstream, through a pool of 3: the upstream never
+    # Six requests held 100 ms each by the upstream, through a pool of 3: the upstream never
     # answers more than 3 at once. Then three more at once: httpx kept 1 connection idle (it
     # opens 2), aiohttp keeps every released connection (its settings refuse an idle cap).
     # Connections are told apart by the router's port as the upstream saw it.
@@ -154,7 +154,7 @@ async def test_pool_settings_bound_connections_on_both_transports(
         async def one(request_id: str) -> None:
             response = await client.post(
                 "/v1/chat/completions",
-                json={"model": "mock/slow-200", "messages": []},
+                json={"model": "mock/slow-100", "messages": []},
                 headers={"x-request-id": request_id},
             )
             statuses.append(response.status_code)
