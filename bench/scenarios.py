@@ -189,7 +189,8 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def load(run: Setup, config: Config, progress: Any) -> list[dict[str, Any]]:
     """Every scenario, concurrency and target, in alternating rounds; medians and ratios."""
-    targets = [t for t in (*config.targets, "router-config-key", "router-baseline") if t in run.servers]
+    # Each once, though ``--targets`` may name one that is added here too.
+    targets = [t for t in dict.fromkeys((*config.targets, "router-config-key", "router-baseline")) if t in run.servers]
     cells: list[dict[str, Any]] = []
     for scenario in config.scenarios:
         group = _group_for(scenario)
