@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from asgi_router.protocols.to_anthropic import Untranslatable
+from asgi_router.protocols.to_anthropic import Untranslatable, number_field
 
 __all__ = [
     "AT_DEFAULT_ONLY",
@@ -60,10 +60,6 @@ _Field = Callable[[Any, _Out], str | None]
 _ROLES: Final = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 #: ``tool_choice`` strings, the same in both APIs.
 _CHOICES: Final = frozenset({"auto", "none", "required"})
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _plain(value: object) -> str:
@@ -223,16 +219,6 @@ def _max_output_tokens(value: Any, out: _Out) -> str | None:
     return None
 
 
-def _number(name: str) -> _Field:
-    def carry(value: Any, out: _Out) -> str | None:
-        if not _is_number(value):
-            return f"{name} must be a number"
-        out[name] = value
-        return None
-
-    return carry
-
-
 def _flag(name: str) -> _Field:
     def carry(value: Any, out: _Out) -> str | None:
         if not isinstance(value, bool):
@@ -303,8 +289,8 @@ TRANSLATED: Final[dict[str, _Field]] = {
     "tools": _tools,
     "tool_choice": _tool_choice,
     "max_output_tokens": _max_output_tokens,
-    "temperature": _number("temperature"),
-    "top_p": _number("top_p"),
+    "temperature": number_field("temperature"),
+    "top_p": number_field("top_p"),
     "parallel_tool_calls": _flag("parallel_tool_calls"),
     "stream": _stream,
     "user": _user,

@@ -33,7 +33,15 @@ from typing import Any, Final
 
 from asgi_router.protocols.cache_marks import MARK
 
-__all__ = ["AT_DEFAULT_ONLY", "IGNORED", "TRANSLATED", "Untranslatable", "include_usage", "to_messages_request"]
+__all__ = [
+    "AT_DEFAULT_ONLY",
+    "IGNORED",
+    "TRANSLATED",
+    "Untranslatable",
+    "include_usage",
+    "number_field",
+    "to_messages_request",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +123,10 @@ def _temperature(value: Any, out: _Out) -> str | None:
     return None
 
 
-def _sampling(name: str) -> _Field:
+def number_field(name: str) -> _Field:
+    """A field whose number is carried as it is, under the same name (every translation's
+    sampling fields: ``temperature``, ``top_p``...)."""
+
     def carry(value: Any, out: _Out) -> str | None:
         if not _number(value):
             return f"{name} must be a number"
@@ -347,8 +358,8 @@ TRANSLATED: Final[dict[str, _Field]] = {
     "max_completion_tokens": _max_tokens("max_completion_tokens"),
     "stream": _stream,
     "temperature": _temperature,
-    "top_p": _sampling("top_p"),
-    "top_k": _sampling("top_k"),
+    "top_p": number_field("top_p"),
+    "top_k": number_field("top_k"),
     "stop": _stop,
     "user": _user,
     "tools": _tools,
