@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from asgi_router.protocols.to_anthropic import Untranslatable, number_field
+from asgi_router.protocols.to_anthropic import Untranslatable, number_field, translate_fields
 
 __all__ = [
     "AT_DEFAULT_ONLY",
@@ -304,26 +304,17 @@ AT_DEFAULT_ONLY: Final[dict[str, object]] = {"truncation": "disabled", "backgrou
 IGNORED: Final = frozenset({"model", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier"})
 
 
+def _unsupported(name: str, value: object) -> str:
+    named = name if name.replace("_", "").isalnum() and len(name) <= 40 else "a field"
+    return f"{named} has no equivalent in chat completions"
+
+
 def to_chat_request(payload: Mapping[str, Any]) -> dict[str, Any] | Untranslatable:
     """The chat-completions body for the Responses request ``payload`` (without ``model``: the
     wire body adds it per candidate), or why it has none."""
-    out: _Out = {}
-    for name, value in payload.items():
-        if value is None or name in IGNORED:
-            continue
-        translate = TRANSLATED.get(name)
-        if translate is None:
-            default = AT_DEFAULT_ONLY.get(name, ...)
-            if value == default and isinstance(value, bool) == isinstance(default, bool):
-                continue
-            named = name if name.replace("_", "").isalnum() and len(name) <= 40 else "a field"
-            return Untranslatable(f"{named} has no equivalent in chat completions")
-        try:
-            refused = translate(value, out)
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
-            refused = f"{name} has a shape the translation cannot read"  # never a 500
-        if refused is not None:
-            return Untranslatable(refused)
+    out = translate_fields(payload, TRANSLATED, AT_DEFAULT_ONLY, IGNORED, _unsupported)
+    if isinstance(out, Untranslatable):
+        return out
     messages = out.get("messages")
     if messages is None:
         return Untranslatable("input is required")

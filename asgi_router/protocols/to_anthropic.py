@@ -41,6 +41,7 @@ __all__ = [
     "include_usage",
     "number_field",
     "to_messages_request",
+    "translate_fields",
 ]
 
 
@@ -374,6 +375,37 @@ AT_DEFAULT_ONLY: Final[dict[str, object]] = {"n": 1, "presence_penalty": 0, "fre
 IGNORED: Final = frozenset({"model", "store", "metadata", "seed", "service_tier", "stream_options"})
 
 
+def translate_fields(
+    payload: Mapping[str, Any],
+    translated: Mapping[str, _Field],
+    at_default_only: Mapping[str, object],
+    ignored: frozenset[str],
+    unsupported: Callable[[str, object], str],
+) -> dict[str, Any] | Untranslatable:
+    """``payload``'s top-level fields through a translation's tables, each field in exactly one:
+    ``translated`` (written into the new body, or refused with why), ``at_default_only`` (taken at
+    that value only), ``ignored``; any other field is refused as ``unsupported`` words it. A field
+    set to ``null`` counts as not set."""
+    out: _Out = {}
+    for name, value in payload.items():
+        if value is None or name in ignored:
+            continue
+        translate = translated.get(name)
+        if translate is None:
+            default = at_default_only.get(name, ...)
+            if value == default and isinstance(value, bool) == isinstance(default, bool):
+                continue
+            return Untranslatable(unsupported(name, value))
+        try:
+            refused = translate(value, out)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
+            # A shape no rule above foresaw: untranslatable (the next member is tried), never a 500.
+            refused = f"{name if _PLAIN.fullmatch(name) else 'a field'} has a shape the translation cannot read"
+        if refused is not None:
+            return Untranslatable(refused)
+    return out
+
+
 def include_usage(payload: Mapping[str, Any]) -> bool:
     """Whether a streamed answer ends with a usage chunk (``stream_options.include_usage``)."""
     options = payload.get("stream_options")
@@ -383,23 +415,9 @@ def include_usage(payload: Mapping[str, Any]) -> bool:
 def to_messages_request(payload: Mapping[str, Any], default_max_tokens: int) -> dict[str, Any] | Untranslatable:
     """The Messages API body for ``payload`` (without ``model``: the wire body adds it per
     candidate), or why it has none."""
-    out: _Out = {}
-    for name, value in payload.items():
-        if value is None or name in IGNORED:
-            continue
-        translate = TRANSLATED.get(name)
-        if translate is None:
-            default = AT_DEFAULT_ONLY.get(name, ...)
-            if value == default and isinstance(value, bool) == isinstance(default, bool):
-                continue
-            return Untranslatable(_unsupported(name, value))
-        try:
-            refused = translate(value, out)
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
-            # A shape no rule above foresaw: untranslatable (the next member is tried), never a 500.
-            refused = f"{name if _PLAIN.fullmatch(name) else 'a field'} has a shape the translation cannot read"
-        if refused is not None:
-            return Untranslatable(refused)
+    out = translate_fields(payload, TRANSLATED, AT_DEFAULT_ONLY, IGNORED, _unsupported)
+    if isinstance(out, Untranslatable):
+        return out
     if "messages" not in out:
         return Untranslatable("messages is required")
     out.setdefault("max_tokens", default_max_tokens)
