@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import agents
 import httpx2
 import openai
 import pytest
@@ -16,6 +15,7 @@ from starlette.applications import Starlette
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, reply
 
+from .calculator_agent import run_calculator_agent, script_tool_round_trip
 from .waiting import polled
 
 _GROUP = {"members": ["first/gpt-4o", "second/gpt-4o-mini"]}
@@ -270,22 +270,8 @@ async def test_an_openai_agent_runs_a_function_tool_through_the_responses_route(
     if native_fails:
         fake_upstream.script("gpt-4o", reply.status(503))
     answering = "gpt-4o-mini" if native_fails else "gpt-4o"
-    fake_upstream.script(answering, reply.tool_call("add", {"a": 2, "b": 3}), reply.ok("2 + 3 = 5"))
-    added: list[tuple[int, int]] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        added.append((a, b))
-        return a + b
-
-    agents.set_tracing_disabled(True)
-    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
-        model = agents.OpenAIResponsesModel(model="group/agents", openai_client=client)
-        agent = agents.Agent(name="calculator", instructions="Use the tool.", tools=[add], model=model)
-        result = await agents.Runner.run(agent, "what is 2 + 3?")
-    assert result.final_output == "2 + 3 = 5"
-    assert added == [(2, 3)]
+    script_tool_round_trip(fake_upstream, answering)
+    assert await run_calculator_agent(server.url, "group/agents") == ("2 + 3 = 5", [(2, 3)])
     asked = [hit for hit in fake_upstream.hits if hit.model == answering]
     assert asked[0].body["tools"][0]["strict"] is True  # the agents SDK's strict schema went through
     outputs = [item for item in asked[1].body["input"] if item.get("type") == "function_call_output"]

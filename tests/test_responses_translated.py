@@ -9,7 +9,6 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import agents
 import httpx2
 import openai
 import pytest
@@ -17,6 +16,8 @@ from starlette.applications import Starlette
 
 from asgi_router import ModelRouter, RouterSettings
 from asgi_router.testing import AppServer, CapturedEvents, FakeUpstream, reply
+
+from .calculator_agent import run_calculator_agent, script_tool_round_trip
 
 _TEAM_A = "team-a-key-0123456789abcdef"
 #: A strict function tool, as the agents SDK sends its tools.
@@ -215,22 +216,8 @@ async def test_an_openai_agent_runs_a_function_tool_on_whichever_member_serves(
     else:
         fake_upstream.script("gpt-4o", reply.status(503))
         upstream, model_id = _upstream(serving, fake_upstream, fake_anthropic_upstream), _MEMBERS[serving][1]
-    upstream.script(model_id, reply.tool_call("add", {"a": 2, "b": 3}), reply.ok("2 + 3 = 5"))
-    added: list[tuple[int, int]] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        added.append((a, b))
-        return a + b
-
-    agents.set_tracing_disabled(True)
-    async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0) as client:
-        model = agents.OpenAIResponsesModel(model=f"group/{group}", openai_client=client)
-        agent = agents.Agent(name="calculator", instructions="Use the tool.", tools=[add], model=model)
-        result = await agents.Runner.run(agent, "what is 2 + 3?")
-    assert result.final_output == "2 + 3 = 5"
-    assert added == [(2, 3)]
+    script_tool_round_trip(upstream, model_id)
+    assert await run_calculator_agent(server.url, f"group/{group}") == ("2 + 3 = 5", [(2, 3)])
     asked = [hit for hit in upstream.hits if hit.model == model_id]
     assert len(asked) == 2
     if serving == "native":
