@@ -39,19 +39,13 @@ def served(fake_upstream: FakeUpstream) -> Iterator[tuple[AppServer, CapturedEve
 
 
 @pytest.fixture
-def sdk() -> Iterator[Callable[[AppServer], openai.OpenAI]]:
-    """The openai SDK on a served router: each client made is closed when the test ends (an
-    unclosed client's sockets are left to the garbage collector, which warns where it finds them)."""
-    clients: list[openai.OpenAI] = []
+def sdk(openai_clients: Callable[[str, str], openai.OpenAI]) -> Callable[[AppServer], openai.OpenAI]:
+    """The openai SDK on a served router (conftest's ``openai_clients``: closed when the test ends)."""
 
     def make(server: AppServer) -> openai.OpenAI:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0)
-        clients.append(client)
-        return client
+        return openai_clients(server.url, "client-key")
 
-    yield make
-    for client in clients:
-        client.close()
+    return make
 
 
 def _events(raw: bytes) -> list[tuple[str, bytes]]:

@@ -66,18 +66,13 @@ def served(
 
 
 @pytest.fixture
-def sdk() -> Iterator[Callable[[AppServer], openai.OpenAI]]:
-    """The openai SDK on a served router, each client closed when the test ends."""
-    clients: list[openai.OpenAI] = []
+def sdk(openai_clients: Callable[[str, str], openai.OpenAI]) -> Callable[[AppServer], openai.OpenAI]:
+    """The openai SDK on a served router (conftest's ``openai_clients``: closed when the test ends)."""
 
     def make(server: AppServer) -> openai.OpenAI:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="client-key", max_retries=0)
-        clients.append(client)
-        return client
+        return openai_clients(server.url, "client-key")
 
-    yield make
-    for client in clients:
-        client.close()
+    return make
 
 
 def _usage(member: str, prompt: int, completion: int) -> dict[str, int]:
