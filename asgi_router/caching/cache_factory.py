@@ -51,11 +51,11 @@ def response_cache_for(
             store = fleet = RedisEntries(link, settings.state_key_prefix, settings.cache_max_bytes)
     sizes = {name: cache.semantic.max_entries for name, cache in caches.items() if cache.semantic is not None}
     if not sizes:
-        return ResponseCache(store)
+        return ResponseCache(store, clock=clock)
     # Needs numpy (the semantic extra): imported only here.
     from asgi_router.caching.embedder import Embedder
     from asgi_router.caching.semantic_lookup import SemanticLookup
 
     base_urls = {name: p.base_url for name, p in settings.providers.items() if p.kind == "openai"}
     embed = Embedder(resolver, providers, base_urls, transport)
-    return ResponseCache(store, semantic=SemanticLookup(embed, fleet, sizes))
+    return ResponseCache(store, semantic=SemanticLookup(embed, fleet, sizes), clock=clock)

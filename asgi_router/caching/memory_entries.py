@@ -21,7 +21,9 @@ class EntryStore(Protocol):
 
     async def get(self, key: str) -> bytes | None: ...
 
-    async def put(self, key: str, value: bytes, ttl: int) -> None: ...
+    async def put(self, key: str, value: bytes, ttl: float) -> None:
+        """Keep ``value`` under ``key`` for ``ttl`` seconds (more than 0)."""
+        ...
 
     def size(self) -> int:
         """The bytes of entries held (this process's view, for the gauge)."""
@@ -50,7 +52,7 @@ class MemoryEntries:
         self._entries.move_to_end(key)
         return value
 
-    async def put(self, key: str, value: bytes, ttl: int) -> None:
+    async def put(self, key: str, value: bytes, ttl: float) -> None:
         if len(value) > self.max_bytes:
             return
         if key in self._entries:

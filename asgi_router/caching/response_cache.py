@@ -18,7 +18,9 @@ client got it.
 The client's ``cache-control`` decides whether the cache is used at all: ``no-cache`` skips
 the lookup and stores the answer, ``no-store`` does neither; both say ``bypass``.
 The router's cache TTL header (``N`` seconds, named in ``router_headers.py``) shortens how long
-the answer is kept (never past the group's ``ttl``).
+the answer is kept (never past the group's ``ttl``). An entry's time runs from the moment its
+last byte went to the client, not from the store after it: a client that asks again at once,
+or a second later, sees the age and expiry the TTL promised, however long the store took.
 
 A store that fails (Redis away) is a miss and a store skipped, logged, never the client's
 problem.
@@ -61,8 +63,10 @@ class Pending:
     """A request whose answer may be stored: its key and time to live, and its bytes as sent."""
 
     __slots__ = (
+        "_clock",
         "_limit",
         "_send",
+        "ended",
         "group",
         "key",
         "max_entry_bytes",
@@ -74,7 +78,9 @@ class Pending:
         "ttl",
     )
 
-    def __init__(self, key: str, ttl: int, group: str, settings: CacheSettings, send: Send) -> None:
+    def __init__(
+        self, key: str, ttl: int, group: str, settings: CacheSettings, send: Send, clock: Callable[[], float]
+    ) -> None:
         self.key = key
         self.ttl = ttl
         self.group = group
@@ -88,6 +94,9 @@ class Pending:
         self.size = 0
         #: The answer outgrew what may be captured: it is not stored.
         self.over = False
+        self._clock = clock
+        #: When the answer's last byte went to the client (``clock``); ``None`` until it has.
+        self.ended: float | None = None
 
     async def __call__(self, message: Message) -> None:
         """The request's ``send``: each body message kept (bounded) on its way to the client."""
@@ -99,6 +108,8 @@ class Pending:
                 self.parts.clear()
             elif body:
                 self.parts.append(body)
+            if not message.get("more_body", False):
+                self.ended = self._clock()
         await self._send(message)
 
 
@@ -110,15 +121,21 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
 
 
 class ResponseCache:
-    """One router's response cache over its entry store; ``wall`` is the Unix clock (ages)."""
+    """One router's response cache over its entry store; ``wall`` is the Unix clock (ages),
+    ``clock`` the router's clock that times an entry's TTL from its answer's end."""
 
-    __slots__ = ("_semantic", "_store", "_wall")
+    __slots__ = ("_clock", "_semantic", "_store", "_wall")
 
     def __init__(
-        self, store: EntryStore, wall: Callable[[], float] = time.time, semantic: SemanticLookup | None = None
+        self,
+        store: EntryStore,
+        wall: Callable[[], float] = time.time,
+        semantic: SemanticLookup | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._wall = wall
+        self._clock = clock
         #: The groups' semantic lookups (``None``: no group asks for one).
         self._semantic = semantic
 
@@ -178,7 +195,7 @@ class ResponseCache:
             state.cache = CacheOutcome(group, "miss")
         if ttl <= 0:
             return False
-        pending = Pending(key, ttl, group, settings, state.send)
+        pending = Pending(key, ttl, group, settings, state.send, self._clock)
         pending.probe = probe
         return pending
 
@@ -192,11 +209,13 @@ class ResponseCache:
             return
         spend = state.spend
         cost = spend.cost_usd if spend is not None and spend.cost_usd is not None else 0.0
-        raw = replace(answer, candidate=state.winner, cost_usd=cost, stored_at=self._wall()).dumps()
-        if len(raw) > pending.max_entry_bytes:
+        since = 0.0 if pending.ended is None else max(0.0, self._clock() - pending.ended)
+        ttl = pending.ttl - since  # the TTL runs from the answer's end (the module docstring)
+        raw = replace(answer, candidate=state.winner, cost_usd=cost, stored_at=self._wall() - since).dumps()
+        if len(raw) > pending.max_entry_bytes or ttl <= 0:
             return
         try:
-            await self._store.put(pending.key, raw, pending.ttl)
+            await self._store.put(pending.key, raw, ttl)
             semantic = pending.settings.semantic
             if semantic is not None and self._semantic is not None:
                 probe = pending.probe

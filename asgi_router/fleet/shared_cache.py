@@ -34,7 +34,7 @@ _PUT: Final = """
 local old = redis.call('HGET', KEYS[3], KEYS[1])
 if old then redis.call('DECRBY', KEYS[4], old) end
 local size = string.len(ARGV[1])
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
 redis.call('HSET', KEYS[3], KEYS[1], size)
 local total = redis.call('INCRBY', KEYS[4], size)
@@ -81,13 +81,15 @@ class RedisEntries:
 
         return await self._link.call(read, request=True)
 
-    async def put(self, key: str, value: bytes, ttl: int) -> None:
+    async def put(self, key: str, value: bytes, ttl: float) -> None:
         if len(value) > self.max_bytes:
             return
         name = f"{self._prefix}:e:{key}"
 
         async def write(client: Redis) -> int:
-            total = await client.eval(_PUT, 4, name, *self._keys, value, ttl, time.time(), self.max_bytes)
+            total = await client.eval(
+                _PUT, 4, name, *self._keys, value, max(1, int(ttl * 1000)), time.time(), self.max_bytes
+            )
             return int(total)
 
         total = await self._link.call(write)

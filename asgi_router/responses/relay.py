@@ -26,7 +26,9 @@ that ends or breaks after it lacks only its usage and terminator: the relay writ
 stream's end, of its last two chunks, or of the short chunks it ended in, joined as they came
 (``protocols/stream_end.py``; per chunk, one length test). A byte-exact stream whose end follows
 an upstream's error event there (``data: {"error": ...}``, then ``data: [DONE]``) reaches the
-client as sent, and is recorded as the break it is. On a
+client as sent, and is recorded as the break it is: the event's start is looked for in its last
+three chunks and the short ones joined, so an upstream may cut it (or its end from it) anywhere
+but into four or more long pieces. On a
 stream that may be continued, an upstream's error event, or an event whose data opens no JSON
 object, is a break where it stands (``whole_events.breaks_at``), and an unfinished event held past
 ``max_event_bytes`` ends the stream (``upstream_5xx``: no client reads an event that size). What
@@ -142,6 +144,17 @@ def _result(reason: Reason, size: int, count: int, before_last: bytes, last: byt
     return RelayResult(size, reason, count, before_last, last)
 
 
+def _joined(pieces: bytes, before_last: bytes, last: bytes) -> bytes:
+    """The bytes just before a short chunk, contiguous, at most about ``PIECES_KEPT``: ``pieces``
+    already ends with any short chunk sent (``last`` or ``before_last``), so it goes on from
+    there; after two long chunks, those two."""
+    if len(last) < PIECE:
+        return pieces[-PIECES_KEPT:]
+    if len(before_last) < PIECE:
+        return pieces[-PIECES_KEPT:] + last
+    return before_last[-PIECES_KEPT:] + last
+
+
 def _ends_whole(committed: Committed, before_last: bytes, last: bytes, pieces: bytes) -> bool:
     """Whether a stream whose body ended cleanly after ``before_last``, ``last`` (and ``pieces``,
     :func:`~asgi_router.protocols.stream_end.end_window`) ended whole:
@@ -185,7 +198,7 @@ async def relay_stream(
     current = committed
     # Kept in locals while relaying, given to ``progress`` on the way out (docs/performance.md).
     size = count = 0
-    before_last = last = pieces = b""
+    third = before_last = last = pieces = b""
     began = 0.0
     try:
         try:
@@ -218,10 +231,8 @@ async def relay_stream(
                             size += len(data)
                             count += 1
                             if len(data) < PIECE and not ends_stream(data):  # a piece of its end, maybe
-                                pieces = (
-                                    pieces[-PIECES_KEPT:] if len(last) < PIECE else before_last[-PIECES_KEPT:] + last
-                                ) + data
-                            before_last = last
+                                pieces = _joined(pieces, before_last, last) + data
+                            third, before_last = before_last, last
                             last = progress.last_sent = data
                             if tail is not None:
                                 tail.add(data)
@@ -318,13 +329,13 @@ async def relay_stream(
                 return _result("client_disconnected", size, count, before_last, last)
         # A byte-exact stream's error event followed by its end went out as sent (nothing is
         # recalled, nothing added after the end): a break all the same, whether the end came in
-        # its own chunk or the client left after reading it. (The window's chunks are searched
-        # each: joining them would cost a copy.)
+        # its own chunk or the client left after reading it. Its last chunks are searched joined
+        # (once a request), since an upstream may cut the event, or its end from it, anywhere.
         if (
             whole is None
             and translation is None
             and ends is None
-            and (upstream_error_in(last) or upstream_error_in(before_last if len(last) >= PIECE else pieces))
+            and upstream_error_in(pieces + third + before_last + last)
         ):
             return _result("stream_interrupted", size, count, before_last, last)
         return _result("served", size, count, before_last, last)

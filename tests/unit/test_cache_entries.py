@@ -13,8 +13,11 @@ import pytest
 from asgi_router.caching.cache_key import cache_key, context_key, last_user_text
 from asgi_router.caching.memory_entries import MemoryEntries
 from asgi_router.caching.replay_shapes import PIECE_CHARS, render
+from asgi_router.caching.response_cache import Pending, ResponseCache
 from asgi_router.caching.semantic_index import SemanticIndex, unit
 from asgi_router.caching.stored_answer import StoredAnswer, ToolUse, read_answer
+from asgi_router.config.cache_settings import CacheSettings
+from asgi_router.request.request_state import RequestState
 
 from ..doubles import FakeClock
 
@@ -170,6 +173,46 @@ async def test_memory_entries_are_bounded_by_bytes_least_recently_used_first_and
     assert await entries.get("c") is None and entries.size() == 20
     await entries.put("huge", b"x" * 31, ttl=100)  # larger than the whole store: not kept
     assert await entries.get("huge") is None and await entries.get("a") is not None
+
+
+async def test_an_entrys_ttl_runs_from_its_answers_last_byte_not_from_the_store_after_it() -> None:
+    clock = FakeClock()
+    entries = MemoryEntries(10_000, clock)
+    cache = ResponseCache(entries, wall=clock.wall, clock=clock)
+    sent: list[object] = []
+
+    async def send(message: object) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    state = RequestState({"type": "http", "headers": []}, receive, send, "req-1", "/v1/chat/completions")
+    state.status, state.winner = 200, "openai/gpt-4o"
+    pending = Pending("k", 10, "chat", CacheSettings(ttl=10), send, clock)
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    }
+    await pending({"type": "http.response.body", "body": json.dumps(answer).encode(), "more_body": True})
+    clock.advance(1)
+    await pending({"type": "http.response.body", "body": b"", "more_body": False})  # the client has it all
+    clock.advance(4)  # the store runs late
+    await cache.keep(pending, state)
+    kept = await entries.get("k")
+    assert kept is not None and StoredAnswer.loads(kept) is not None
+    assert StoredAnswer.loads(kept).stored_at == clock.wall() - 4  # type: ignore[union-attr]
+    clock.advance(5.9)
+    assert await entries.get("k") is not None
+    clock.advance(0.1)  # 10 s after the last byte, not after the store
+    assert await entries.get("k") is None
+    late = Pending("late", 3, "chat", CacheSettings(ttl=3), send, clock)
+    await late({"type": "http.response.body", "body": json.dumps(answer).encode(), "more_body": False})
+    clock.advance(3)
+    await cache.keep(late, state)  # its time ran out before the store: not kept
+    assert await entries.get("late") is None and len(sent) == 3
 
 
 def test_the_semantic_index_compares_only_within_a_context_and_keeps_at_most_max_entries() -> None:

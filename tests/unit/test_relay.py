@@ -10,6 +10,7 @@ the idle limit, a client that leaves, a translated stream's event bound, and the
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from types import SimpleNamespace
@@ -116,6 +117,31 @@ async def test_an_error_after_a_chunk_cut_mid_event_starts_on_an_event_boundary(
     client = _Client()
     await _relay(_committed(_chunk("a")[:10], ending=UpstreamBroken("reset")), client)
     assert client.bodies[-1].startswith(b"\n\ndata: ")
+
+
+_ERROR = b'data: {"error":{"message":"the model fell over","type":"server_error","code":null}}\n\n'
+_EVENTS = (_chunk(""), _chunk("Hello"), _chunk(" there"), _ERROR, _DONE)
+_STREAM = b"".join(_EVENTS)
+_BOUNDS = tuple(itertools.accumulate(len(event) for event in _EVENTS))[:-1]
+_AT = _STREAM.index(b'{"error"')
+_CUTS = [
+    *(cuts for k in range(len(_BOUNDS) + 1) for cuts in itertools.combinations(_BOUNDS, k)),
+    (_AT + 3, _BOUNDS[-1]),  # the error event's own start cut, its end apart from [DONE]
+    (_AT - 4, _AT + 3, _BOUNDS[-1], len(_STREAM) - 3),  # cut inside its start, and inside [DONE]
+    (_BOUNDS[-1] - 10, len(_STREAM) - 10),  # the error's end and [DONE] in pieces
+    *((_AT + 7 + k, _AT + 8 + k, _AT + 9 + k) for k in range(0, 60, 3)),  # short pieces of it
+]
+
+
+@pytest.mark.parametrize("cuts", _CUTS, ids=str)
+async def test_an_error_event_then_done_is_relayed_as_sent_and_is_a_break_however_the_upstream_cut_it(
+    cuts: tuple[int, ...],
+) -> None:
+    parts = [_STREAM[start:end] for start, end in zip((0, *cuts), (*cuts, len(_STREAM)), strict=True)]
+    client = _Client()
+    result = await _relay(_committed(*parts), client)
+    assert client.received == _STREAM and client.bodies[:-1] == parts  # byte-exact, each chunk as it came
+    assert result.reason == "stream_interrupted"
 
 
 async def test_a_stream_quiet_past_idle_ends_with_the_idle_error() -> None:
